@@ -1,0 +1,46 @@
+# Two-command quick start: `make demo` and `make test`. Both set everything up first, idempotently.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup system-deps test demo lock clean
+
+setup: system-deps $(STAMP)
+
+# Debian packages the project needs: a MariaDB server binary for the throwaway test/demo servers, and Java 17
+# for Spark. Installed only when missing.
+system-deps:
+	@need=""; \
+	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need="$$need mariadb-server"; \
+	command -v java >/dev/null || need="$$need openjdk-17-jre-headless"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing Debian packages:$$need"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
+	fi
+
+$(STAMP): setup.py constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m airflow_provider_mysqlcdc.testing.verify_install
+	touch $@
+
+# pytest exits 5 when it collected no tests: that is a failure, not a pass.
+test: setup
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+demo: setup
+	$(BIN)/python -m airflow_provider_mysqlcdc.testing.demo
+
+# Re-resolve the pinned versions (review the diff before committing it).
+lock: setup
+	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^airflow-provider-mysqlcdc' > constraints.new
+	{ head -2 constraints.txt; cat constraints.new; } > constraints.txt && rm constraints.new
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""Airflow operators (Airflow layer): they call the CLI/Spark layer, never re-implement it."""

@@ -1,0 +1,1 @@
+"""Airflow UI plugin (Airflow layer)."""

@@ -1,0 +1,1 @@
+"""The Spark layer: PySpark data sources and sinks that call the engine."""

@@ -1,0 +1,1 @@
+"""Helpers for tests and the demo: throwaway servers. Not used by the product's data path."""

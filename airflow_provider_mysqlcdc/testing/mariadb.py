@@ -1,0 +1,146 @@
+"""A throwaway MariaDB with the binlog on, for tests and the demo (never for production).
+
+It lives in its own temp datadir on a free loopback port, so it never touches a server already running
+on the machine.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+
+CDC_USER = "cdc"
+CDC_PASSWORD = "cdc-secret-pw"
+CDC_GRANTS = "SELECT, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT"
+
+DEFAULT_OPTIONS: dict[str, str | None] = {
+    "log-bin": "mysql-bin",
+    "binlog-format": "ROW",
+    "binlog-row-image": "FULL",
+    "binlog-row-metadata": "FULL",
+    "server-id": "1",
+    "default-time-zone": "-07:00",
+    "character-set-server": "utf8mb4",
+    "collation-server": "utf8mb4_general_ci",
+    "innodb-buffer-pool-size": "256M",
+    "innodb-flush-log-at-trx-commit": "2",
+    "sync-binlog": "0",
+    "max-connections": "300",
+    "skip-name-resolve": None,
+}
+
+
+def find_mariadbd() -> str:
+    for candidate in (shutil.which("mariadbd"), "/usr/sbin/mariadbd", shutil.which("mysqld"), "/usr/sbin/mysqld"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    raise RuntimeError("mariadbd not found: install Debian's mariadb-server (make setup does this)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class MariaDBServer:
+    """One running mariadbd; ``options`` override DEFAULT_OPTIONS (a value of False drops an option)."""
+
+    options: dict[str, str | None | bool] = field(default_factory=dict)
+    basedir: Path | None = None
+    port: int = 0
+    process: subprocess.Popen | None = None
+
+    @property
+    def admin_url(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/"
+
+    @property
+    def cdc_url(self) -> str:
+        return f"mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{self.port}/"
+
+    def admin(self, database: str | None = None) -> pymysql.connections.Connection:
+        return pymysql.connect(
+            host="127.0.0.1", port=self.port, user="root", password="", database=database,
+            autocommit=True, charset="utf8mb4", init_command="SET time_zone = '+00:00'",
+        )
+
+    def start(self) -> "MariaDBServer":
+        mariadbd = find_mariadbd()
+        self.basedir = Path(tempfile.mkdtemp(prefix="mysqlcdc-mariadb-"))
+        datadir = self.basedir / "data"
+        install = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
+        if not install:
+            raise RuntimeError("mariadb-install-db not found: install Debian's mariadb-server")
+        user_args = ["--user=root"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [install, "--no-defaults", f"--datadir={datadir}", "--auth-root-authentication-method=normal",
+             "--skip-test-db", *user_args],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        self.port = self.port or free_port()
+        merged: dict[str, str | None | bool] = {**DEFAULT_OPTIONS, **self.options}
+        args = [mariadbd, "--no-defaults", f"--datadir={datadir}", f"--port={self.port}",
+                "--bind-address=127.0.0.1", f"--socket={self.basedir / 'mysqld.sock'}",
+                f"--pid-file={self.basedir / 'mysqld.pid'}", f"--log-error={self.basedir / 'error.log'}",
+                *user_args]
+        for name, value in merged.items():
+            if value is False:
+                continue
+            if name == "log-bin" and value:
+                value = str(datadir / str(value))
+            args.append(f"--{name}" if value is None else f"--{name}={value}")
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait_ready()
+        self._create_cdc_user()
+        return self
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"mariadbd exited with {self.process.returncode}:\n{self.error_log()}")
+            try:
+                self.admin().close()
+                return
+            except pymysql.err.OperationalError:
+                time.sleep(0.2)
+        raise RuntimeError(f"mariadbd did not accept connections within {timeout:.0f}s:\n{self.error_log()}")
+
+    def _create_cdc_user(self) -> None:
+        with self.admin() as conn, conn.cursor() as cur:
+            cur.execute("CREATE USER IF NOT EXISTS %s@'%%' IDENTIFIED BY %s", (CDC_USER, CDC_PASSWORD))
+            cur.execute(f"GRANT {CDC_GRANTS} ON *.* TO %s@'%%'", (CDC_USER,))
+
+    def error_log(self, tail: int = 40) -> str:
+        path = self.basedir / "error.log" if self.basedir else None
+        if not path or not path.exists():
+            return "(no error log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-tail:])
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        if self.basedir is not None:
+            shutil.rmtree(self.basedir, ignore_errors=True)
+            self.basedir = None
+
+    def __enter__(self) -> "MariaDBServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,44 @@
+"""Packaging entry point. Exact versions for reproducible installs live in constraints.txt."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+version = {}
+exec((ROOT / "airflow_provider_mysqlcdc" / "__init__.py").read_text(), version)
+
+setup(
+    name="airflow-provider-mysqlcdc",
+    version=version["__version__"],
+    description="Lock-free, parallel, exactly-once MySQL snapshot and binlog stream on Spark, run by Airflow",
+    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["airflow_provider_mysqlcdc", "airflow_provider_mysqlcdc.*"]),
+    install_requires=[
+        "apache-airflow>=3.1,<4",
+        "apache-airflow-providers-apache-spark>=6.0,<7",
+        # The Spark provider pulls pyspark-client, which writes its own `pyspark` module over the full
+        # package: both must be the same version or the Python side and the JVM jars disagree.
+        "pyspark==4.2.0",
+        "pyspark-client==4.2.0",
+        "pymysql>=1.1,<2",
+        "mysql-replication==1.0.17",
+        "pyarrow>=16",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3"],
+    },
+    entry_points={
+        "apache_airflow_provider": [
+            "provider_info=airflow_provider_mysqlcdc.get_provider_info:get_provider_info",
+        ],
+        "console_scripts": ["mysqlcdc=airflow_provider_mysqlcdc.cli:main"],
+    },
+    classifiers=[
+        "Framework :: Apache Airflow",
+        "Framework :: Apache Airflow :: Provider",
+        "Programming Language :: Python :: 3.11",
+    ],
+)
