@@ -26,9 +26,11 @@ setup(
         "pymysql>=1.1,<2",
         "mysql-replication==1.0.17",
         "pyarrow>=16",
+        "sqlalchemy>=2.0,<2.2",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3"],
+        "postgres": ["psycopg[binary]>=3.2,<4"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4"],
     },
     entry_points={
         "apache_airflow_provider": [

@@ -37,6 +37,17 @@ DEFAULT_OPTIONS: dict[str, str | None] = {
 }
 
 
+def _die_with_parent() -> None:
+    """Runs in the child before exec: a killed test run must not leave its server behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def find_mariadbd() -> str:
     for candidate in (shutil.which("mariadbd"), "/usr/sbin/mariadbd", shutil.which("mysqld"), "/usr/sbin/mysqld"):
         if candidate and os.path.exists(candidate):
@@ -98,7 +109,9 @@ class MariaDBServer:
             if name == "log-bin" and value:
                 value = str(datadir / str(value))
             args.append(f"--{name}" if value is None else f"--{name}={value}")
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
         self._wait_ready()
         self._create_cdc_user()
         return self

@@ -1,0 +1,958 @@
+"""Read row changes from the binlog between two offsets, decoded exactly like the snapshot reads them.
+
+Every reader connects as a replica with its own ``server_id`` (two readers with one id kill each other), taken
+from the configured range by ``allocate_server_id``. We drive mysql-replication 1.0.17 with the settings the
+pitfalls call for: ``is_mariadb=False`` with ``log_file``/``log_pos`` (its MariaDB mode ignores the position),
+``filter_non_implemented_events=False`` (so no event type is skipped unseen), no table filters (every
+TABLE_MAP is needed; we filter rows ourselves), and every read bounded by an end position and/or a timeout.
+
+A transaction's rows are buffered until its commit event (XID, or a COMMIT query), so every row carries the
+commit timestamp, and only committed rows are ever emitted. Each ``RowChange`` carries ``offset_after``, the
+offset from which a new read continues right after it (see ``offsets``).
+
+Progress while the captured tables are idle: ``read`` yields only RowChange; ``read_with_heartbeats`` also
+yields a ``Heartbeat(offset)`` after every transaction (and file rotation) that emitted nothing, so a caller
+can commit its offset while the binlog moves on. ``reader.last_offset`` is always the offset right after
+everything yielded so far.
+
+What we do not understand, we refuse (``No silent skips`` in DESIGN.md):
+
+* event types we do not know, compressed events (MariaDB ``log_bin_compress``, MySQL
+  ``binlog_transaction_compression``), statement-based changes and incidents: ``UnsupportedEvent``;
+* DDL that touches a captured table, and a TABLE_MAP whose columns differ from the schema we were given:
+  ``SchemaChangeError`` (the table must be re-snapshotted);
+* a start file the server purged: ``BinlogPurged``;
+* XA transactions with rows of captured tables. Their rows sit in the XA PREPARE group but take effect at the
+  XA COMMIT, which may come many transactions later; a resume offset (one transaction start plus skip counts)
+  cannot express "these prepared rows are still pending", so we raise ``UnsupportedEvent`` rather than guess.
+  ``XA COMMIT ... ONE PHASE`` is an ordinary transaction and is supported. So are XA transactions that touch
+  only tables we do not capture.
+* a transaction that ends with ROLLBACK (or contains ROLLBACK TO SAVEPOINT) and holds rows of a captured
+  table. The server writes such groups only when non-transactional tables were changed; which of the rows
+  took effect depends on each table's engine, so we raise rather than guess.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+import pymysql
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    BeginLoadQueryEvent,
+    ExecuteLoadQueryEvent,
+    FormatDescriptionEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    IntvarEvent,
+    MariadbAnnotateRowsEvent,
+    MariadbBinLogCheckPointEvent,
+    MariadbGtidEvent,
+    MariadbGtidListEvent,
+    MariadbStartEncryptionEvent,
+    NotImplementedEvent,
+    PreviousGtidsEvent,
+    QueryEvent,
+    RandEvent,
+    RotateEvent,
+    RowsQueryLogEvent,
+    StopEvent,
+    UserVarEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from .connection import MySQLSettings, connect
+from .errors import CdcError, ConfigurationError, ServerNotReady
+from .offsets import BinlogOffset
+from .positions import AFTER, BEFORE, BinlogPosition, RowKey, file_number, row_key
+from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, Op, Record
+from .tables import TableId, TableSchema
+from .values import binlog_normalizer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NONBLOCKING_TIMEOUT = 300.0  # seconds; every non-blocking read is bounded (see Known pitfalls)
+HEARTBEAT_PERIOD = 1.0  # seconds; the server's heartbeat lets a blocking read notice its deadline
+MAX_RECONNECTS = 5  # mysql-replication reconnects on lost connections by itself, without pause or limit
+
+# Type codes mysql-replication maps to NotImplementedEvent, and what they mean to us.
+_TXN_START_CODES = {0x22: "ANONYMOUS_GTID_LOG_EVENT", 0x2A: "GTID_TAGGED_LOG_EVENT"}
+_IGNORABLE_CODES = {0x1C: "IGNORABLE_LOG_EVENT", 0x29: "HEARTBEAT_LOG_EVENT_V2"}
+_COMPRESSED_CODES = {
+    0x28: "TRANSACTION_PAYLOAD_EVENT (MySQL binlog_transaction_compression)",
+    0xA5: "QUERY_COMPRESSED_EVENT (MariaDB log_bin_compress)",
+    0xA6: "WRITE_ROWS_COMPRESSED_EVENT_V1 (MariaDB log_bin_compress)",
+    0xA7: "UPDATE_ROWS_COMPRESSED_EVENT_V1 (MariaDB log_bin_compress)",
+    0xA8: "DELETE_ROWS_COMPRESSED_EVENT_V1 (MariaDB log_bin_compress)",
+    0xA9: "WRITE_ROWS_COMPRESSED_EVENT (MariaDB log_bin_compress)",
+    0xAA: "UPDATE_ROWS_COMPRESSED_EVENT (MariaDB log_bin_compress)",
+    0xAB: "DELETE_ROWS_COMPRESSED_EVENT (MariaDB log_bin_compress)",
+}
+_MARIADB_FL_STANDALONE = 0x01
+_LOG_EVENT_ARTIFICIAL_F = 0x20
+_UTC = timezone.utc
+_LOST_CONNECTION = (2006, 2013, 2014, 2055)  # gone away, lost, out of sync, lost (TLS)
+
+
+# --- errors -------------------------------------------------------------------------------------------------
+
+
+class BinlogReadError(CdcError):
+    """Reading the binlog failed; the message says where and what to do."""
+
+
+class UnsupportedEvent(BinlogReadError):
+    """An event we cannot apply exactly (unknown type, compressed, statement-based, XA with captured rows)."""
+
+
+class CompressedEvent(UnsupportedEvent):
+    """A compressed binlog event: turn compression off on the server (``mysqlcdc check`` says how)."""
+
+
+class SchemaChangeError(BinlogReadError):
+    """DDL on a captured table, or a TABLE_MAP that no longer matches the table's schema: re-snapshot."""
+
+
+class BinlogPurged(BinlogReadError):
+    """The binlog file a read must start in is gone from the server."""
+
+
+class OffsetMismatch(BinlogReadError):
+    """The binlog at the offset is not what the offset describes (wrong server, RESET MASTER, bad offset)."""
+
+
+class ReadTimeout(BinlogReadError):
+    """A read with an end position did not reach it within its timeout."""
+
+
+class _DeadlineReached(Exception):
+    """Raised inside mysql-replication's reconnect path to end a read whose time is up."""
+
+
+# --- server ids ---------------------------------------------------------------------------------------------
+
+
+def allocate_server_id(settings: MySQLSettings, slot: int) -> int:
+    """The replica ``server_id`` of reader ``slot`` (0-based); the top id of the range is for ``check``."""
+    low, high = settings.server_id_range
+    slots = high - low  # ids low .. high-1; high is reserved for mysqlcdc check
+    if slots <= 0:
+        raise ConfigurationError(
+            f"server_id range {low}-{high} leaves no id for binlog readers (the top id {high} is reserved "
+            "for mysqlcdc check): configure a range of at least two ids, e.g. server_id=5400-5499"
+        )
+    if not 0 <= slot < slots:
+        raise ConfigurationError(
+            f"binlog reader slot {slot} does not fit the server_id range {low}-{high} ({slots} reader ids; "
+            f"the top id is reserved for mysqlcdc check): widen the range or run fewer parallel readers"
+        )
+    return low + slot
+
+
+# --- output -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """One row image of a committed change, its place in the binlog order, and where to resume after it."""
+
+    table: TableId
+    op: Op
+    values: dict[str, Any]
+    key: RowKey  # (binlog file number, end of the rows event, row index in the event, half)
+    binlog_file: str
+    commit_ts: datetime  # UTC, from the transaction's commit (XID) event
+    offset_after: BinlogOffset
+
+    def to_record(self) -> Record:
+        return Record(
+            table=str(self.table), op=self.op, phase="stream", key=self.key, values=self.values,
+            commit_ts=self.commit_ts, binlog_file=self.binlog_file,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The binlog moved on without a change of a captured table: a caller may commit ``offset``."""
+
+    offset: BinlogOffset
+
+
+# --- DDL detection ------------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<comment>/\*(?!!|M!).*?\*/|--(?=\s)[^\n]*|\#[^\n]*)
+  | (?P<exec>/\*M?!\d*|\*/)
+  | (?P<bq>`(?:[^`]|``)*`)
+  | (?P<str>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")
+  | (?P<word>[\w$\u0080-\U0010ffff]+)
+  | (?P<punct>.)
+    """,
+    re.S | re.X,
+)
+
+_DDL_VERBS = {"ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE"}
+_DML_VERBS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"}
+
+TableRef = tuple[str | None, str | None]  # (database or None for the default, table or None for "all")
+
+
+@dataclass
+class _Tokens:
+    items: list[tuple[str, str]]  # (kind, text): "id" quoted name, "kw" bare word, "s" string, "p" punctuation
+    i: int = 0
+
+    @classmethod
+    def parse(cls, sql: str) -> "_Tokens":
+        items: list[tuple[str, str]] = []
+        for m in _TOKEN.finditer(sql):
+            kind = m.lastgroup
+            text = m.group()
+            if kind == "bq":
+                items.append(("id", text[1:-1].replace("``", "`")))
+            elif kind == "word":
+                items.append(("kw", text))
+            elif kind == "punct":
+                items.append(("p", text))
+            elif kind == "str":
+                items.append(("s", text))
+        return cls(items)
+
+    def peek(self, offset: int = 0) -> str:
+        j = self.i + offset
+        if j >= len(self.items):
+            return ""
+        kind, text = self.items[j]
+        return text.upper() if kind == "kw" else ("" if kind in ("id", "s") else text)
+
+    def accept(self, *words: str) -> bool:
+        if self.peek() in words:
+            self.i += 1
+            return True
+        return False
+
+    def accept_seq(self, *words: str) -> bool:
+        if all(self.peek(n) == w for n, w in enumerate(words)):
+            self.i += len(words)
+            return True
+        return False
+
+    def name(self) -> TableRef | None:
+        """``ident`` or ``ident.ident`` at the cursor."""
+        first = self._ident()
+        if first is None:
+            return None
+        if self.peek() == "." and self.i + 1 < len(self.items):
+            self.i += 1
+            second = self._ident()
+            return (first, second) if second is not None else (None, first)
+        return None, first
+
+    def _ident(self) -> str | None:
+        if self.i >= len(self.items):
+            return None
+        kind, text = self.items[self.i]
+        if kind in ("id", "kw"):
+            self.i += 1
+            return text
+        return None
+
+    def all_names(self) -> list[TableRef]:
+        names: list[TableRef] = []
+        while self.i < len(self.items):
+            if self.items[self.i][0] in ("id", "kw"):
+                ref = self.name()
+                if ref:
+                    names.append(ref)
+            else:
+                self.i += 1
+        return names
+
+
+def statement_tables(sql: str) -> tuple[str, list[TableRef]]:
+    """The verb of a statement and the tables whose data or definition it changes.
+
+    DDL: the table it alters, creates, drops, renames or truncates (``(db, None)`` for DROP DATABASE).
+    DML (statement-based logging): every name in the statement, conservatively. Other statements: none.
+    """
+    t = _Tokens.parse(sql)
+    verb = t.peek()
+    t.accept(verb)
+    refs: list[TableRef] = []
+    if verb in _DML_VERBS:
+        return verb, t.all_names()
+    if verb == "ALTER":
+        t.accept("ONLINE", "OFFLINE")
+        t.accept("IGNORE")
+        if t.accept("TABLE"):
+            t.accept_seq("IF", "EXISTS")
+            if (ref := t.name()) is not None:
+                refs.append(ref)
+            while t.i < len(t.items):  # RENAME TO x, EXCHANGE PARTITION p WITH TABLE x
+                if t.accept("RENAME"):
+                    if t.peek() in ("COLUMN", "INDEX", "KEY", "CONSTRAINT"):
+                        continue
+                    t.accept("TO", "AS")
+                    if (ref := t.name()) is not None:
+                        refs.append(ref)
+                elif t.accept_seq("WITH", "TABLE"):
+                    if (ref := t.name()) is not None:
+                        refs.append(ref)
+                else:
+                    t.i += 1
+    elif verb == "CREATE":
+        t.accept_seq("OR", "REPLACE")
+        t.accept("TEMPORARY")
+        t.accept("ONLINE", "OFFLINE")
+        t.accept("UNIQUE", "FULLTEXT", "SPATIAL")
+        if t.accept("TABLE"):
+            t.accept_seq("IF", "NOT", "EXISTS")
+            if (ref := t.name()) is not None:
+                refs.append(ref)
+        elif t.accept("INDEX"):
+            refs.extend(_index_target(t))
+    elif verb == "DROP":
+        t.accept("TEMPORARY")
+        if t.accept("TABLE", "TABLES"):
+            t.accept_seq("IF", "EXISTS")
+            while (ref := t.name()) is not None:
+                refs.append(ref)
+                if not t.accept(","):
+                    break
+        elif t.accept("INDEX"):
+            refs.extend(_index_target(t))
+        elif t.accept("DATABASE", "SCHEMA"):
+            t.accept_seq("IF", "EXISTS")
+            if (ref := t.name()) is not None:
+                refs.append((ref[1], None))
+    elif verb == "RENAME":
+        if t.accept("TABLE", "TABLES"):
+            keywords = ("TO", "WAIT", "NOWAIT")
+            refs = [r for r in t.all_names() if r[0] is not None or (r[1] or "").upper() not in keywords]
+    elif verb == "TRUNCATE":
+        t.accept("TABLE")
+        if (ref := t.name()) is not None:
+            refs.append(ref)
+    return verb, refs
+
+
+def _index_target(t: _Tokens) -> list[TableRef]:
+    while t.i < len(t.items):
+        if t.accept("ON"):
+            ref = t.name()
+            return [ref] if ref is not None else []
+        t.i += 1
+    return []
+
+
+# --- the reader ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Captured:
+    table: TableId
+    schema: TableSchema
+    normalize: Callable[..., dict]
+    column_names: list[str]
+
+
+@dataclass
+class _Txn:
+    """The transaction being read: where it starts, what it holds so far."""
+
+    start: BinlogPosition
+    gtid: str | None
+    began: bool  # inside BEGIN ... COMMIT (else the group is a single statement)
+    rows_events: int = 0  # rows events seen, of every table (the unit of skip_events)
+    captured: bool = False  # holds rows events of a captured table (emitted or skipped)
+    # (table, op, values, key, file, offset after this image) of the captured rows, in binlog order
+    buffer: list[tuple[TableId, Op, dict, RowKey, str, BinlogOffset]] = field(default_factory=list)
+
+
+class BinlogReader:
+    """Reads committed row changes of the captured tables; ``last_offset`` is where the next read resumes."""
+
+    def __init__(
+        self,
+        settings: MySQLSettings,
+        server_id: int,
+        tables: set[TableId] | None,
+        schemas: dict[TableId, TableSchema],
+    ) -> None:
+        self.settings = settings
+        self.server_id = server_id
+        captured = set(schemas) if tables is None else set(tables)
+        missing = sorted(str(t) for t in captured if t not in schemas)
+        if missing:
+            raise ConfigurationError(f"no schema given for captured table(s) {missing}")
+        self._captured = {
+            t: _Captured(t, schemas[t], binlog_normalizer(schemas[t]), schemas[t].column_names)
+            for t in captured
+        }
+        self._captured_ci = {(t.database.lower(), t.table.lower()): t for t in captured}
+        self.last_offset: BinlogOffset | None = None
+        self._control: pymysql.connections.Connection | None = None
+
+    # -- public API --
+
+    def read(
+        self,
+        start: BinlogOffset,
+        end: BinlogPosition | None = None,
+        *,
+        blocking: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[RowChange]:
+        """Row changes after ``start`` of transactions that commit at or before ``end``.
+
+        ``end=None`` with ``blocking=False`` stops at the current end of the binlog. A non-blocking read is
+        always bounded by ``timeout`` (default DEFAULT_NONBLOCKING_TIMEOUT s). When the time is up, a read
+        without ``end`` stops at the last transaction boundary it reached (``last_offset``); a read with
+        ``end`` raises ReadTimeout. ``end`` must be a transaction boundary (a watermark).
+        """
+        for item in self.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout):
+            if type(item) is RowChange:
+                yield item
+
+    def read_with_heartbeats(
+        self,
+        start: BinlogOffset,
+        end: BinlogPosition | None = None,
+        *,
+        blocking: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[RowChange | Heartbeat]:
+        """Like ``read``, plus a Heartbeat after each transaction (or file rotation) that emitted nothing."""
+        self.last_offset = start
+        if end is not None and start.at_boundary and start.position.key >= end.key:
+            return
+        if timeout is None and not blocking:
+            timeout = DEFAULT_NONBLOCKING_TIMEOUT
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._check_start(start)
+        connector = _Connector(deadline, self.settings.connect_timeout)
+        stream = BinLogStreamReader(
+            connection_settings=self.settings.replication_kwargs(),
+            server_id=self.server_id,
+            resume_stream=True,
+            blocking=blocking,
+            log_file=start.file,
+            log_pos=start.pos,
+            is_mariadb=False,
+            filter_non_implemented_events=False,
+            freeze_schema=False,
+            slave_heartbeat=HEARTBEAT_PERIOD if blocking else None,
+            pymysql_wrapper=connector,
+            enable_logging=False,
+        )
+        try:
+            yield from self._read(stream, start, end, deadline)
+        finally:
+            stream.close()
+
+    # -- internals --
+
+    def _read(
+        self,
+        stream: BinLogStreamReader,
+        start: BinlogOffset,
+        end: BinlogPosition | None,
+        deadline: float | None,
+    ) -> Iterator[RowChange | Heartbeat]:
+        end_key = end.key if end is not None else None
+        cur_file = start.file
+        cur_number = file_number(cur_file)
+        first_checked = False
+        gtid_before = start.gtid
+        # skip bookkeeping applies to the first transaction only
+        skip_events, skip_rows = start.skip_events, start.skip_rows
+        skipping = not start.at_boundary
+        maps: dict[int, _Captured | None] = {}
+        txn: _Txn | None = None
+        fetch = stream.fetchone
+        monotonic = time.monotonic
+
+        while True:
+            try:
+                event = fetch()
+            except _DeadlineReached:
+                event = None
+                if end is not None:
+                    raise self._timeout(end, cur_file) from None
+                return
+            except pymysql.err.MySQLError as exc:
+                raise self._stream_error(exc, start, cur_file) from None
+            if event is None:  # EOF: the current end of the binlog (non-blocking)
+                if end is not None:
+                    raise BinlogReadError(
+                        f"the binlog ends at {self.last_offset} before the requested end {end}: the end "
+                        "position must be one the server has already written"
+                    )
+                return
+            if deadline is not None and monotonic() > deadline:
+                if end is not None:
+                    raise self._timeout(end, cur_file)
+                return
+
+            packet = event.packet
+            end_pos = packet.log_pos
+            cls = event.__class__
+
+            if end_pos == 0 or packet.flags & _LOG_EVENT_ARTIFICIAL_F or cls is HeartbeatLogEvent or (
+                cls is RotateEvent and packet.timestamp == 0
+            ):
+                # Artificial events: the rotate names the file being streamed; the rest has no position.
+                if cls is RotateEvent:
+                    cur_file, cur_number = event.next_binlog, file_number(event.next_binlog)
+                continue
+
+            event_start = end_pos - packet.event_size
+            if not first_checked:
+                first_checked = True
+                if cur_file != start.file or event_start != start.pos:
+                    raise OffsetMismatch(
+                        f"asked the server for the binlog at {start.file}:{start.pos} but it sent an event "
+                        f"at {cur_file}:{event_start}: the offset does not match this server's binlog"
+                    )
+            if end_key is not None and (cur_number, end_pos) > end_key:
+                if txn is not None:
+                    raise OffsetMismatch(
+                        f"end position {end} lies inside the transaction that starts at {txn.start}: an end "
+                        "position must be a transaction boundary (a watermark)"
+                    )
+                return
+
+            group_ends = False  # this event ends the current transaction (or single-statement group)
+            if cls in _ROWS_EVENTS:
+                if txn is None:
+                    raise OffsetMismatch(
+                        f"rows event at {cur_file}:{event_start} outside a transaction: the read did not "
+                        "start at a transaction boundary"
+                    )
+                index = txn.rows_events
+                txn.rows_events += 1
+                target = maps.get(event.table_id)
+                if target is None:
+                    continue  # a table we do not capture: counted, never decoded
+                txn.captured = True
+                if skipping and index < skip_events:
+                    continue
+                skip = skip_rows if skipping and index == skip_events else 0
+                self._decode_rows(event, target, txn, index, skip, cur_file, end_pos, gtid_before)
+            elif cls is TableMapEvent:
+                maps[event.table_id] = self._table_map(event, cur_file, event_start)
+            elif cls is XidEvent:
+                if txn is None:
+                    raise OffsetMismatch(f"commit event at {cur_file}:{event_start} outside a transaction")
+                group_ends = True
+            elif cls is MariadbGtidEvent or cls is GtidEvent or (
+                cls is NotImplementedEvent and event.event_type in _TXN_START_CODES
+            ):
+                if txn is not None:
+                    raise OffsetMismatch(
+                        f"transaction at {txn.start} has no commit event before the next transaction at "
+                        f"{cur_file}:{event_start}"
+                    )
+                # MariaDB's GTID event stands for BEGIN unless the group is a single statement (DDL).
+                began = cls is MariadbGtidEvent and not event.flags & _MARIADB_FL_STANDALONE
+                gtid = event.gtid if cls is not NotImplementedEvent else None
+                txn = _Txn(BinlogPosition(cur_file, event_start), gtid, began=began)
+            elif cls is QueryEvent:
+                kind = self._query(event, txn, cur_file, event_start)
+                if txn is None:
+                    txn = _Txn(BinlogPosition(cur_file, event_start), None, began=False)
+                if kind == "begin":
+                    txn.began = True
+                else:  # COMMIT, ROLLBACK without captured rows, or the single statement of a group
+                    group_ends = kind != "continue" or not txn.began
+            elif cls is XAPrepareEvent:
+                if txn is None:
+                    raise OffsetMismatch(f"XA PREPARE at {cur_file}:{event_start} outside a transaction")
+                if txn.captured and not event.one_phase:
+                    raise UnsupportedEvent(
+                        f"XA transaction {event.xid!r} prepared at {txn.start} changes captured table(s) "
+                        f"{', '.join(sorted({str(b[0]) for b in txn.buffer})) or '(skipped rows)'}; XA "
+                        "transactions are not supported yet (their rows take effect at a later XA COMMIT). "
+                        "Avoid XA on captured tables, or re-snapshot them after it commits"
+                    )
+                group_ends = True  # ONE PHASE commits here; a prepare without our rows emits nothing
+            elif cls is RotateEvent:  # the end of this file: the next transaction starts in the next one
+                cur_file, cur_number = event.next_binlog, file_number(event.next_binlog)
+                if txn is None:
+                    self.last_offset = BinlogOffset(cur_file, event.position, gtid=gtid_before)
+                    yield Heartbeat(self.last_offset)
+                continue
+            elif cls in _BOOKKEEPING_EVENTS:
+                if cls is UserVarEvent and event.name.startswith("!dummyvar"):
+                    raise self._dummy(cur_file, event_start)
+            elif cls is NotImplementedEvent:
+                if event.event_type not in _IGNORABLE_CODES:
+                    raise self._unsupported(event.event_type, cur_file, event_start)
+            elif cls is BeginLoadQueryEvent or cls is ExecuteLoadQueryEvent:
+                raise UnsupportedEvent(
+                    f"statement-based LOAD DATA at {cur_file}:{event_start}: mysqlcdc needs "
+                    "binlog_format=ROW for every session"
+                )
+            else:
+                raise UnsupportedEvent(
+                    f"binlog event {cls.__name__} (type {event.event_type:#04x}) at {cur_file}:{event_start} "
+                    "is not understood by mysqlcdc; refusing to skip it"
+                )
+
+            if group_ends:
+                assert txn is not None
+                skipped_from = start if skipping else None
+                yield from self._commit(txn, packet, cur_file, end_pos, gtid_before, skipped_from)
+                gtid_before = txn.gtid or gtid_before
+                txn, skipping = None, False
+            if end_key is not None and txn is None and (cur_number, end_pos) >= end_key:
+                return
+
+    def _decode_rows(
+        self,
+        event: Any,
+        target: _Captured,
+        txn: _Txn,
+        index: int,
+        skip: int,
+        cur_file: str,
+        end_pos: int,
+        gtid_before: str | None,
+    ) -> None:
+        if event.__class__ is PartialUpdateRowsEvent:
+            raise UnsupportedEvent(
+                f"partial JSON update of {target.table} at {cur_file}:{end_pos}: set "
+                "binlog_row_value_options='' so the binlog carries full row images"
+            )
+        rows = event.rows
+        normalize = target.normalize
+        table = target.table
+        base = row_key(BinlogPosition(cur_file, end_pos))
+        number, pos = base[0], base[1]
+        start_pos, file = txn.start.pos, txn.start.file
+        images: list[tuple[Op, dict, RowKey]] = []
+        if event.__class__ is UpdateRowsEvent:
+            for i, row in enumerate(rows):
+                before = normalize(row["before_values"], row["before_none_sources"])
+                after = normalize(row["after_values"], row["after_none_sources"])
+                images.append((UPDATE_BEFORE, before, (number, pos, i, BEFORE)))
+                images.append((UPDATE_AFTER, after, (number, pos, i, AFTER)))
+        else:
+            op, half = (INSERT, AFTER) if event.__class__ is WriteRowsEvent else (DELETE, BEFORE)
+            for i, row in enumerate(rows):
+                images.append((op, normalize(row["values"], row["none_sources"]), (number, pos, i, half)))
+        count = len(images)
+        if skip > count:
+            raise OffsetMismatch(
+                f"offset skips {skip} row images of the rows event ending at {cur_file}:{end_pos}, which has "
+                f"only {count}: the offset does not match this binlog"
+            )
+        buffer = txn.buffer
+        next_event = BinlogOffset(file, start_pos, index + 1, 0, gtid_before)
+        for c in range(skip, count):
+            op, values, key = images[c]
+            after = next_event if c == count - 1 else BinlogOffset(file, start_pos, index, c + 1, gtid_before)
+            buffer.append((table, op, values, key, cur_file, after))
+
+    def _commit(  # the end of a group: its rows get the commit time; a group without our rows, a Heartbeat
+        self,
+        txn: _Txn,
+        packet: Any,
+        cur_file: str,
+        end_pos: int,
+        gtid_before: str | None,
+        skipped_from: BinlogOffset | None,
+    ) -> Iterator[RowChange | Heartbeat]:
+        if skipped_from is not None and (
+            txn.rows_events < skipped_from.skip_events
+            or (txn.rows_events == skipped_from.skip_events and skipped_from.skip_rows > 0)
+        ):
+            raise OffsetMismatch(
+                f"offset {skipped_from} skips more rows events than the transaction at {txn.start} has "
+                f"({txn.rows_events}): the offset does not match this binlog"
+            )
+        commit_ts = datetime.fromtimestamp(packet.timestamp, _UTC)
+        boundary = BinlogOffset(cur_file, end_pos, gtid=txn.gtid or gtid_before)
+        buffer = txn.buffer
+        if not buffer:
+            self.last_offset = boundary
+            yield Heartbeat(boundary)
+            return
+        last = len(buffer) - 1
+        for n, (table, op, values, key, file, after) in enumerate(buffer):
+            change = RowChange(table, op, values, key, file, commit_ts, boundary if n == last else after)
+            self.last_offset = change.offset_after
+            yield change
+        txn.buffer = []
+
+    def _table_map(self, event: TableMapEvent, cur_file: str, event_start: int) -> _Captured | None:
+        target = self._captured.get(TableId(event.schema, event.table))
+        if target is None:
+            return None
+        names = [c.name for c in event.columns]
+        if names != target.column_names:
+            hint = ""
+            if any(not n or str(n).startswith("UNKNOWN_COL") for n in names):
+                hint = " (the binlog has no column names: set binlog_row_metadata=FULL on the server)"
+            raise SchemaChangeError(
+                f"the binlog at {cur_file}:{event_start} has columns {names} for captured table "
+                f"{target.table}, but its schema has {target.column_names}{hint}: the table changed since it "
+                "was snapshotted; schema changes are not supported yet: re-snapshot the table"
+            )
+        return target
+
+    def _query(self, event: QueryEvent, txn: _Txn | None, cur_file: str, event_start: int) -> str:
+        """Classify a query event: "begin", "commit", "end" (the group ends, nothing to emit), "continue"."""
+        sql = event.query.strip()
+        if sql.startswith("# Dummy event"):
+            raise self._dummy(cur_file, event_start)
+        head = sql[:16].upper()
+        if head.startswith("BEGIN") or head.startswith("XA START"):
+            return "begin"
+        if head.startswith("COMMIT"):
+            return "commit"
+        if head.startswith("SAVEPOINT") or head.startswith("XA END"):
+            return "continue"
+        if head.startswith("ROLLBACK"):
+            to_savepoint = head.split()[1:2] == ["TO"]
+            if txn is not None and txn.captured:
+                raise UnsupportedEvent(
+                    f"{sql[:40]!r} at {cur_file}:{event_start} in the transaction at {txn.start}, which "
+                    "changes a captured table: such groups are written only when non-transactional tables "
+                    "are involved, and which rows took effect depends on each table's engine; re-snapshot "
+                    "the captured tables"
+                )
+            return "continue" if to_savepoint else "end"
+        if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
+            return "end"
+        verb, refs = statement_tables(sql)
+        where = txn.start if txn is not None else f"{cur_file}:{event_start}"
+        default_db = event.schema
+        if isinstance(default_db, bytes):
+            default_db = default_db.decode("utf-8", "replace")
+        hits = self._captured_refs(refs, default_db)
+        if hits and verb in _DDL_VERBS:
+            raise SchemaChangeError(
+                f"schema changes are not supported yet: {verb} on captured table(s) "
+                f"{', '.join(sorted(map(str, hits)))} at {where}: {sql[:300]!r}. "
+                "Re-snapshot the table(s) (the stream cannot continue past this statement for them)"
+            )
+        if hits and verb in _DML_VERBS:
+            raise UnsupportedEvent(
+                f"statement-based change of captured table(s) {', '.join(sorted(map(str, hits)))} at "
+                f"{where}: {sql[:300]!r}; mysqlcdc needs binlog_format=ROW for every session. "
+                "Re-snapshot the table(s)"
+            )
+        return "continue" if txn is not None and txn.began else "end"
+
+    def _captured_refs(self, refs: list[TableRef], default_db: str | None) -> set[TableId]:
+        hits: set[TableId] = set()
+        for db, table in refs:
+            db = db if db is not None else default_db
+            if db is None:
+                continue
+            if table is None:  # a whole database
+                hits.update(t for (d, _), t in self._captured_ci.items() if d == db.lower())
+            elif (found := self._captured_ci.get((db.lower(), table.lower()))) is not None:
+                hits.add(found)
+        return hits
+
+    def _unsupported(self, code: int, cur_file: str, event_start: int) -> UnsupportedEvent:
+        where = f"{cur_file}:{event_start}"
+        if code in _COMPRESSED_CODES:
+            return CompressedEvent(
+                f"compressed binlog event {_COMPRESSED_CODES[code]} at {where}: mysqlcdc cannot decode "
+                "compressed events; turn compression off on the server (MariaDB: SET GLOBAL "
+                "log_bin_compress=OFF; MySQL: binlog_transaction_compression=OFF), then re-snapshot the "
+                "tables whose changes were written compressed"
+            )
+        if code == 0x1A:
+            return UnsupportedEvent(
+                f"INCIDENT event at {where}: the server reports that changes may be missing from the binlog; "
+                "re-snapshot the captured tables"
+            )
+        return UnsupportedEvent(
+            f"binlog event type {code:#04x} at {where} is not understood by mysqlcdc; refusing to skip it"
+        )
+
+    def _dummy(self, cur_file: str, event_start: int) -> UnsupportedEvent:
+        return UnsupportedEvent(
+            f"the server replaced the event at {cur_file}:{event_start} with a dummy because it thinks this "
+            "replica cannot handle it; mysqlcdc refuses to skip it (upgrade mysqlcdc or report the event)"
+        )
+
+    def _timeout(self, end: BinlogPosition, cur_file: str) -> ReadTimeout:
+        return ReadTimeout(
+            f"binlog read did not reach {end} within its timeout (last offset {self.last_offset}, reading "
+            f"{cur_file}); raise the timeout or read a smaller range"
+        )
+
+    def _binary_logs(self) -> list[tuple[str, int]]:
+        """SHOW BINARY LOGS on the reader's control session (kept open between reads, reopened if lost)."""
+        for attempt in (1, 2):
+            conn = self._control_connection()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SHOW BINARY LOGS")
+                    return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+            except pymysql.err.MySQLError as exc:
+                self.close()
+                lost = isinstance(exc, pymysql.err.OperationalError) and exc.args[0] in _LOST_CONNECTION
+                if attempt == 1 and lost:
+                    continue  # the kept session timed out between reads: reopen once
+                raise ServerNotReady(
+                    f"SHOW BINARY LOGS failed on {self.settings.host}:{self.settings.port} "
+                    f"({exc.args[-1]}): binary logging must be on and the CDC user needs REPLICATION CLIENT"
+                ) from None
+        raise AssertionError("unreachable")
+
+    def _control_connection(self) -> pymysql.connections.Connection:
+        if self._control is None:
+            try:
+                self._control = _Connection(**self.settings.with_database(None).pymysql_kwargs())
+            except pymysql.err.OperationalError:
+                connect(self.settings.with_database(None)).close()  # raises ConnectionFailed, explained
+                raise
+        return self._control
+
+    def close(self) -> None:
+        """Close the control session; the reader stays usable (the next read reopens it)."""
+        if self._control is not None:
+            try:
+                self._control.close()
+            except pymysql.err.Error:
+                pass
+            self._control = None
+
+    def __enter__(self) -> "BinlogReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_start(self, start: BinlogOffset) -> None:
+        logs = self._binary_logs()
+        sizes = dict(logs)
+        if start.file in sizes:
+            if start.pos > sizes[start.file]:
+                raise OffsetMismatch(
+                    f"offset {start} lies beyond the end of {start.file} ({sizes[start.file]} bytes): the "
+                    "binlog was reset (RESET MASTER) or the offset belongs to another server; re-snapshot "
+                    "the table(s)"
+                )
+            return
+        if not logs:
+            raise ServerNotReady("the server lists no binary logs: binary logging must be on")
+        oldest, newest = logs[0][0], logs[-1][0]
+        if file_number(start.file) > file_number(newest):
+            raise OffsetMismatch(
+                f"offset {start} names binlog file {start.file}, newer than the newest file on the server "
+                f"({newest}): the binlog was reset or the offset belongs to another server; re-snapshot the "
+                "table(s)"
+            )
+        raise self._purged(start.file, oldest)
+
+    def _purged(self, file: str, oldest: str | None) -> BinlogPurged:
+        return BinlogPurged(
+            f"binlog file {file} was purged from the server (the oldest file still there is "
+            f"{oldest or 'unknown'}): the changes since the offset are gone and cannot be streamed. "
+            "Re-snapshot the table(s) and start the stream from the new high watermarks; keep binlogs longer "
+            "(binlog_expire_logs_seconds / expire_logs_days) so the stream can fall behind safely"
+        )
+
+    def _stream_error(self, exc: pymysql.err.MySQLError, start: BinlogOffset, cur_file: str) -> CdcError:
+        code = exc.args[0] if exc.args else None
+        message = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+        if code == 1236 and "first log file" in message.lower():
+            try:
+                logs = self._binary_logs()
+            except CdcError:
+                logs = []
+            return self._purged(cur_file, logs[0][0] if logs else None)
+        return BinlogReadError(
+            f"the binlog stream from {self.settings.host}:{self.settings.port} failed while reading "
+            f"{cur_file} (started at {start}): {message} (error {code})"
+        )
+
+
+_ROWS_EVENTS = frozenset({WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, PartialUpdateRowsEvent})
+_BOOKKEEPING_EVENTS = frozenset(
+    {
+        FormatDescriptionEvent,
+        PreviousGtidsEvent,
+        MariadbGtidListEvent,
+        MariadbBinLogCheckPointEvent,
+        MariadbAnnotateRowsEvent,
+        MariadbStartEncryptionEvent,
+        RowsQueryLogEvent,
+        IntvarEvent,
+        RandEvent,
+        UserVarEvent,
+        StopEvent,
+    }
+)
+
+
+class _Connection(pymysql.connections.Connection):
+    """A pymysql connection that builds the default TLS context once per process, not once per connection.
+
+    pymysql 1.2 tries TLS on every connection without SSL options ("preferred" mode) and builds a fresh
+    default context for it, loading the system CA store: ~60 ms per connection, and a read opens several.
+    The context is the same every time and safe to share, so we keep one. Explicit SSL options are untouched.
+    """
+
+    _shared_default_ctx: Any = None
+
+    def _create_ssl_ctx(self, sslp: Any) -> Any:
+        if isinstance(sslp, dict) and not sslp:
+            cls = _Connection
+            if cls._shared_default_ctx is None:
+                cls._shared_default_ctx = super()._create_ssl_ctx(sslp)
+            return cls._shared_default_ctx
+        return super()._create_ssl_ctx(sslp)
+
+
+class _Connector:
+    """mysql-replication's connection factory: bounds reconnects and ends the read at its deadline.
+
+    mysql-replication reconnects by itself, immediately and forever, when the stream connection drops; with a
+    read timeout on the socket that is also how a quiet blocking read notices its deadline.
+    """
+
+    def __init__(self, deadline: float | None, connect_timeout: int) -> None:
+        self.deadline = deadline
+        self.connect_timeout = connect_timeout
+        self.stream_connects = 0
+
+    def __call__(self, **kwargs: Any) -> pymysql.connections.Connection:
+        if kwargs.get("db") == "information_schema":  # mysql-replication's control connection
+            return _Connection(**kwargs)
+        self.stream_connects += 1
+        if self.stream_connects > 1:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                raise _DeadlineReached()
+            if self.stream_connects > MAX_RECONNECTS + 1:
+                raise BinlogReadError(
+                    f"the binlog stream connection to {kwargs.get('host')}:{kwargs.get('port')} dropped "
+                    f"{self.stream_connects - 1} times in one read; giving up"
+                )
+            time.sleep(min(0.2 * 2 ** (self.stream_connects - 2), 5.0))
+            log.warning("binlog stream connection lost; reconnecting (attempt %d)", self.stream_connects - 1)
+        kwargs.setdefault("connect_timeout", self.connect_timeout)
+        if self.deadline is not None:
+            kwargs["read_timeout"] = max(1.0, self.deadline - time.monotonic()) + 1.0
+        return _Connection(**kwargs)

@@ -1,0 +1,270 @@
+"""Reading one chunk: low watermark, a fresh read view, the rows in Arrow batches, high watermark, backfill.
+
+The result reflects the table exactly as of the chunk's high watermark (HW), and is emitted as snapshot
+records (``+I``) at HW. In ``consistent_snapshot`` mode LW == HW and no binlog is read, so rows stream out in
+bounded memory. In ``watermark_table`` mode the chunk is buffered (bounded by the chunk size) and corrected
+with the binlog events (LW, HW] of this table whose row images fall in the chunk. ``skip_backfill`` gives an
+at-least-once chunk filtered at its LW instead.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pymysql.cursors
+
+from . import values
+from .binlog_reader import BinlogReader, RowChange
+from .connection import MySQLSettings, connect
+from .errors import CdcError
+from .key_changes import identity_columns, split_key_changes
+from .keys import ChunkLocator, KeyOrder
+from .offsets import BinlogOffset
+from .planner import Chunk, ChunkPlan, plan_predicate
+from .positions import BinlogPosition
+from .read_view import (
+    ReadViewMode,
+    open_consistent_snapshot,
+    open_plain_snapshot,
+    resolve_mode,
+    write_marker,
+)
+from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from .record_batches import snapshot_batch
+from .server import server_info
+from .tables import TableId, TableSchema, load_schema
+
+DEFAULT_BATCH_ROWS = 4096
+
+
+class WatermarkNotFound(CdcError):
+    """The marker row never showed up in the binlog (binlog off for that table, or filtered by the server)."""
+
+
+@dataclass
+class ChunkReadOptions:
+    mode: ReadViewMode = "auto"
+    watermark_table: TableId | None = None
+    skip_backfill: bool = False
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    server_id: int | None = None  # binlog reader id for the backfill (from the configured range)
+    marker_slot: int = 0  # row id in the watermark table: one per concurrent reader
+    backfill_timeout: float = 120.0
+
+
+@dataclass
+class ChunkReadResult:
+    table: str
+    generation: int
+    chunk_id: int
+    mode: str
+    rows: int = 0
+    low_watermark: BinlogPosition | None = None
+    high_watermark: BinlogPosition | None = None
+    backfill_events: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "generation": self.generation,
+            "chunk_id": self.chunk_id,
+            "mode": self.mode,
+            "rows": self.rows,
+            "low_watermark": str(self.low_watermark) if self.low_watermark else None,
+            "high_watermark": str(self.high_watermark) if self.high_watermark else None,
+            "backfill_events": self.backfill_events,
+            "timings": dict(self.timings),
+        }
+
+
+class ChunkRead:
+    """One chunk read. Iterate ``batches()`` once; ``result`` is complete when the iterator is exhausted."""
+
+    def __init__(
+        self, settings: MySQLSettings, schema: TableSchema, plan: ChunkPlan, chunk: Chunk,
+        options: ChunkReadOptions | None = None,
+    ) -> None:
+        self.settings, self.schema, self.plan, self.chunk = settings, schema, plan, chunk
+        self.options = options or ChunkReadOptions()
+        self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id, mode=self.options.mode)
+        self._used = False
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if self._used:
+            raise RuntimeError("a chunk read runs once: each read opens its own read view and watermarks")
+        self._used = True
+        started = time.monotonic()
+        conn = connect(self.settings)
+        try:
+            info = server_info(conn)
+            mode = resolve_mode(conn, info, self.options.mode, self.options.watermark_table)
+            self.result.mode = mode
+            if mode == "consistent_snapshot":
+                yield from self._read_consistent(conn, started)
+            else:
+                yield from self._read_with_watermarks(conn, info, started)
+        finally:
+            conn.close()
+        self.result.timings["total_s"] = time.monotonic() - started
+
+    # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
+
+    def _read_consistent(self, conn: Any, started: float) -> Iterator[pa.RecordBatch]:
+        position = open_consistent_snapshot(conn)
+        self.result.low_watermark = self.result.high_watermark = position
+        try:
+            for rows in self._select(conn):
+                self.result.rows += len(rows)
+                yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
+        finally:
+            conn.rollback()
+        self.result.timings["read_s"] = time.monotonic() - started
+
+    def _select(self, conn: Any) -> Iterator[list[tuple]]:
+        where, params = plan_predicate(self.plan, self.schema, self.chunk)
+        sql = f"SELECT {values.select_list(self.schema)} FROM {self.schema.table.quoted} WHERE {where}"
+        normalize = values.snapshot_normalizer(self.schema)
+        with conn.cursor(pymysql.cursors.SSCursor) as cur:
+            cur.execute(sql, params)
+            while True:
+                rows = cur.fetchmany(self.options.batch_rows)
+                if not rows:
+                    return
+                yield [normalize(r) for r in rows]
+
+    # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
+
+    def _read_with_watermarks(self, conn: Any, info: Any, started: float) -> Iterator[pa.RecordBatch]:
+        table = self.options.watermark_table
+        assert table is not None
+        low = write_marker(conn, info, table, self.options.marker_slot)
+        open_plain_snapshot(conn)
+        try:
+            buffer = ChunkBuffer(self.schema)
+            for rows in self._select(conn):
+                buffer.load(rows)
+        finally:
+            conn.rollback()
+        read_done = time.monotonic()
+        self.result.timings["read_s"] = read_done - started
+        if self.options.skip_backfill:
+            # At-least-once: no binlog correction; the chunk counts as of its LW (found from the marker).
+            high = write_marker(conn, info, table, self.options.marker_slot)
+            lw, _hw, _events = self._locate_markers(low, high, table, apply_to=None)
+            self.result.low_watermark = self.result.high_watermark = lw
+        else:
+            high = write_marker(conn, info, table, self.options.marker_slot)
+            lw, hw, events = self._locate_markers(low, high, table, apply_to=buffer)
+            self.result.low_watermark, self.result.high_watermark = lw, hw
+            self.result.backfill_events = events
+        self.result.timings["backfill_s"] = time.monotonic() - read_done
+        hw_position = self.result.high_watermark
+        assert hw_position is not None
+        rows = buffer.rows()
+        self.result.rows = len(rows)
+        for start in range(0, max(len(rows), 1), self.options.batch_rows):
+            part = rows[start : start + self.options.batch_rows]
+            if part or start == 0:
+                yield snapshot_batch(self.schema, part, hw_position, self.chunk.chunk_id, self.plan.generation)
+
+    def _locate_markers(
+        self, low: Any, high: Any, table: TableId, apply_to: "ChunkBuffer | None"
+    ) -> tuple[BinlogPosition, BinlogPosition, int]:
+        """Scan the binlog from before the LW marker to the HW marker; apply chunk events in between."""
+        from .binlog_reader import allocate_server_id
+
+        server_id = self.options.server_id or allocate_server_id(self.settings, self.options.marker_slot)
+        with connect(self.settings) as conn:
+            schemas = {self.schema.table: self.schema, table: load_schema(conn, table)}
+        reader = BinlogReader(self.settings, server_id, {self.schema.table, table}, schemas)
+        key_order = KeyOrder(lambda: connect(self.settings), self.schema, self.plan.key_columns)
+        try:
+            return self._scan_markers(reader, ChunkLocator(self.plan, key_order), low, high, table, apply_to)
+        finally:
+            key_order.close()
+
+    def _scan_markers(
+        self, reader: BinlogReader, locator: ChunkLocator, low: Any, high: Any, table: TableId,
+        apply_to: "ChunkBuffer | None",
+    ) -> tuple[BinlogPosition, BinlogPosition, int]:
+        lw: BinlogPosition | None = None
+        events = 0
+        pending: list[RowChange] = []
+        deadline = time.monotonic() + self.options.backfill_timeout
+        for change in reader.read(BinlogOffset.at(low.written_after), end=None, blocking=True,
+                                  timeout=self.options.backfill_timeout):
+            if time.monotonic() > deadline:
+                break
+            if not isinstance(change, RowChange):
+                continue
+            end = BinlogPosition(change.binlog_file, change.key[1])
+            if change.table == table:
+                token = change.values.get("token")
+                if lw is None and token == low.token and change.op in (INSERT, UPDATE_AFTER):
+                    lw = end
+                elif lw is not None and token == high.token and change.op in (INSERT, UPDATE_AFTER):
+                    if apply_to is not None:
+                        events = apply_to.apply(pending, locator, self.chunk.chunk_id, self.plan.key_columns)
+                    return lw, end, events
+                continue
+            if lw is not None and apply_to is not None:
+                pending.append(change)
+        raise WatermarkNotFound(
+            f"the watermark markers for chunk {self.chunk.chunk_id} of {self.schema.table} did not appear in "
+            f"the binlog within {self.options.backfill_timeout:.0f}s: check that the watermark table {table} is "
+            "not excluded by binlog-ignore-db/replicate filters and that binlog_format=ROW"
+        )
+
+
+class ChunkBuffer:
+    """The chunk's rows keyed by primary key (a multiset of whole rows for tables without one)."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        names = schema.column_names
+        self._pk_index = [names.index(c) for c in schema.primary_key]
+        self._names = names
+        self._by_key: dict[tuple, tuple] = {}
+        self._multiset: Counter[tuple] = Counter()
+
+    def load(self, rows: list[tuple]) -> None:
+        if self._pk_index:
+            for row in rows:
+                self._by_key[tuple(row[i] for i in self._pk_index)] = row
+        else:
+            self._multiset.update(rows)
+
+    def rows(self) -> list[tuple]:
+        if self._pk_index:
+            return list(self._by_key.values())
+        return list(self._multiset.elements())
+
+    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int, key_columns: tuple[str, ...]) -> int:
+        """Replay (LW, HW] in order: insert/update replace, delete remove, each image filtered by its own chunk."""
+        images = split_key_changes(changes, identity_columns(self.schema.primary_key, key_columns))
+        keys = [tuple(img.values.get(c) for c in key_columns) for img in images]
+        chunk_ids = locator.locate(keys) if keys else []
+        applied = 0
+        for image, owner in zip(images, chunk_ids):
+            if owner != chunk_id:
+                continue
+            row = tuple(image.values.get(n) for n in self._names)
+            applied += 1
+            if self._pk_index:
+                pk = tuple(row[i] for i in self._pk_index)
+                if image.op in (DELETE, UPDATE_BEFORE):
+                    self._by_key.pop(pk, None)
+                else:
+                    self._by_key[pk] = row
+            elif image.op in (DELETE, UPDATE_BEFORE):
+                if self._multiset[row] > 0:
+                    self._multiset[row] -= 1
+                    if not self._multiset[row]:
+                        del self._multiset[row]
+            else:
+                self._multiset[row] += 1
+        return applied

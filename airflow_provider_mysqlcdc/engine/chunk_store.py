@@ -1,0 +1,1016 @@
+"""The chunk store: the durable, transactional record of chunk plans and of every chunk's committed snapshot.
+
+One row per plan ``(table, generation)`` and one row per chunk ``(table, generation, chunk id)``, in a
+SQLite file (the default), MySQL/MariaDB or PostgreSQL, chosen by URL (SQLAlchemy Core; no ORM).
+
+What each chunk row carries, and who reads it:
+
+* the *committed result* -- ``rows``, LW, HW, ``output_version`` (the versioned output directory holding the
+  snapshot), ``committed_at``, ``committed_run_id``. Only :meth:`ChunkStore.commit_chunk` replaces it, in one
+  transaction. The **mirror** reads it (:meth:`ChunkStore.mirror_view`): a rerun leaves it in force until the
+  rerun commits.
+* ``rerun_pending`` -- set when a chunk that already has a committed result is started again (or
+  invalidated), cleared by the next commit. The **stream filter** (:meth:`ChunkStore.stream_view`) treats such
+  a chunk, like a never-committed one, as HW = -inf: it emits every event of the chunk until a committed
+  snapshot covers it.
+* the *latest attempt* -- ``status`` ('planned' | 'running' | 'committed' | 'failed'), ``attempts``,
+  ``started_at``, ``finished_at``, ``run_id``, ``error``: what on-call engineers look at.
+
+Chunk bounds (``start_key``/``end_key``) and the plan (``plan_json``) are opaque JSON text produced by the
+planner and its key codec, which version their own formats; the store never interprets them. The store's own
+JSON columns (``timings_json``, ``extra_json``) carry ``"v": 1``. The schema carries a version in
+``mysqlcdc_meta``: a store written by a newer release is refused with a clear error, and later releases read
+today's rows.
+
+Concurrency: every write is one short transaction (SQLite: WAL, ``BEGIN IMMEDIATE`` and a busy timeout;
+MySQL/PostgreSQL: row locks), so Spark and Airflow tasks in several processes may commit different chunks at
+once.
+A SQLite store must live on a local file system (WAL needs shared memory), not on NFS or an object store.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+import weakref
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import mysql as mysql_types
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine.url import URL
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
+
+from .errors import CdcError, ConfigurationError
+from .positions import BinlogPosition
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+JSON_VERSION = 1  # "v" of the store's own JSON columns (timings_json, extra_json)
+
+PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed"
+STATUSES = (PLANNED, RUNNING, COMMITTED, FAILED)
+MAX_ERROR_CHARS = 2000
+SQLITE_BUSY_TIMEOUT_S = 60.0
+_WRITE_RETRIES = 5
+
+
+# --- errors -------------------------------------------------------------------------------------------------
+
+
+class ChunkStoreError(CdcError):
+    """The chunk store refused an operation (unknown table/chunk, stale generation or attempt)."""
+
+
+class ChunkStoreVersionError(ChunkStoreError):
+    """The store was written by a newer release (or is not a chunk store at all)."""
+
+
+class UnknownChunk(ChunkStoreError):
+    """No plan, or no chunk with that id, for the table."""
+
+
+class StaleGeneration(ChunkStoreError):
+    """The chunk belongs to a plan generation that is no longer the table's current plan."""
+
+
+class StaleAttempt(ChunkStoreError):
+    """A newer attempt of the chunk has started since this one (a zombie task must not commit)."""
+
+
+# --- schema -------------------------------------------------------------------------------------------------
+
+_NAME = sa.String(255).with_variant(
+    mysql_types.VARCHAR(255, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+)  # "db.table": case-sensitive everywhere, as MySQL table names are on Linux
+_SHORT = sa.String(255)
+_RUN_ID = sa.String(250)  # Airflow's run_id limit
+_KEY_TEXT = sa.Text().with_variant(mysql_types.MEDIUMTEXT(), "mysql", "mariadb")
+_LONG_TEXT = sa.Text().with_variant(mysql_types.LONGTEXT(), "mysql", "mariadb")
+_TS = sa.DateTime().with_variant(mysql_types.DATETIME(fsp=6), "mysql", "mariadb")  # naive UTC
+_MYSQL_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+
+metadata = sa.MetaData()
+
+meta_table = sa.Table(
+    "mysqlcdc_meta", metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", _SHORT, nullable=False),
+    **_MYSQL_OPTS,
+)
+
+tables_table = sa.Table(
+    "mysqlcdc_tables", metadata,
+    sa.Column("table_name", _NAME, primary_key=True),
+    sa.Column("latest_generation", sa.Integer, nullable=False),
+    sa.Column("created_at", _TS, nullable=False),
+    sa.Column("updated_at", _TS, nullable=False),
+    **_MYSQL_OPTS,
+)
+
+plans_table = sa.Table(
+    "mysqlcdc_plans", metadata,
+    sa.Column("table_name", _NAME, primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("key_columns", sa.Text, nullable=False),  # JSON list of column names
+    sa.Column("split_kind", sa.String(32), nullable=True),
+    sa.Column("chunk_size", sa.BigInteger, nullable=True),
+    sa.Column("chunk_count", sa.Integer, nullable=False),
+    sa.Column("created_at", _TS, nullable=False),
+    sa.Column("run_id", _RUN_ID, nullable=True),
+    sa.Column("plan_json", _LONG_TEXT, nullable=False),  # opaque: the planner's ChunkPlan.to_dict()
+    **_MYSQL_OPTS,
+)
+
+chunks_table = sa.Table(
+    "mysqlcdc_chunks", metadata,
+    sa.Column("table_name", _NAME, primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("chunk_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("start_key", _KEY_TEXT, nullable=True),  # opaque key-codec JSON; NULL = -inf
+    sa.Column("end_key", _KEY_TEXT, nullable=True),  # opaque key-codec JSON; NULL = +inf
+    # latest attempt
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("started_at", _TS, nullable=True),
+    sa.Column("finished_at", _TS, nullable=True),
+    sa.Column("run_id", _RUN_ID, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("rerun_pending", sa.Boolean, nullable=False),
+    # committed result (replaced only by commit_chunk)
+    sa.Column("row_count", sa.BigInteger, nullable=True),
+    sa.Column("lw_file", _SHORT, nullable=True),
+    sa.Column("lw_pos", sa.BigInteger, nullable=True),
+    sa.Column("hw_file", _SHORT, nullable=True),
+    sa.Column("hw_pos", sa.BigInteger, nullable=True),
+    sa.Column("output_version", _SHORT, nullable=True),
+    sa.Column("committed_at", _TS, nullable=True),
+    sa.Column("committed_run_id", _RUN_ID, nullable=True),
+    sa.Column("timings_json", sa.Text, nullable=True),  # {"v": 1, "read_s": ..., ...}
+    sa.Column("extra_json", sa.Text, nullable=True),  # {"v": 1, ...}: watermark mode, GTID, ...
+    **_MYSQL_OPTS,
+)
+
+history_table = sa.Table(
+    "mysqlcdc_chunk_history", metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("table_name", _NAME, nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("chunk_id", sa.Integer, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),  # started | committed | failed | invalidated
+    sa.Column("happened_at", _TS, nullable=False),
+    sa.Column("run_id", _RUN_ID, nullable=True),
+    sa.Column("row_count", sa.BigInteger, nullable=True),
+    sa.Column("hw_file", _SHORT, nullable=True),
+    sa.Column("hw_pos", sa.BigInteger, nullable=True),
+    sa.Column("output_version", _SHORT, nullable=True),
+    sa.Column("detail", sa.Text, nullable=True),  # error text, or a reason
+    sa.Index("ix_mysqlcdc_chunk_history_chunk", "table_name", "chunk_id", "generation"),
+    **_MYSQL_OPTS,
+)
+
+
+_VERSION_QUERY = sa.select(meta_table.c.value).where(meta_table.c.name == "schema_version")
+
+
+def _latest_query(table: str) -> sa.Select:
+    return sa.select(tables_table.c.latest_generation).where(tables_table.c.table_name == table)
+
+
+# --- records ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """One chunk of a new plan: ``[start_key, end_key)``, the planner's opaque key text (None = unbounded)."""
+
+    chunk_id: int
+    start_key: str | None
+    end_key: str | None
+
+
+@dataclass(frozen=True)
+class PlanInfo:
+    table: str
+    generation: int
+    key_columns: tuple[str, ...]
+    split_kind: str | None
+    chunk_size: int | None
+    chunk_count: int
+    created_at: datetime
+    run_id: str | None
+    plan: dict[str, Any]  # the planner's plan, as given to create_plan
+
+
+@dataclass(frozen=True)
+class ChunkState:
+    table: str
+    generation: int
+    chunk_id: int
+    start_key: str | None
+    end_key: str | None
+    status: str
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    run_id: str | None
+    error: str | None
+    rerun_pending: bool
+    # committed result (None until the first commit)
+    rows: int | None
+    lw: BinlogPosition | None
+    hw: BinlogPosition | None
+    output_version: str | None
+    committed_at: datetime | None
+    committed_run_id: str | None
+    timings: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def committed(self) -> bool:
+        """A committed snapshot exists (the mirror uses it), whatever the latest attempt is doing."""
+        return self.hw is not None
+
+    @property
+    def effective_hw(self) -> BinlogPosition | None:
+        """The HW the stream filter may use: None (-inf: emit all) until committed, and while rerunning."""
+        return None if self.rerun_pending else self.hw
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    chunk_id: int
+    start_key: str | None
+    end_key: str | None
+    hw: BinlogPosition | None  # effective HW: None = -inf (not committed, or a rerun in progress)
+    committed_hw: BinlogPosition | None  # the HW of the committed snapshot, even while a rerun runs
+    status: str
+
+
+@dataclass(frozen=True)
+class GenerationView:
+    generation: int
+    fully_committed: bool  # every chunk has a committed snapshot
+    chunks: tuple[StreamChunk, ...]
+
+
+@dataclass(frozen=True)
+class TableView:
+    """What the stream filter must respect for one table.
+
+    ``generations`` holds the latest plan generation and, if it is not fully committed yet, also the latest
+    fully committed older one (the mirror still uses it), newest first. Drop an event only if *every* listed
+    generation
+    has an effective HW at or after it for the chunk holding the event's key.
+    """
+
+    table: str
+    latest_generation: int | None
+    committed_generation: int | None  # latest fully committed generation (may equal latest_generation)
+    generations: tuple[GenerationView, ...]
+    min_hw: BinlogPosition | None  # min committed HW over all listed chunks: where the stream must start
+    max_hw: BinlogPosition | None  # max committed HW: every event after it is emitted
+
+    @property
+    def complete(self) -> bool:
+        """The latest generation is committed and no rerun is pending: the filter has an HW for every key."""
+        return bool(self.generations) and self.generations[0].generation == self.latest_generation and all(
+            c.hw is not None for c in self.generations[0].chunks
+        )
+
+
+@dataclass(frozen=True)
+class MirrorChunk:
+    chunk_id: int
+    start_key: str | None
+    end_key: str | None
+    rows: int
+    lw: BinlogPosition
+    hw: BinlogPosition
+    output_version: str | None
+    committed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class MirrorView:
+    table: str
+    generation: int
+    chunks: tuple[MirrorChunk, ...]
+
+
+@dataclass(frozen=True)
+class ChunkEvent:
+    table: str
+    generation: int
+    chunk_id: int
+    attempt: int
+    event: str
+    at: datetime
+    run_id: str | None
+    rows: int | None
+    hw: BinlogPosition | None
+    output_version: str | None
+    detail: str | None
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    """Naive UTC, microseconds: what every backend stores the same way."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+def _position(file: str | None, pos: int | None) -> BinlogPosition | None:
+    return None if file is None or pos is None else BinlogPosition(file, int(pos))
+
+
+def _table_name(table: Any) -> str:
+    name = str(table)
+    database, sep, rest = name.partition(".")
+    if not sep or not database or not rest:
+        raise ConfigurationError(f"table {name!r} must be written as database.table")
+    return name
+
+
+def _dump_versioned(data: Mapping[str, Any] | None) -> str | None:
+    if not data:
+        return None
+    if "v" in data:
+        raise ValueError("the key 'v' is reserved for the format version")
+    return json.dumps({"v": JSON_VERSION, **data}, sort_keys=True, default=str)
+
+
+def _load_versioned(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    data = dict(json.loads(text))
+    data.pop("v", None)  # version 1 is the only format so far; later formats convert here
+    return data
+
+
+def _bound_text(chunk_id: int, bound: Any) -> str | None:
+    """A bound as stored: the key codec's JSON text as given, or its JSON-safe value (``encode_key``)
+    dumped to JSON text."""
+    if bound is None or isinstance(bound, str):
+        return bound
+    try:
+        return json.dumps(bound, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"chunk {chunk_id}: bound {bound!r} is not the key codec's JSON ({exc})") from None
+
+
+def _chunk_spec(item: Any) -> ChunkSpec:
+    """``ChunkSpec``, ``(chunk_id, start, end)``, a mapping (``start_key``/``end_key``, or the planner's
+    ``Chunk.to_dict()`` with ``start``/``end``) or an object with ``chunk_id``, ``start_key``, ``end_key``."""
+    if isinstance(item, ChunkSpec):
+        chunk_id, start, end = item.chunk_id, item.start_key, item.end_key
+    elif isinstance(item, Mapping):
+        chunk_id = item["chunk_id"]
+        start = item["start_key"] if "start_key" in item else item.get("start")
+        end = item["end_key"] if "end_key" in item else item.get("end")
+    elif isinstance(item, (tuple, list)):
+        chunk_id, start, end = item
+    else:
+        chunk_id, start, end = item.chunk_id, item.start_key, item.end_key
+    chunk_id = int(chunk_id)
+    return ChunkSpec(chunk_id, _bound_text(chunk_id, start), _bound_text(chunk_id, end))
+
+
+def normalize_url(url: str | os.PathLike[str] | URL) -> URL:
+    """A store URL: a plain path means a SQLite file; ``mysql://``/``mariadb://`` get the pymysql driver."""
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        text = os.fspath(url)
+        if "://" not in text:
+            path = Path(text).expanduser().resolve()
+            return URL.create("sqlite", database=str(path))
+        try:
+            parsed = make_url(text)
+        except ArgumentError as exc:
+            raise ConfigurationError(f"invalid chunk store URL: {exc}") from None
+    if parsed.drivername in ("mysql", "mariadb"):
+        parsed = parsed.set(drivername=f"{parsed.drivername}+pymysql")
+    if parsed.get_backend_name() not in ("sqlite", "mysql", "mariadb", "postgresql"):
+        raise ConfigurationError(
+            f"chunk store URL {parsed.render_as_string(hide_password=True)!r}: use sqlite:///path/chunks.db, "
+            "mysql+pymysql://user@host/db or postgresql://user@host/db"
+        )
+    return parsed
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    """Deadlocks, lock timeouts and serialization failures: the whole transaction may simply run again."""
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code in ("40001", "40P01"):
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in (1205, 1213):  # lock wait timeout, deadlock
+        return True
+    return "database is locked" in str(orig)
+
+
+_STORES: "weakref.WeakSet[ChunkStore]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child (a Spark Python worker, multiprocessing) must not reuse the parent's pooled connections.
+    for store in list(_STORES):
+        store._engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# --- the store ----------------------------------------------------------------------------------------------
+
+
+class ChunkStore:
+    """Plans and chunk results in a SQL database. Thread-safe; one instance per process is enough.
+
+    ``url``: ``sqlite:///path/chunks.db`` (or just a path), ``mysql+pymysql://user:pw@host/db``,
+    ``postgresql://user@host/db`` (driver ``psycopg``).
+    """
+
+    def __init__(self, url: str | os.PathLike[str] | URL, *, engine_options: Mapping[str, Any] | None = None):
+        self.url = normalize_url(url)
+        self.backend = self.url.get_backend_name()
+        options: dict[str, Any] = {"pool_pre_ping": self.backend != "sqlite", **(engine_options or {})}
+        if self.backend == "sqlite":
+            database = self.url.database
+            if database and database != ":memory:" and not database.startswith("file:"):
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            else:
+                options.setdefault("poolclass", sa.pool.StaticPool)
+            options.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+        try:
+            self._engine: Engine = sa.create_engine(self.url, **options)
+        except (NoSuchModuleError, ImportError, ModuleNotFoundError) as exc:
+            raise ConfigurationError(
+                f"chunk store {self.display_url}: database driver not installed ({exc}); for PostgreSQL "
+                "install psycopg[binary], for MySQL pymysql"
+            ) from None
+        if self.backend == "sqlite":
+            _configure_sqlite(self._engine)
+        try:
+            self._open()
+        except BaseException:
+            self._engine.dispose()
+            raise
+        _STORES.add(self)
+
+    @property
+    def display_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> "ChunkStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ChunkStore({self.display_url!r})"
+
+    # --- transactions ---------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        """One consistent snapshot for all statements of the block."""
+        with self._engine.connect() as conn:
+            if self.backend != "sqlite":
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction on the store's database (SQLite: ``BEGIN IMMEDIATE``); commits on exit."""
+        with self._engine.connect() as conn:
+            conn.execution_options(mysqlcdc_write=True)
+            with conn.begin():
+                yield conn
+
+    def _write(self, work: Callable[[Connection], Any], *, retry: bool = True) -> Any:
+        for attempt in range(_WRITE_RETRIES):
+            try:
+                with self.transaction() as conn:
+                    return work(conn)
+            except DBAPIError as exc:
+                if not retry or attempt == _WRITE_RETRIES - 1:
+                    raise
+                if not (_retryable(exc) or isinstance(exc, IntegrityError)):
+                    raise
+                log.info("chunk store: retrying a transaction after %s", exc.orig)
+                time.sleep(0.02 * (attempt + 1) + random.random() * 0.05)
+        raise AssertionError("unreachable")
+
+    def _lock(self, stmt: sa.Select, *, read: bool = False) -> sa.Select:
+        return stmt if self.backend == "sqlite" else stmt.with_for_update(read=read)
+
+    # --- schema ---------------------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        try:
+            with self._engine.connect():
+                pass
+        except DBAPIError as exc:
+            raise ChunkStoreError(f"cannot connect to chunk store {self.display_url}: {exc.orig}") from None
+        last: Exception | None = None
+        for attempt in range(_WRITE_RETRIES):
+            try:
+                self._write(self._ensure_schema, retry=False)
+                return
+            except ChunkStoreError:
+                raise
+            except DBAPIError as exc:  # two processes creating the same fresh store: the loser retries
+                last = exc
+                time.sleep(0.05 * (attempt + 1))
+        raise ChunkStoreError(
+            f"chunk store {self.display_url}: could not create its tables: {last}"
+        ) from last
+
+    def _ensure_schema(self, conn: Connection) -> None:
+        inspector = sa.inspect(conn)
+        if inspector.has_table(meta_table.name):
+            self._check_version(conn)
+        elif inspector.has_table(chunks_table.name):
+            raise ChunkStoreVersionError(
+                f"chunk store {self.display_url} has a {chunks_table.name} table but no {meta_table.name}: "
+                "it was not written by airflow-provider-mysqlcdc, or it is damaged"
+            )
+        metadata.create_all(conn, checkfirst=True)
+        found = conn.execute(_VERSION_QUERY).scalar()
+        if found is None:
+            from .. import __version__
+
+            conn.execute(
+                sa.insert(meta_table),
+                [
+                    {"name": "schema_version", "value": str(SCHEMA_VERSION)},
+                    {"name": "created_by", "value": f"airflow-provider-mysqlcdc {__version__}"},
+                ],
+            )
+
+    def _check_version(self, conn: Connection) -> None:
+        raw = conn.execute(_VERSION_QUERY).scalar()
+        if raw is None:
+            return  # created by a process that has not written its version row yet
+        try:
+            version = int(raw)
+        except ValueError:
+            raise ChunkStoreVersionError(
+                f"chunk store {self.display_url}: schema_version {raw!r} in {meta_table.name} is not a number"
+            ) from None
+        if version > SCHEMA_VERSION:
+            raise ChunkStoreVersionError(
+                f"chunk store {self.display_url} has schema version {version}, written by a newer release of "
+                f"airflow-provider-mysqlcdc; this release reads versions up to {SCHEMA_VERSION}. Upgrade "
+                "airflow-provider-mysqlcdc everywhere that uses this store (Airflow workers and Spark)."
+            )
+        # version < SCHEMA_VERSION: migrations of future releases go here.
+
+    def schema_version(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(_VERSION_QUERY).scalar_one())
+
+    # --- plans ----------------------------------------------------------------------------------------------
+
+    def tables(self) -> list[str]:
+        with self._read() as conn:
+            return list(conn.execute(sa.select(tables_table.c.table_name).order_by(tables_table.c.table_name))
+                        .scalars())
+
+    def latest_generation(self, table: Any) -> int | None:
+        with self._read() as conn:
+            return self._latest(conn, _table_name(table))
+
+    def next_generation(self, table: Any) -> int:
+        """The generation the next :meth:`create_plan` will get (unless another plan is created first)."""
+        return (self.latest_generation(table) or 0) + 1
+
+    @staticmethod
+    def _latest(conn: Connection, table: str) -> int | None:
+        return conn.execute(_latest_query(table)).scalar()
+
+    def create_plan(
+        self,
+        table: Any,
+        plan: Mapping[str, Any],
+        chunks: Iterable[Any] | None = None,
+        run_id: str | None = None,
+        *,
+        key_columns: Sequence[str] | None = None,
+        split_kind: str | None = None,
+        chunk_size: int | None = None,
+    ) -> int:
+        """Store a new plan generation and one 'planned' row per chunk, atomically; return the generation.
+
+        ``plan`` is stored as opaque JSON (the planner's ``ChunkPlan.to_dict()``); if it has a top-level
+        ``generation``, the stored copy carries the allocated one. ``chunks`` defaults to ``plan["chunks"]``;
+        see :func:`_chunk_spec` for the accepted forms. ``key_columns``, ``split_kind`` and ``chunk_size``
+        default to the plan's ``key_columns``, ``split`` (or ``split_kind``) and ``chunk_size``.
+        """
+        name = _table_name(table)
+        if chunks is None:
+            if "chunks" not in plan:
+                raise ValueError(f"plan for {name}: pass chunks, or a plan with a 'chunks' list")
+            chunks = plan["chunks"]
+        specs = [_chunk_spec(c) for c in chunks]
+        if not specs:
+            raise ValueError(f"plan for {name} has no chunks (a table is at least one chunk (-inf, +inf))")
+        ids = [s.chunk_id for s in specs]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"plan for {name} repeats chunk ids")
+        columns = list(key_columns if key_columns is not None else plan.get("key_columns") or [])
+        kind = split_kind if split_kind is not None else plan.get("split", plan.get("split_kind"))
+        size = chunk_size if chunk_size is not None else plan.get("chunk_size")
+
+        def work(conn: Connection) -> int:
+            now = _now()
+            latest = conn.execute(self._lock(_latest_query(name))).scalar()
+            generation = (latest or 0) + 1
+            if latest is None:
+                conn.execute(sa.insert(tables_table).values(
+                    table_name=name, latest_generation=generation, created_at=now, updated_at=now))
+            else:
+                conn.execute(sa.update(tables_table).where(tables_table.c.table_name == name).values(
+                    latest_generation=generation, updated_at=now))
+            stored = {**plan, "generation": generation} if "generation" in plan else dict(plan)
+            plan_text = json.dumps(stored, sort_keys=True, allow_nan=False)
+            conn.execute(sa.insert(plans_table).values(
+                table_name=name, generation=generation, key_columns=json.dumps(columns),
+                split_kind=None if kind is None else str(kind),
+                chunk_size=None if size is None else int(size),
+                chunk_count=len(specs), created_at=now, run_id=run_id, plan_json=plan_text))
+            conn.execute(sa.insert(chunks_table), [
+                {"table_name": name, "generation": generation, "chunk_id": s.chunk_id,
+                 "start_key": s.start_key, "end_key": s.end_key, "status": PLANNED, "attempts": 0,
+                 "rerun_pending": False}
+                for s in specs
+            ])
+            return generation
+
+        generation = self._write(work)
+        log.info("chunk store: %s plan generation %d with %d chunks", name, generation, len(specs))
+        return generation
+
+    def plan(self, table: Any, generation: int | None = None) -> PlanInfo:
+        name = _table_name(table)
+        with self._read() as conn:
+            generation = self._resolve_generation(conn, name, generation)
+            row = conn.execute(sa.select(plans_table).where(
+                plans_table.c.table_name == name, plans_table.c.generation == generation)).mappings().first()
+        if row is None:
+            raise UnknownChunk(f"chunk store has no plan generation {generation} for {name}")
+        return PlanInfo(
+            table=name, generation=row["generation"], key_columns=tuple(json.loads(row["key_columns"])),
+            split_kind=row["split_kind"], chunk_size=row["chunk_size"], chunk_count=row["chunk_count"],
+            created_at=_aware(row["created_at"]), run_id=row["run_id"], plan=json.loads(row["plan_json"]),
+        )
+
+    def _resolve_generation(self, conn: Connection, table: str, generation: int | None) -> int:
+        if generation is not None:
+            return int(generation)
+        latest = self._latest(conn, table)
+        if latest is None:
+            raise UnknownChunk(f"chunk store has no plan for {table}: run the plan step first")
+        return latest
+
+    # --- chunk reads ----------------------------------------------------------------------------------------
+
+    def chunks(self, table: Any, generation: int | None = None) -> list[ChunkState]:
+        """The chunks of one generation (None: the latest), by chunk id."""
+        name = _table_name(table)
+        with self._read() as conn:
+            generation = self._resolve_generation(conn, name, generation)
+            rows = conn.execute(sa.select(chunks_table).where(
+                chunks_table.c.table_name == name, chunks_table.c.generation == generation,
+            ).order_by(chunks_table.c.chunk_id)).mappings().all()
+        return [_chunk_state(r) for r in rows]
+
+    def chunk(self, table: Any, generation: int, chunk_id: int) -> ChunkState:
+        name = _table_name(table)
+        with self._read() as conn:
+            row = conn.execute(self._chunk_select(name, generation, chunk_id)).mappings().first()
+        if row is None:
+            raise UnknownChunk(f"chunk store has no chunk {chunk_id} in generation {generation} of {name}")
+        return _chunk_state(row)
+
+    def _reread(self, conn: Connection, table: str, generation: int, chunk_id: int) -> ChunkState:
+        return _chunk_state(conn.execute(self._chunk_select(table, generation, chunk_id)).mappings().one())
+
+    @staticmethod
+    def _chunk_select(table: str, generation: int, chunk_id: int) -> sa.Select:
+        return sa.select(chunks_table).where(
+            chunks_table.c.table_name == table, chunks_table.c.generation == int(generation),
+            chunks_table.c.chunk_id == int(chunk_id))
+
+    def history(self, table: Any, chunk_id: int, generation: int | None = None) -> list[ChunkEvent]:
+        """Every start/commit/failure of one chunk (of one generation, or all), oldest first."""
+        name = _table_name(table)
+        stmt = sa.select(history_table).where(history_table.c.table_name == name,
+                                              history_table.c.chunk_id == int(chunk_id))
+        if generation is not None:
+            stmt = stmt.where(history_table.c.generation == int(generation))
+        with self._read() as conn:
+            rows = conn.execute(stmt.order_by(history_table.c.id)).mappings().all()
+        return [ChunkEvent(
+            table=r["table_name"], generation=r["generation"], chunk_id=r["chunk_id"], attempt=r["attempt"],
+            event=r["kind"], at=_aware(r["happened_at"]), run_id=r["run_id"], rows=r["row_count"],
+            hw=_position(r["hw_file"], r["hw_pos"]), output_version=r["output_version"], detail=r["detail"],
+        ) for r in rows]
+
+    # --- chunk writes ---------------------------------------------------------------------------------------
+
+    def _locked_chunk(self, conn: Connection, table: str, generation: int, chunk_id: int, *,
+                      current_plan: bool) -> Mapping[str, Any]:
+        """The chunk row, locked; with ``current_plan``, also check (share-lock) that its plan is current."""
+        if current_plan:
+            latest = conn.execute(self._lock(_latest_query(table), read=True)).scalar()
+            if latest is None:
+                raise UnknownChunk(f"chunk store has no plan for {table}")
+            if int(generation) != latest:
+                raise StaleGeneration(
+                    f"{table} chunk {chunk_id} belongs to plan generation {generation}, but the table's "
+                    f"current plan is generation {latest}: this task is from an old plan; run the snapshot "
+                    "of the current plan instead"
+                )
+        row = conn.execute(self._lock(self._chunk_select(table, generation, chunk_id))).mappings().first()
+        if row is None:
+            raise UnknownChunk(f"chunk store has no chunk {chunk_id} in generation {generation} of {table}")
+        return row
+
+    def _history(self, conn: Connection, table: str, generation: int, chunk_id: int, attempt: int, what: str,
+                 run_id: str | None, **values: Any) -> None:
+        conn.execute(sa.insert(history_table).values(
+            table_name=table, generation=int(generation), chunk_id=int(chunk_id), attempt=attempt, kind=what,
+            happened_at=_now(), run_id=run_id, **values))
+
+    def start_chunk(
+        self, table: Any, generation: int, chunk_id: int, run_id: str | None = None
+    ) -> ChunkState:
+        """Mark an attempt as running (``attempts`` + 1); return the state (``attempts``: this attempt).
+
+        A committed result stays in force for the mirror; the chunk gets ``rerun_pending`` so that the stream
+        filter treats it as HW = -inf until this rerun commits.
+        """
+        name = _table_name(table)
+
+        def work(conn: Connection) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
+            where = self._chunk_where(name, generation, chunk_id)
+            conn.execute(sa.update(chunks_table).where(*where).values(
+                status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=_now(), finished_at=None,
+                run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
+            state = self._reread(conn, name, generation, chunk_id)
+            self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id)
+            return state
+
+        return self._write(work)
+
+    @staticmethod
+    def _chunk_where(table: str, generation: int, chunk_id: int) -> tuple[Any, ...]:
+        return (chunks_table.c.table_name == table, chunks_table.c.generation == int(generation),
+                chunks_table.c.chunk_id == int(chunk_id))
+
+    def commit_chunk(
+        self,
+        table: Any,
+        generation: int,
+        chunk_id: int,
+        *,
+        rows: int,
+        lw: BinlogPosition,
+        hw: BinlogPosition,
+        output_version: str | None,
+        run_id: str | None = None,
+        timings: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        attempt: int | None = None,
+        in_transaction: Callable[[Connection, ChunkState], Any] | None = None,
+    ) -> ChunkState:
+        """Replace the chunk's committed result (rows, LW, HW, output version) in one transaction.
+
+        Refused (:class:`StaleGeneration`) unless ``generation`` is the table's current plan, and
+        (:class:`StaleAttempt`) if ``attempt`` is given and a newer attempt has started since.
+        ``in_transaction`` runs inside the same transaction after the update, with the connection and the
+        new state (e.g. to write a manifest row or publish a manifest file); if it raises, nothing is
+        committed and the previous result stays. Without a callback, deadlocks are retried; with one, they
+        are raised to the caller (who retries the task).
+        """
+        name = _table_name(table)
+        if not isinstance(lw, BinlogPosition) or not isinstance(hw, BinlogPosition):
+            raise TypeError("lw and hw must be BinlogPosition")
+        if hw < lw:
+            raise ValueError(f"{name} chunk {chunk_id}: high watermark {hw} is before low watermark {lw}")
+        if int(rows) < 0:
+            raise ValueError(f"{name} chunk {chunk_id}: rows must be >= 0")
+        timings_text, extra_text = _dump_versioned(timings), _dump_versioned(extra)
+
+        def work(conn: Connection) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
+            if attempt is not None and row["attempts"] != attempt:
+                raise StaleAttempt(
+                    f"{name} chunk {chunk_id} (generation {generation}): attempt {attempt} tried to commit, "
+                    f"but attempt {row['attempts']} has started since; this result is discarded"
+                )
+            now = _now()
+            conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id)).values(
+                status=COMMITTED, attempts=max(row["attempts"], 1), finished_at=now, run_id=run_id,
+                error=None, rerun_pending=False, row_count=int(rows), lw_file=lw.file, lw_pos=lw.pos,
+                hw_file=hw.file, hw_pos=hw.pos, output_version=output_version, committed_at=now,
+                committed_run_id=run_id, timings_json=timings_text, extra_json=extra_text))
+            state = self._reread(conn, name, generation, chunk_id)
+            self._history(conn, name, generation, chunk_id, state.attempts, "committed", run_id,
+                          row_count=int(rows), hw_file=hw.file, hw_pos=hw.pos, output_version=output_version)
+            if in_transaction is not None:
+                in_transaction(conn, state)
+            return state
+
+        state = self._write(work, retry=in_transaction is None)
+        log.info("chunk store: %s generation %d chunk %d committed: %d rows, LW %s, HW %s, output %s",
+                 name, generation, chunk_id, rows, lw, hw, output_version)
+        return state
+
+    def fail_chunk(self, table: Any, generation: int, chunk_id: int, error: BaseException | str,
+                   run_id: str | None = None, *, attempt: int | None = None) -> ChunkState:
+        """Record a failed attempt (status 'failed', the error text); the committed result is untouched.
+
+        A stale ``attempt`` (a newer one has started) only adds a history entry.
+        """
+        name = _table_name(table)
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        text = text[:MAX_ERROR_CHARS]
+
+        def work(conn: Connection) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=False)
+            stale = attempt is not None and row["attempts"] != attempt
+            where = self._chunk_where(name, generation, chunk_id)
+            if not stale:
+                conn.execute(sa.update(chunks_table).where(*where).values(
+                    status=FAILED, finished_at=_now(), run_id=run_id, error=text))
+            number = attempt if attempt is not None else row["attempts"]
+            self._history(conn, name, generation, chunk_id, number, "failed", run_id, detail=text)
+            return self._reread(conn, name, generation, chunk_id)
+
+        return self._write(work)
+
+    def invalidate_chunk(self, table: Any, generation: int, chunk_id: int, reason: str,
+                         run_id: str | None = None) -> ChunkState:
+        """Mark a committed chunk for a reread (e.g. DDL inside its [LW, HW]): the stream filter then treats
+        it as HW = -inf until the rerun commits; the mirror keeps using the committed snapshot."""
+        name = _table_name(table)
+
+        def work(conn: Connection) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=False)
+            conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id)).values(
+                rerun_pending=True))
+            self._history(conn, name, generation, chunk_id, row["attempts"], "invalidated", run_id,
+                          detail=reason[:MAX_ERROR_CHARS])
+            return self._reread(conn, name, generation, chunk_id)
+
+        return self._write(work)
+
+    # --- views for the stream filter and the mirror ---------------------------------------------------------
+
+    def stream_view(self, tables: Iterable[Any] | None = None) -> dict[str, TableView]:
+        """Per table (None: every table in the store), the chunks and HWs the stream filter must respect."""
+        with self._read() as conn:
+            if tables is None:
+                names = list(conn.execute(sa.select(tables_table.c.table_name)).scalars())
+            else:
+                names = list(dict.fromkeys(_table_name(t) for t in tables))
+            latest: dict[str, int] = {}
+            committed: dict[str, int] = {}
+            rows: list[Mapping[str, Any]] = []
+            for batch in _batches(names, 200):
+                latest.update(conn.execute(
+                    sa.select(tables_table.c.table_name, tables_table.c.latest_generation)
+                    .where(tables_table.c.table_name.in_(batch))
+                ).all())
+                committed.update(self._committed_generations(conn, batch))
+                wanted = [(t, {g for g in (latest.get(t), committed.get(t)) if g is not None}) for t in batch]
+                conditions = [sa.and_(chunks_table.c.table_name == t, chunks_table.c.generation.in_(gens))
+                              for t, gens in wanted if gens]
+                if conditions:
+                    rows.extend(conn.execute(sa.select(chunks_table).where(sa.or_(*conditions))
+                                             .order_by(chunks_table.c.chunk_id)).mappings().all())
+        by_table: dict[str, dict[int, list[ChunkState]]] = {}
+        for row in rows:
+            state = _chunk_state(row)
+            by_table.setdefault(state.table, {}).setdefault(state.generation, []).append(state)
+        return {name: _table_view(name, latest.get(name), committed.get(name), by_table.get(name, {}))
+                for name in names}
+
+    @staticmethod
+    def _committed_generations(conn: Connection, tables: Sequence[str]) -> dict[str, int]:
+        """Latest generation whose every chunk has a committed snapshot, per table."""
+        c = chunks_table.c
+        result: dict[str, int] = {}
+        for table, generation in conn.execute(
+            sa.select(c.table_name, c.generation).where(c.table_name.in_(tables))
+            .group_by(c.table_name, c.generation).having(sa.func.count() == sa.func.count(c.hw_pos))
+        ):
+            result[table] = max(generation, result.get(table, generation))
+        return result
+
+    def mirror_view(self, table: Any) -> MirrorView | None:
+        """The latest fully committed generation's chunks with their committed HW and output version (None if
+        no generation is fully committed). Reruns in progress do not change it until they commit."""
+        name = _table_name(table)
+        with self._read() as conn:
+            generation = self._committed_generations(conn, [name]).get(name)
+            if generation is None:
+                return None
+            rows = conn.execute(sa.select(chunks_table).where(
+                chunks_table.c.table_name == name, chunks_table.c.generation == generation,
+            ).order_by(chunks_table.c.chunk_id)).mappings().all()
+        states = [_chunk_state(r) for r in rows]
+        return MirrorView(name, generation, tuple(
+            MirrorChunk(s.chunk_id, s.start_key, s.end_key, int(s.rows or 0), s.lw, s.hw,  # type: ignore
+                        s.output_version, s.committed_at)
+            for s in states
+        ))
+
+
+def _batches(items: Sequence[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield list(items[i:i + size])
+
+
+def _chunk_state(row: Mapping[str, Any]) -> ChunkState:
+    return ChunkState(
+        table=row["table_name"], generation=row["generation"], chunk_id=row["chunk_id"],
+        start_key=row["start_key"], end_key=row["end_key"], status=row["status"], attempts=row["attempts"],
+        started_at=_aware(row["started_at"]), finished_at=_aware(row["finished_at"]), run_id=row["run_id"],
+        error=row["error"], rerun_pending=bool(row["rerun_pending"]), rows=row["row_count"],
+        lw=_position(row["lw_file"], row["lw_pos"]), hw=_position(row["hw_file"], row["hw_pos"]),
+        output_version=row["output_version"], committed_at=_aware(row["committed_at"]),
+        committed_run_id=row["committed_run_id"], timings=_load_versioned(row["timings_json"]),
+        extra=_load_versioned(row["extra_json"]),
+    )
+
+
+def _table_view(table: str, latest: int | None, committed: int | None,
+                chunks: dict[int, list[ChunkState]]) -> TableView:
+    generations: list[GenerationView] = []
+    for generation in sorted({g for g in (latest, committed) if g is not None}, reverse=True):
+        states = chunks.get(generation, [])
+        generations.append(GenerationView(
+            generation=generation,
+            fully_committed=bool(states) and all(s.committed for s in states),
+            chunks=tuple(StreamChunk(s.chunk_id, s.start_key, s.end_key, s.effective_hw, s.hw, s.status)
+                         for s in states),
+        ))
+    committed_hws = [c.committed_hw for g in generations for c in g.chunks if c.committed_hw is not None]
+    return TableView(
+        table=table, latest_generation=latest, committed_generation=committed, generations=tuple(generations),
+        min_hw=min(committed_hws) if committed_hws else None,
+        max_hw=max(committed_hws) if committed_hws else None,
+    )
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL (readers never block the writer), full fsync, a busy timeout, and ``BEGIN IMMEDIATE`` for writes so
+    concurrent writers queue on the lock instead of failing on a read-to-write upgrade."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver must not BEGIN on its own; we do below
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = FULL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("mysqlcdc_write")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

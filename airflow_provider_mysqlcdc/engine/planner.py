@@ -1,0 +1,314 @@
+"""Chunk planning: where a table's snapshot is split into ``[start, end)`` ranges of its chunk key.
+
+The chunk key is the primary key (as a tuple: a composite key whose first column has few distinct values
+still gives bounded chunks) or a configured ``chunk_key`` column. A single integer/decimal key that is dense
+enough is split by arithmetic (*even* split); anything else by ordered ``LIMIT`` queries that walk the key
+(*uneven* split). The first chunk is ``(-inf, x)`` and also holds the rows whose chunk key is NULL; the last
+is ``[y, +inf)``. A plan carries the generation the chunk store allocated, so boundaries of two plans never mix.
+"""
+from __future__ import annotations
+
+import decimal
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, ClassVar, Sequence
+
+import pymysql
+
+from .errors import CdcError, ConfigurationError
+from .keys import (
+    ConnFactory,
+    Key,
+    KeyOrder,
+    chunk_predicate,
+    decode_key,
+    encode_key,
+    key_select_sql,
+    tuple_compare_sql,
+    validate_chunk_key,
+)
+from .tables import Column, TableId, TableSchema, load_schema
+
+DEFAULT_CHUNK_SIZE = 8096
+DEFAULT_DISTRIBUTION_FACTOR_BOUNDS = (0.05, 1000.0)
+# Below this many estimated rows an exact COUNT(*) is cheap, and InnoDB's estimate is least reliable.
+EXACT_COUNT_BELOW = 1_000_000
+EVEN, UNEVEN = "even", "uneven"
+_WIDE_DECIMAL = decimal.Context(prec=200)  # DECIMAL has at most 65 digits: arithmetic here never rounds
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Rows whose chunk key lies in ``[start, end)``; ``None`` is -inf (start) or +inf (end)."""
+
+    chunk_id: int
+    start: Key | None
+    end: Key | None
+
+    @property
+    def is_first(self) -> bool:
+        return self.start is None
+
+    @property
+    def is_last(self) -> bool:
+        return self.end is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id,
+            "start": encode_key(self.start) if self.start is not None else None,
+            "end": encode_key(self.end) if self.end is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Chunk":
+        return cls(
+            int(data["chunk_id"]),
+            decode_key(data["start"]) if data.get("start") is not None else None,
+            decode_key(data["end"]) if data.get("end") is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """All chunks of one table for one generation, in key order (chunk ids 0..n-1)."""
+
+    VERSION: ClassVar[int] = 1
+
+    table: TableId
+    generation: int
+    key_columns: tuple[str, ...]
+    chunks: tuple[Chunk, ...]
+    split: str  # "even" | "uneven"
+    chunk_size: int
+    row_estimate: int
+
+    def chunk(self, chunk_id: int) -> Chunk:
+        for c in self.chunks:
+            if c.chunk_id == chunk_id:
+                return c
+        raise KeyError(f"table {self.table} generation {self.generation} has no chunk {chunk_id}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe (keys through the KeyCodec); ``version`` lets later releases read today's plans."""
+        return {
+            "version": self.VERSION,
+            "table": {"database": self.table.database, "table": self.table.table},
+            "generation": self.generation,
+            "key_columns": list(self.key_columns),
+            "split": self.split,
+            "chunk_size": self.chunk_size,
+            "row_estimate": self.row_estimate,
+            "chunks": [c.to_dict() for c in self.chunks],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ChunkPlan":
+        version = data.get("version")
+        if version != cls.VERSION:
+            raise CdcError(
+                f"chunk plan format version {version!r} is not supported (this release reads version "
+                f"{cls.VERSION}): upgrade the provider, or re-plan the table"
+            )
+        table = data["table"]
+        return cls(
+            table=TableId(str(table["database"]), str(table["table"])),
+            generation=int(data["generation"]),
+            key_columns=tuple(str(c) for c in data["key_columns"]),
+            chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
+            split=str(data["split"]),
+            chunk_size=int(data["chunk_size"]),
+            row_estimate=int(data["row_estimate"]),
+        )
+
+
+def choose_chunk_key(schema: TableSchema, chunk_key: str | None = None) -> tuple[str, ...]:
+    """The configured ``chunk_key`` column, else the primary key; checked to be orderable."""
+    if chunk_key is not None and chunk_key.strip():
+        wanted = chunk_key.strip()
+        names = schema.column_names
+        # Column names are case-insensitive in MySQL: accept any spelling, keep the table's.
+        match = wanted if wanted in names else next((n for n in names if n.lower() == wanted.lower()), None)
+        if match is None:
+            raise ConfigurationError(
+                f"chunk_key {wanted!r} is not a column of table {schema.table} (columns: {names}): "
+                "fix the option chunk_key"
+            )
+        key: tuple[str, ...] = (match,)
+    elif schema.primary_key:
+        key = tuple(schema.primary_key)
+    else:
+        raise ConfigurationError(
+            f"table {schema.table} has no primary key: set the option chunk_key for it to a column to split "
+            "the snapshot by (ideally indexed and nearly unique)"
+        )
+    validate_chunk_key(schema, key)
+    return key
+
+
+def plan_table(
+    conn_factory: ConnFactory,
+    table: TableId,
+    generation: int,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_key: str | None = None,
+    distribution_factor_bounds: tuple[float, float] = DEFAULT_DISTRIBUTION_FACTOR_BOUNDS,
+) -> ChunkPlan:
+    """Split ``table`` into chunks of about ``chunk_size`` rows (generation given by the chunk store)."""
+    if chunk_size < 1:
+        raise ConfigurationError(f"chunk_size must be at least 1, got {chunk_size}")
+    low_bound, high_bound = distribution_factor_bounds
+    if not 0 < low_bound <= high_bound:
+        raise ConfigurationError(
+            "distribution_factor_bounds must be (low, high) with 0 < low <= high, "
+            f"got {distribution_factor_bounds}"
+        )
+    conn = conn_factory()
+    try:
+        schema = load_schema(conn, table)
+        key_columns = choose_chunk_key(schema, chunk_key)
+        columns = [schema.column(c) for c in key_columns]
+        rows = _row_count(conn, schema)
+        with KeyOrder(conn_factory, schema, key_columns) as order:
+            boundaries: list[Key] | None = None
+            split = UNEVEN
+            if len(columns) == 1 and (columns[0].is_integer or columns[0].is_decimal):
+                boundaries = _even_boundaries(
+                    conn, schema, columns[0], rows, chunk_size, distribution_factor_bounds
+                )
+                split = EVEN if boundaries is not None else UNEVEN
+            if boundaries is None:
+                boundaries = _uneven_boundaries(conn, schema, columns, order, chunk_size)
+    finally:
+        conn.close()
+    return ChunkPlan(
+        table=table,
+        generation=generation,
+        key_columns=key_columns,
+        chunks=chunks_from_boundaries(boundaries),
+        split=split,
+        chunk_size=chunk_size,
+        row_estimate=rows,
+    )
+
+
+def chunks_from_boundaries(boundaries: Sequence[Key]) -> tuple[Chunk, ...]:
+    """``(-inf, b1), [b1, b2), ..., [bn, +inf)``; no boundaries gives the single chunk ``(-inf, +inf)``."""
+    edges: list[Key | None] = [None, *boundaries, None]
+    return tuple(Chunk(i, edges[i], edges[i + 1]) for i in range(len(edges) - 1))
+
+
+def _row_count(conn: pymysql.connections.Connection, schema: TableSchema) -> int:
+    if schema.approximate_rows >= EXACT_COUNT_BELOW:
+        return schema.approximate_rows
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM {schema.table.quoted}")
+        (count,) = cur.fetchone()
+    return int(count)
+
+
+def _even_boundaries(
+    conn: pymysql.connections.Connection,
+    schema: TableSchema,
+    column: Column,
+    rows: int,
+    chunk_size: int,
+    bounds: tuple[float, float],
+) -> list[Key] | None:
+    """Arithmetic boundaries ``min + i*step``, or None when the key is too sparse or too dense for them.
+
+    Decimals are split in units of their scale (DECIMAL(10,2) counts cents), so the distribution factor means
+    the same for them as for integers: possible key values per row.
+    """
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT MIN({column.quoted}), MAX({column.quoted}) FROM {schema.table.quoted}")
+        low, high = cur.fetchone()
+    if low is None or high is None or rows <= 0:
+        return []  # empty, or only NULL keys: one chunk holds everything
+    scale = (column.numeric_scale or 0) if column.is_decimal else 0
+    lo, hi = _scaled(low, scale), _scaled(high, scale)
+    span = hi - lo + 1
+    # factor = span / rows, compared exactly (no float overflow for unsigned BIGINT spans).
+    low_bound, high_bound = (Fraction(str(b)) for b in bounds)
+    if not (low_bound * rows <= span <= high_bound * rows):
+        return None
+    step = max(1, -(-chunk_size * span // rows))  # ceil(chunk_size * factor), at least 1
+    return [(_unscaled(lo + i * step, column, scale),) for i in range(1, (hi - lo) // step + 1)]
+
+
+def _scaled(value: Any, scale: int) -> int:
+    with decimal.localcontext(_WIDE_DECIMAL):
+        return int(Decimal(value).scaleb(scale))
+
+
+def _unscaled(value: int, column: Column, scale: int) -> Any:
+    if not column.is_decimal:
+        return value
+    with decimal.localcontext(_WIDE_DECIMAL):
+        return Decimal(value).scaleb(-scale)
+
+
+def _uneven_boundaries(
+    conn: pymysql.connections.Connection,
+    schema: TableSchema,
+    columns: Sequence[Column],
+    order: KeyOrder,
+    chunk_size: int,
+) -> list[Key]:
+    """Walk the key in server order: the next boundary is the key ``chunk_size`` rows after the current one.
+
+    Each boundary is strictly greater than the previous one under the columns' collation (checked with
+    KeyOrder, which agrees with the server), so the walk ends. If the row at the offset has the same key as
+    the start (a non-unique chunk key), the walk jumps to the next distinct key instead; NULL keys are skipped
+    (they belong to the first chunk).
+    """
+    quoted = [c.quoted for c in columns]
+    select = key_select_sql(columns)
+    order_by = ", ".join(quoted)
+    not_null = " AND ".join(f"{q} IS NOT NULL" for q, c in zip(quoted, columns) if c.nullable) or "1 = 1"
+    table = schema.table.quoted
+    boundaries: list[Key] = []
+    with conn.cursor() as cur:
+        # The smallest key: a first boundary equal to it would leave the first chunk empty (non-unique key).
+        cur.execute(f"SELECT {select} FROM {table} WHERE {not_null} ORDER BY {order_by} LIMIT 1")
+        row = cur.fetchone()
+        if row is None:
+            return boundaries
+        floor = order.normalize(row)
+        start: Key | None = None
+        while True:
+            if start is None:
+                where, params = not_null, []
+            else:
+                where, params = tuple_compare_sql(quoted, start, ">=")
+            cur.execute(
+                f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1 OFFSET %s",
+                [*params, chunk_size],
+            )
+            row = cur.fetchone()
+            if row is None:
+                break
+            boundary = order.normalize(row)
+            previous = floor if start is None else start
+            if order.compare(boundary, previous) <= 0:
+                where, params = tuple_compare_sql(quoted, previous, ">")
+                cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1", params)
+                row = cur.fetchone()
+                if row is None:
+                    break
+                boundary = order.normalize(row)
+                if order.compare(boundary, previous) <= 0:
+                    raise CdcError(
+                        f"table {schema.table}: the server returned key {boundary!r} as greater than "
+                        f"{previous!r}, but their sort keys disagree: cannot plan chunks for this chunk key"
+                    )
+            boundaries.append(boundary)
+            start = boundary
+    return boundaries
+
+
+def plan_predicate(plan: ChunkPlan, schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]:
+    """``chunk_predicate`` with the plan's key columns quoted and their nullability from ``schema``."""
+    columns = [schema.column(c) for c in plan.key_columns]
+    return chunk_predicate(chunk, [c.quoted for c in columns], [c.nullable for c in columns])

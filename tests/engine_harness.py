@@ -1,0 +1,124 @@
+"""Drives the engine end to end (plan -> chunk reads -> stream -> mirror) for the consistency tests.
+
+Snapshot output is kept in memory per (table, chunk), replaced whole on a rerun, as a real sink would do.
+"""
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.engine import values
+from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream
+from airflow_provider_mysqlcdc.engine.chunk_reader import ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.keys import ChunkLocator, KeyOrder
+from airflow_provider_mysqlcdc.engine.mirror import materialize
+from airflow_provider_mysqlcdc.engine.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.record_batches import METADATA_NAMES
+from airflow_provider_mysqlcdc.engine.records import Record
+from airflow_provider_mysqlcdc.engine.snapshot import load_plan, plan_tables, snapshot_chunk
+from airflow_provider_mysqlcdc.engine.tables import TableId, TableSchema, load_schema
+
+
+@dataclass
+class Pipeline:
+    settings: MySQLSettings
+    store: ChunkStore
+    database: str
+    chunk_size: int = 150
+    read_options: ChunkReadOptions = field(default_factory=ChunkReadOptions)
+    snapshots: dict[tuple[TableId, int], list[dict]] = field(default_factory=dict)
+    versions: int = 0
+    changelog: list[Record] = field(default_factory=list)
+    stream: ChangeStream | None = None
+    offset: BinlogOffset | None = None
+    schemas: dict[TableId, TableSchema] = field(default_factory=dict)
+
+    def plan(self, patterns: list[str], chunk_keys: dict[str, str] | None = None) -> list[ChunkPlan]:
+        plans = plan_tables(self.settings, self.store, patterns, chunk_size=self.chunk_size, chunk_keys=chunk_keys)
+        with connect(self.settings) as conn:
+            for p in plans:
+                self.schemas[p.table] = load_schema(conn, p.table)
+        return plans
+
+    def snapshot(self, plan: ChunkPlan, chunk_id: int) -> int:
+        """Read and commit one chunk; its output replaces the previous one only when the read succeeded."""
+        schema = self.schemas[plan.table]
+
+        def write(batches: Iterator[pa.RecordBatch]) -> str:
+            rows: list[dict] = []
+            for batch in batches:
+                rows.extend(_data_rows(batch))
+            self.versions += 1
+            self.snapshots[(plan.table, chunk_id)] = rows
+            return f"v{self.versions}"
+
+        return snapshot_chunk(self.settings, self.store, plan, chunk_id, write, options=self.read_options,
+                              schema=schema).rows
+
+    def open_stream(self, tables: list[TableId]) -> None:
+        self.stream = ChangeStream(self.settings, self.store, tables, allocate_server_id(self.settings, 0),
+                                   schemas=dict(self.schemas))
+        self.offset = self.stream.start_offset()
+
+    def pump(self, rng: random.Random, batches: int, max_rows: tuple[int, int] = (20, 400)) -> int:
+        """Read a few micro-batches of random size, resuming each from the previous batch's end offset."""
+        assert self.stream is not None and self.offset is not None
+        total = 0
+        for _ in range(batches):
+            batch = self.stream.read(self.offset, max_rows=rng.randint(*max_rows))
+            self.changelog.extend(batch.records)
+            self.offset = batch.end
+            total += batch.rows_read
+        return total
+
+    def catch_up(self) -> None:
+        assert self.stream is not None and self.offset is not None
+        while True:
+            batch = self.stream.read(self.offset)
+            self.changelog.extend(batch.records)
+            self.offset = batch.end
+            if batch.rows_read == 0:
+                return
+
+    def mirror(self, table: TableId) -> list[tuple]:
+        view = self.store.mirror_view(str(table))
+        assert view is not None, f"{table} has no fully committed generation"
+        plan = load_plan(self.store, table, view.generation)
+        schema = self.schemas[table]
+        hws = {c.chunk_id: c.hw for c in view.chunks}
+        snapshot = {c.chunk_id: self.snapshots[(table, c.chunk_id)] for c in view.chunks}
+        with KeyOrder(lambda: connect(self.settings), schema, plan.key_columns) as order:
+            rows = materialize(schema, plan.key_columns, ChunkLocator(plan, order), hws, snapshot,
+                               [r for r in self.changelog if r.table == str(table)])
+        return [tuple(r[c] for c in schema.column_names) for r in rows]
+
+    def source(self, table: TableId) -> list[tuple]:
+        schema = self.schemas[table]
+        normalize = values.snapshot_normalizer(schema)
+        with connect(self.settings) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted}")
+            return [normalize(r) for r in cur.fetchall()]
+
+
+def _data_rows(batch: pa.RecordBatch) -> list[dict]:
+    names = [n for n in batch.schema.names if n not in METADATA_NAMES]
+    assert set(batch.column(batch.schema.get_field_index("_op")).to_pylist()) <= {"+I"}
+    return batch.select(names).to_pylist()
+
+
+def assert_same_rows(got: list[tuple], want: list[tuple], table: object) -> None:
+    g, w = Counter(got), Counter(want)
+    if g != w:
+        missing = list((w - g).elements())[:5]
+        extra = list((g - w).elements())[:5]
+        raise AssertionError(
+            f"{table}: mirror has {len(got)} rows, source {len(want)}; missing {missing}; extra {extra}"
+        )

@@ -1,0 +1,75 @@
+"""Resume offsets: JSON round trip, ordering, stored versions stay readable, newer versions are refused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.errors import CdcError
+from airflow_provider_mysqlcdc.engine.offsets import BinlogOffset, OffsetFormatError
+from airflow_provider_mysqlcdc.engine.positions import BinlogPosition
+
+
+def test_json_round_trip_keeps_every_field():
+    offsets = [
+        BinlogOffset("mysql-bin.000001", 4),
+        BinlogOffset("mysql-bin.000042", 123456, skip_events=3, skip_rows=17, gtid="0-1-99"),
+        BinlogOffset("binlog.1000000", 2**32 + 5, skip_events=0, skip_rows=1, gtid="3e11fa47-71ca:23"),
+    ]
+    for offset in offsets:
+        text = offset.to_json()
+        assert json.loads(text)["version"] == 1
+        assert BinlogOffset.from_json(text) == offset
+
+
+def test_version_one_as_stored_today_is_read_forever():
+    stored = '{"file":"mysql-bin.000007","gtid":null,"pos":9876,"skip_events":2,"skip_rows":5,"version":1}'
+    assert BinlogOffset.from_json(stored) == BinlogOffset("mysql-bin.000007", 9876, 2, 5)
+    # optional fields may be missing in hand-written offsets
+    assert BinlogOffset.from_json('{"version":1,"file":"mysql-bin.000007","pos":4}') == BinlogOffset(
+        "mysql-bin.000007", 4
+    )
+
+
+def test_newer_version_is_rejected_with_a_clear_error():
+    future = '{"version":2,"file":"mysql-bin.000007","pos":4,"skip_events":0,"skip_rows":0,"extra":"?"}'
+    with pytest.raises(OffsetFormatError, match="newer mysqlcdc release.*upgrade"):
+        BinlogOffset.from_json(future)
+    with pytest.raises(OffsetFormatError):
+        BinlogOffset("mysql-bin.000001", 4, version=2)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[1, 2]",
+        '{"file":"mysql-bin.000001","pos":4}',  # no version
+        '{"version":"1","file":"mysql-bin.000001","pos":4}',
+        '{"version":1,"pos":4}',
+        '{"version":1,"file":"mysql-bin.000001","pos":"4"}',
+        '{"version":1,"file":"mysql-bin.000001","pos":4,"skip_rows":-1}',
+        '{"version":1,"file":"mysql-bin","pos":4}',
+        '{"version":1,"file":"mysql-bin.000001","pos":4,"gtid":5}',
+    ],
+)
+def test_malformed_offsets_are_rejected(text):
+    with pytest.raises(CdcError):
+        BinlogOffset.from_json(text)
+
+
+def test_at_a_boundary_and_ordering():
+    boundary = BinlogOffset.at(BinlogPosition("mysql-bin.000003", 1234), gtid="0-1-5")
+    assert boundary.at_boundary and boundary.position == BinlogPosition("mysql-bin.000003", 1234)
+    assert boundary.gtid == "0-1-5"
+    inside = BinlogOffset("mysql-bin.000003", 1234, skip_events=1)
+    assert not inside.at_boundary
+    ordered = [
+        BinlogOffset("mysql-bin.999999", 9999),
+        BinlogOffset("mysql-bin.1000000", 4),
+        BinlogOffset("mysql-bin.1000000", 4, 0, 1),
+        BinlogOffset("mysql-bin.1000000", 4, 1, 0),
+        BinlogOffset("mysql-bin.1000000", 5),
+    ]
+    assert sorted(reversed(ordered), key=lambda o: o.key) == ordered
+    assert str(inside) == "mysql-bin.000003:1234+1ev+0rows"
