@@ -7,14 +7,14 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine import values
 from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id
 from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream
-from airflow_provider_mysqlcdc.engine.chunk_reader import ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.chunk_reader import ChunkRead, ChunkReadOptions, ChunkReadResult
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.keys import ChunkLocator, KeyOrder
@@ -49,6 +49,9 @@ class Pipeline:
         return plans
 
     def snapshot(self, plan: ChunkPlan, chunk_id: int) -> int:
+        return self.snapshot_result(plan, chunk_id).rows
+
+    def snapshot_result(self, plan: ChunkPlan, chunk_id: int) -> ChunkReadResult:
         """Read and commit one chunk; its output replaces the previous one only when the read succeeded."""
         schema = self.schemas[plan.table]
 
@@ -61,7 +64,26 @@ class Pipeline:
             return f"v{self.versions}"
 
         return snapshot_chunk(self.settings, self.store, plan, chunk_id, write, options=self.read_options,
-                              schema=schema).rows
+                              schema=schema)
+
+    def read_uncommitted(self, plan: ChunkPlan, chunk_id: int) -> Callable[[], ChunkReadResult]:
+        """Mark a rerun started and read the chunk now; the returned function commits it later (as a slow
+        Spark job would), so a test can interleave the stream with a rerun in progress."""
+        schema = self.schemas[plan.table]
+        state = self.store.start_chunk(str(plan.table), plan.generation, chunk_id)
+        read = ChunkRead(self.settings, schema, plan, plan.chunk(chunk_id), self.read_options)
+        rows = [row for batch in read.batches() for row in _data_rows(batch)]
+
+        def commit() -> ChunkReadResult:
+            self.versions += 1
+            self.snapshots[(plan.table, chunk_id)] = rows
+            r = read.result
+            self.store.commit_chunk(str(plan.table), plan.generation, chunk_id, rows=r.rows, lw=r.low_watermark,
+                                    hw=r.high_watermark, output_version=f"v{self.versions}",
+                                    attempt=state.attempts)
+            return r
+
+        return commit
 
     def open_stream(self, tables: list[TableId]) -> None:
         self.stream = ChangeStream(self.settings, self.store, tables, allocate_server_id(self.settings, 0),

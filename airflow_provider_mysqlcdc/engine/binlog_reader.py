@@ -416,6 +416,7 @@ class BinlogReader:
         *,
         blocking: bool = False,
         timeout: float | None = None,
+        sync_to_transaction: bool = False,
     ) -> Iterator[RowChange]:
         """Row changes after ``start`` of transactions that commit at or before ``end``.
 
@@ -424,7 +425,9 @@ class BinlogReader:
         without ``end`` stops at the last transaction boundary it reached (``last_offset``); a read with
         ``end`` raises ReadTimeout. ``end`` must be a transaction boundary (a watermark).
         """
-        for item in self.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout):
+        for item in self.read_with_heartbeats(
+            start, end, blocking=blocking, timeout=timeout, sync_to_transaction=sync_to_transaction
+        ):
             if type(item) is RowChange:
                 yield item
 
@@ -435,8 +438,14 @@ class BinlogReader:
         *,
         blocking: bool = False,
         timeout: float | None = None,
+        sync_to_transaction: bool = False,
     ) -> Iterator[RowChange | Heartbeat]:
-        """Like ``read``, plus a Heartbeat after each transaction (or file rotation) that emitted nothing."""
+        """Like ``read``, plus a Heartbeat after each transaction (or file rotation) that emitted nothing.
+
+        ``sync_to_transaction``: ``start`` is a position read from ``SHOW MASTER STATUS``, which on MariaDB
+        can lie between a transaction's rows and its commit event; skip to the next transaction start.
+        Only for scans that need nothing before their first full transaction (watermark markers).
+        """
         self.last_offset = start
         if end is not None and start.at_boundary and start.position.key >= end.key:
             return
@@ -460,7 +469,7 @@ class BinlogReader:
             enable_logging=False,
         )
         try:
-            yield from self._read(stream, start, end, deadline)
+            yield from self._read(stream, start, end, deadline, sync_to_transaction)
         finally:
             stream.close()
 
@@ -472,8 +481,10 @@ class BinlogReader:
         start: BinlogOffset,
         end: BinlogPosition | None,
         deadline: float | None,
+        sync_to_transaction: bool = False,
     ) -> Iterator[RowChange | Heartbeat]:
         end_key = end.key if end is not None else None
+        syncing = sync_to_transaction
         cur_file = start.file
         cur_number = file_number(cur_file)
         first_checked = False
@@ -535,6 +546,16 @@ class BinlogReader:
                         "position must be a transaction boundary (a watermark)"
                     )
                 return
+
+            if syncing:
+                starts_txn = cls is MariadbGtidEvent or cls is GtidEvent or (
+                    cls is NotImplementedEvent and event.event_type in _TXN_START_CODES
+                ) or (cls is QueryEvent and event.query.strip().upper() == "BEGIN")
+                if not starts_txn:
+                    if cls is RotateEvent:
+                        cur_file, cur_number = event.next_binlog, file_number(event.next_binlog)
+                    continue
+                syncing = False
 
             group_ends = False  # this event ends the current transaction (or single-statement group)
             if cls in _ROWS_EVENTS:

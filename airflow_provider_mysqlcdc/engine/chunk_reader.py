@@ -196,13 +196,15 @@ class ChunkRead:
         pending: list[RowChange] = []
         deadline = time.monotonic() + self.options.backfill_timeout
         for change in reader.read(BinlogOffset.at(low.written_after), end=None, blocking=True,
-                                  timeout=self.options.backfill_timeout):
+                                  timeout=self.options.backfill_timeout, sync_to_transaction=True):
             if time.monotonic() > deadline:
                 break
             if not isinstance(change, RowChange):
                 continue
-            end = BinlogPosition(change.binlog_file, change.key[1])
             if change.table == table:
+                # A marker is a one-row transaction: the row's offset_after is its commit's end, a transaction
+                # boundary the stream can start from.
+                end = change.offset_after.position
                 token = change.values.get("token")
                 if lw is None and token == low.token and change.op in (INSERT, UPDATE_AFTER):
                     lw = end
