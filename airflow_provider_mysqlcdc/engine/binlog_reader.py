@@ -73,7 +73,7 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from .connection import MySQLSettings, connect
+from .connection import Connection as _Connection, MySQLSettings, connect
 from .errors import CdcError, ConfigurationError, ServerNotReady
 from .offsets import BinlogOffset
 from .positions import AFTER, BEFORE, BinlogPosition, RowKey, file_number, row_key
@@ -926,25 +926,6 @@ _BOOKKEEPING_EVENTS = frozenset(
         StopEvent,
     }
 )
-
-
-class _Connection(pymysql.connections.Connection):
-    """A pymysql connection that builds the default TLS context once per process, not once per connection.
-
-    pymysql 1.2 tries TLS on every connection without SSL options ("preferred" mode) and builds a fresh
-    default context for it, loading the system CA store: ~60 ms per connection, and a read opens several.
-    The context is the same every time and safe to share, so we keep one. Explicit SSL options are untouched.
-    """
-
-    _shared_default_ctx: Any = None
-
-    def _create_ssl_ctx(self, sslp: Any) -> Any:
-        if isinstance(sslp, dict) and not sslp:
-            cls = _Connection
-            if cls._shared_default_ctx is None:
-                cls._shared_default_ctx = super()._create_ssl_ctx(sslp)
-            return cls._shared_default_ctx
-        return super()._create_ssl_ctx(sslp)
 
 
 class _Connector:
