@@ -176,16 +176,22 @@ def test_low_watermark_race_loses_nothing(mysql_server, mysql_db, tmp_path):
     assert_same_rows(pipe.mirror(plan.table), pipe.source(plan.table), plan.table)
 
 
+def _tables_with_watermark_table(mysql_server, mysql_db, specs, seed: int) -> TableId:
+    """Seeded tables plus the watermark table the CDC user may write (what the watermark mode needs)."""
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        create_tables(conn, mysql_db, specs)
+        seed_rows(conn, mysql_db, rows_per_table=500, seed=seed, specs=specs)
+        wm = TableId(mysql_db, "mysqlcdc_watermark")
+        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
+        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    return wm
+
+
 def test_watermark_table_mode_with_backfill(mysql_server, mysql_db, tmp_path):
     """The DBLog mode (what Oracle MySQL uses) on this server: markers, backfill of (LW, HW], exact mirror
     for tables with a primary key, at-least-once for the table without one."""
     specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ubig", "t_nopk")]
-    with mysql_server.admin() as conn, conn.cursor() as cur:
-        create_tables(conn, mysql_db, specs)
-        seed_rows(conn, mysql_db, rows_per_table=500, seed=5, specs=specs)
-        wm = TableId(mysql_db, "mysqlcdc_watermark")
-        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
-        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    wm = _tables_with_watermark_table(mysql_server, mysql_db, specs, seed=5)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5450)
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, read_options=options)
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=5, writers=2, specs=specs, pace=0.0).start()
@@ -215,12 +221,7 @@ def test_skip_backfill_is_at_least_once_filtered_at_low_watermark(mysql_server, 
     """skip_backfill: the chunk counts as of its LW (HW := LW); the stream replays from there, so a table with
     a primary key still materializes exactly (replays are idempotent upserts/deletes)."""
     specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_dec")]
-    with mysql_server.admin() as conn, conn.cursor() as cur:
-        create_tables(conn, mysql_db, specs)
-        seed_rows(conn, mysql_db, rows_per_table=500, seed=9, specs=specs)
-        wm = TableId(mysql_db, "mysqlcdc_watermark")
-        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
-        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    wm = _tables_with_watermark_table(mysql_server, mysql_db, specs, seed=9)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5451, skip_backfill=True)
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, read_options=options)
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=9, writers=2, specs=specs, pace=0.0).start()
