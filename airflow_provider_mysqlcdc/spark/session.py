@@ -1,0 +1,61 @@
+"""Spark sessions for mysqlcdc jobs: the settings our exactly-once argument depends on.
+
+* ``spark.speculation`` must be off: a speculative copy of a chunk task would read the chunk a second time
+  (another read view, another HW). Spark would still commit only one copy, but the extra read is load on the
+  source and makes the LW/HW of the committed copy depend on timing.
+* Python workers must run this interpreter (``PYSPARK_PYTHON``), or they fail to connect back.
+* The session time zone is UTC, so TIMESTAMP (an instant) displays the same everywhere.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping
+
+from pyspark.sql import SparkSession
+
+from ..engine.errors import ConfigurationError
+
+DEFAULT_MASTER = "local[*]"
+
+
+def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "mysqlcdc",
+                  conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A session for the CLI and tests; under spark-submit pass ``master=None`` to keep submit's master."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    settings = {
+        "spark.speculation": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    ensure_no_speculation(spark)
+    return spark
+
+
+def ensure_no_speculation(spark: SparkSession) -> None:
+    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+        raise ConfigurationError(
+            "spark.speculation is on: a speculative chunk task would read the chunk twice; start the "
+            "application with --conf spark.speculation=false"
+        )
+
+
+_REGISTERED: set[tuple[str, str]] = set()
+
+
+def register_snapshot_source(spark: SparkSession) -> None:
+    """Register ``mysql_cdc_snapshot`` in this application (once: Spark warns on every re-registration)."""
+    from .snapshot_source import SOURCE_NAME, SnapshotDataSource
+
+    key = (spark.sparkContext.applicationId, SOURCE_NAME)
+    if key not in _REGISTERED:
+        spark.dataSource.register(SnapshotDataSource)
+        _REGISTERED.add(key)

@@ -1,0 +1,306 @@
+"""The stream phase as one Spark Structured Streaming query: binlog source -> changelog sink.
+
+``start_stream`` resolves the tables, takes the checkpoint's lock, and starts the query; ``run_stream``
+also waits for it (``available-now``: until the binlog end seen at the start is committed; a processing-time
+trigger: until the query is stopped or fails). ``spark_apps/binlog_stream.py`` and ``mysqlcdc stream`` are
+thin wrappers around these.
+
+Files the stream keeps besides Spark's own checkpoint (``offsets/``, ``commits/``, ...):
+
+* ``<checkpoint>/mysqlcdc/stream.lock``: one stream per checkpoint (``stream_lock``);
+* ``<checkpoint>/mysqlcdc/stream_id.json`` and ``<output>/_mysqlcdc_stream.json``: the output root belongs to
+  one stream (batch ids restart at 0 in a new checkpoint, so two streams must never share an output);
+* ``<checkpoint>/mysqlcdc/batches/batch=<id>.json``: the sink's batch ledger (replay detection, rows);
+* ``<checkpoint>/mysqlcdc/stream_position.json``: the offset of the last batch Spark committed, for status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import re
+import threading
+import uuid
+import weakref
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator
+
+from ..engine.chunk_store import ChunkStore
+from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
+from ..engine.errors import CdcError, ConfigurationError
+from ..engine.output_layout import read_json, write_json_atomic
+from ..engine.tables import TableId, TableSchema, list_tables, load_schema
+from .binlog_source import (
+    DEFAULT_MAX_BYTES_PER_BATCH,
+    BinlogSource,
+    BinlogSourceOptions,
+    read_password_file,
+    url_has_password,
+)
+from .changelog_sink import BatchHook, ChangelogSink, CommittedBatch
+from .stream_lock import DEFAULT_LEASE_SECONDS, StreamLock
+
+log = logging.getLogger(__name__)
+
+AVAILABLE_NOW = "available-now"
+STREAM_ID_FILE = "mysqlcdc/stream_id.json"  # in the checkpoint: this stream's identity
+OUTPUT_OWNER_FILE = "_mysqlcdc_stream.json"  # in the output root: the stream whose changelog it holds
+_PROCESSING_TIME = re.compile(r"^processing-time=(.+)$")
+
+
+class StreamFailed(CdcError):
+    """The streaming query stopped with an error (the message carries Spark's)."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    mysql_url: str  # without the password
+    tables: tuple[str, ...]  # database.table names or patterns (db.orders_*)
+    chunk_store: str
+    output: str  # root of the output layout
+    checkpoint: str  # Spark checkpoint of this stream (one stream per checkpoint)
+    trigger: str = AVAILABLE_NOW  # or "processing-time=10 seconds"
+    password_file: str | None = None  # else $MYSQLCDC_MYSQL_PASSWORD
+    max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH
+    changelog_json: bool = False
+    server_id_slot: int = 0
+    read_timeout: float = 600.0
+    query_name: str | None = None
+    lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
+    break_lock: bool = False
+
+    @property
+    def available_now(self) -> bool:
+        return self.trigger == AVAILABLE_NOW
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        if self.available_now:
+            return {"availableNow": True}
+        match = _PROCESSING_TIME.match(self.trigger.strip())
+        if not match:
+            raise ConfigurationError(
+                f"trigger {self.trigger!r}: use {AVAILABLE_NOW!r} or 'processing-time=<interval>' "
+                "(e.g. processing-time=10 seconds)"
+            )
+        return {"processingTime": match.group(1).strip()}
+
+    def settings(self) -> MySQLSettings:
+        if url_has_password(self.mysql_url):
+            raise ConfigurationError(
+                "the MySQL URL of a stream must not contain the password (it would reach Spark options and "
+                f"process lists): use --password-file or ${PASSWORD_ENV}"
+            )
+        password = read_password_file(self.password_file) if self.password_file else None
+        return MySQLSettings.from_url(self.mysql_url, password=password)
+
+
+@dataclass
+class StreamRun:
+    """A started stream: its Spark query and the lock it holds."""
+
+    query: Any  # pyspark.sql.streaming.StreamingQuery
+    lock: StreamLock
+    config: StreamConfig
+    tables: list[TableId]
+    lost_lock: list[str] = field(default_factory=list)
+    _released: bool = False
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait for the query to end (True) or ``timeout`` seconds (False); raise StreamFailed on failure."""
+        try:
+            done = (
+                self.query.awaitTermination(timeout) if timeout is not None else self.query.awaitTermination()
+            )
+        except Exception as exc:  # noqa: BLE001 - StreamingQueryException: re-raised with its cause
+            self.release()
+            raise StreamFailed(
+                f"the stream on {self.config.checkpoint} failed: {_spark_message(exc)}"
+            ) from exc
+        done = True if done is None else bool(done)
+        if done:
+            self.release()
+            if self.lost_lock:
+                raise StreamFailed(self.lost_lock[0])
+        return done
+
+    def stop(self) -> None:
+        try:
+            self.query.stop()
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.lock.release()
+
+
+def claim_output(checkpoint: str, output: str) -> str:
+    """Tie the output root to this stream: batch ids restart at 0 in a new checkpoint, so a second stream
+    writing into the same output would overwrite the first one's changelog batches. Returns the stream id."""
+    identity_path = posixpath.join(checkpoint.rstrip("/"), STREAM_ID_FILE)
+    identity = read_json(identity_path)
+    if identity is None:
+        identity = {"stream_id": uuid.uuid4().hex, "created_at": datetime.now(timezone.utc).isoformat()}
+        write_json_atomic(identity_path, identity)
+    owner_path = posixpath.join(output.rstrip("/"), OUTPUT_OWNER_FILE)
+    owner = read_json(owner_path)
+    if owner is None:
+        write_json_atomic(owner_path, {"stream_id": identity["stream_id"], "checkpoint": checkpoint})
+    elif owner.get("stream_id") != identity["stream_id"]:
+        raise ConfigurationError(
+            f"the output {output} already holds the changelog of another stream (checkpoint "
+            f"{owner.get('checkpoint')}, stream id {owner.get('stream_id')}); this checkpoint ({checkpoint}) "
+            "would restart its batch ids at 0 and overwrite that changelog. Resume the stream with its own "
+            f"checkpoint, or write to a new output path (or delete {owner_path} after removing the old "
+            "changelog)"
+        )
+    return str(identity["stream_id"])
+
+
+_REGISTERED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def register_source(spark: Any) -> None:
+    """Make ``format("mysql_cdc_binlog")`` known to this session (once)."""
+    if spark not in _REGISTERED:
+        spark.dataSource.register(BinlogSource)
+        _REGISTERED.add(spark)
+
+
+def resolve_tables(settings: MySQLSettings, patterns: tuple[str, ...]) -> dict[TableId, TableSchema]:
+    with connect(settings) as conn:
+        tables = list_tables(conn, patterns)
+        return {t: load_schema(conn, t) for t in tables}
+
+
+def start_stream(
+    spark: Any,
+    config: StreamConfig,
+    *,
+    on_batch_committed: BatchHook | None = None,
+    on_progress: Callable[[CommittedBatch], None] | None = None,
+) -> StreamRun:
+    """Take the checkpoint's lock and start the query (returns at once)."""
+    settings = config.settings()
+    schemas = resolve_tables(settings, config.tables)
+    tables = sorted(schemas)
+    with ChunkStore(config.chunk_store) as store:
+        planned = set(store.tables())
+    missing = [str(t) for t in tables if str(t) not in planned]
+    if missing:
+        raise ConfigurationError(
+            f"table(s) {missing} have no plan in the chunk store {config.chunk_store}: plan and snapshot "
+            "them "
+            "before streaming (mysqlcdc plan / snapshot)"
+        )
+    lost: list[str] = []
+    holder: dict[str, Any] = {}
+
+    def on_lost(message: str) -> None:
+        lost.append(message)
+        query = holder.get("query")
+        if query is not None:
+            threading.Thread(target=query.stop, daemon=True).start()
+
+    lock = StreamLock(
+        config.checkpoint,
+        lease_seconds=config.lock_lease_seconds,
+        description=config.query_name or "mysqlcdc stream",
+        on_lost=on_lost,
+    )
+    lock.acquire(break_lock=config.break_lock)
+    try:
+        claim_output(config.checkpoint, config.output)
+        source = BinlogSourceOptions(
+            mysql_url=config.mysql_url,
+            tables=tuple(tables),
+            chunk_store=config.chunk_store,
+            password_file=config.password_file,
+            max_bytes_per_batch=config.max_bytes_per_batch,
+            server_id_slot=config.server_id_slot,
+            read_timeout=config.read_timeout,
+            checkpoint=config.checkpoint,
+        )
+        sink = ChangelogSink(
+            root=config.output,
+            schemas=schemas,
+            checkpoint=config.checkpoint,
+            changelog_json=config.changelog_json,
+            on_batch_committed=on_batch_committed,
+            on_progress=on_progress,
+        )
+        register_source(spark)
+        stream = spark.readStream.format(BinlogSource.name()).options(**source.to_options()).load()
+        writer = (
+            stream.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", config.checkpoint)
+            .trigger(**config.trigger_kwargs())
+        )
+        if config.query_name:
+            writer = writer.queryName(config.query_name)
+        query = writer.start()
+    except BaseException:
+        lock.release()
+        raise
+    holder["query"] = query
+    log.info(
+        "stream started on %s for %d table(s), trigger %s", config.checkpoint, len(tables), config.trigger
+    )
+    return StreamRun(query=query, lock=lock, config=config, tables=tables, lost_lock=lost)
+
+
+def run_stream(
+    spark: Any,
+    config: StreamConfig,
+    *,
+    on_batch_committed: BatchHook | None = None,
+    on_progress: Callable[[CommittedBatch], None] | None = None,
+) -> StreamRun:
+    """Start the stream and wait until it ends (available-now) or is stopped; raise if it failed."""
+    run = start_stream(spark, config, on_batch_committed=on_batch_committed, on_progress=on_progress)
+    try:
+        run.await_termination()
+    except BaseException:  # Ctrl-C, or the query failed: stop it before giving up the lock
+        try:
+            run.query.stop()
+        except Exception:  # noqa: BLE001 - already stopped
+            pass
+        run.release()
+        raise
+    return run
+
+
+_OUR_ERROR = re.compile(r"^airflow_provider_mysqlcdc\.[\w.]*?(\w+): (.+)$")
+_PYTHON_ERROR = re.compile(r"^([\w.]*(?:Error|Exception)): (.+)$")
+
+
+def _spark_message(exc: BaseException) -> str:
+    """The engine's own error out of Spark's wrapping (Java stack, Python traceback), else the first line."""
+    text = "\n".join(str(e) for e in (exc, exc.__cause__) if e is not None)
+    lines = [line.strip() for line in text.splitlines()]
+    for pattern in (_OUR_ERROR, _PYTHON_ERROR):
+        found = [m for m in map(pattern.match, lines) if m]
+        if found:
+            name, message = found[-1].group(1), found[-1].group(2)
+            return f"{name.rsplit('.', 1)[-1]}: {message}"[:4000]
+    return lines[0][:2000] if lines else repr(exc)
+
+
+@contextlib.contextmanager
+def mirror_refresh(config: StreamConfig) -> Iterator[BatchHook]:
+    """The default batch hook: refresh each changed table's mirror right after its batch commits.
+
+    Incremental: only chunks that received changes (or a new snapshot) are rewritten.
+    """
+    from ..engine.mirror_refresh import MirrorRefresher
+
+    store = ChunkStore(config.chunk_store)
+    refresher = MirrorRefresher(config.output, store, settings=config.settings())
+    try:
+        yield refresher.on_batch_committed
+    finally:
+        refresher.close()
+        store.close()
