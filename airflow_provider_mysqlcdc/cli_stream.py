@@ -13,6 +13,7 @@ import sys
 
 from .engine.connection import PASSWORD_ENV, URL_ENV
 from .spark.binlog_source import DEFAULT_MAX_BYTES_PER_BATCH
+from .spark.snapshot_options import CHUNK_STORE_ENV
 from .spark.stream_job import AVAILABLE_NOW, StreamConfig, mirror_refresh, run_stream
 from .spark.stream_lock import DEFAULT_LEASE_SECONDS
 
@@ -37,7 +38,8 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentPar
         action="append",
         help="database.table names or patterns, comma-separated (repeatable)",
     )
-    parser.add_argument("--chunk-store", required=True, help="chunk store URL or SQLite path")
+    parser.add_argument("--chunk-store", default=os.environ.get(CHUNK_STORE_ENV),
+                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})")
     parser.add_argument("--output", required=True, help="output root (local path or hdfs://, s3://, ...)")
     parser.add_argument("--checkpoint", required=True, help="checkpoint directory of this stream")
     mode = parser.add_mutually_exclusive_group()
@@ -82,6 +84,8 @@ def config_from_args(args: argparse.Namespace) -> StreamConfig:
 
     if not args.mysql_url:
         raise ConfigurationError(f"no MySQL server given: pass --mysql-url or set ${URL_ENV}")
+    if not args.chunk_store:
+        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_ENV}")
     return StreamConfig(
         mysql_url=args.mysql_url,
         tables=tuple(t.strip() for item in args.tables for t in item.split(",") if t.strip()),

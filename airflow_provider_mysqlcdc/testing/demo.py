@@ -1,60 +1,84 @@
 """``make demo``: run the pipeline end to end on embedded defaults and say what happened.
 
-Starts a throwaway MariaDB with the binlog on, fills a demo table, validates the server with
-``mysqlcdc check``, then runs the Airflow DAG (``airflow dags test``) that submits the Spark job with a local
-master, and compares the Parquet output with the source row by row. Everything lives under ``demo-output/``.
+Starts a throwaway MariaDB with the binlog on, fills ``demo.orders`` and keeps writing to it, then runs the
+``mysqlcdc`` commands a user would: check, plan, snapshot (Spark, local[2]) while the writes go on, stream
+(available-now, which also refreshes the mirror), status, and mirror. Finally it compares the mirror with
+the source row by row. Everything lives under ``demo-output/``; the password travels by environment only.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
-from .mariadb import MariaDBServer
+from .mariadb import CDC_PASSWORD, MariaDBServer
 
 REPO = Path(__file__).resolve().parents[2]
-ROWS = 2000
-_LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
+ROWS = 20_000
+TABLE = "demo.orders"
 
 
 def _step(text: str) -> None:
     print(f"\n== {text}", flush=True)
 
 
-def _environment(out: Path, server: MariaDBServer) -> dict[str, str]:
-    home = out / "airflow-home"
-    bin_dir = str(Path(sys.executable).parent)
-    env = dict(os.environ)
-    env.update(
-        {
-            "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
-                [
-                    {"name": "dags-folder", "classpath": _LOCAL_BUNDLE, "kwargs": {}},
-                    {"name": "tests-dags", "classpath": _LOCAL_BUNDLE,
-                     "kwargs": {"path": str(REPO / "tests" / "dags")}},
-                ]
-            ),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "AIRFLOW_CONN_MYSQLCDC_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "AIRFLOW_CONN_MYSQLCDC_MYSQL": json.dumps(
-                {"conn_type": "mysql", "host": "127.0.0.1", "port": server.port, "login": "cdc",
-                 "password": server.cdc_url.split(":")[2].split("@")[0]}
-            ),
-        }
-    )
-    return env
+def _run(args: list[str], env: dict[str, str]) -> None:
+    print("$ mysqlcdc " + " ".join(args), flush=True)
+    result = subprocess.run([str(Path(sys.executable).parent / "mysqlcdc"), *args], env=env)
+    if result.returncode != 0:
+        raise SystemExit(f"demo: `mysqlcdc {args[0]}` failed with exit code {result.returncode}")
+
+
+def _create(server: MariaDBServer) -> None:
+    rng = random.Random(42)
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE demo")
+        cur.execute(
+            "CREATE TABLE demo.orders (id BIGINT UNSIGNED PRIMARY KEY, customer VARCHAR(40) NOT NULL, "
+            "amount DECIMAL(12,2) NOT NULL, status ENUM('new','paid','shipped') NOT NULL, "
+            "created DATETIME(6) NOT NULL, updated TIMESTAMP(6) NULL, note JSON NULL)"
+        )
+        rows = [
+            (i, f"customer-{rng.randint(1, 500)}", Decimal(rng.randint(100, 10**6)) / 100,
+             rng.choice(["new", "paid", "shipped"]), f"2026-01-01 00:00:00.{i % 1000000:06d}",
+             None, '{"gift": false}' if i % 7 == 0 else None)
+            for i in range(1, ROWS + 1)
+        ]
+        cur.executemany("INSERT INTO demo.orders VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+
+
+class Writer(threading.Thread):
+    """Keeps changing demo.orders while the snapshot runs: updates, deletes, inserts, key changes."""
+
+    def __init__(self, server: MariaDBServer) -> None:
+        super().__init__(daemon=True)
+        self.server, self.stop_event, self.transactions = server, threading.Event(), 0
+
+    def run(self) -> None:
+        rng = random.Random(7)
+        with self.server.admin("demo") as conn, conn.cursor() as cur:
+            while not self.stop_event.is_set():
+                k = rng.randint(1, ROWS + 2000)
+                op = rng.random()
+                if op < 0.5:
+                    cur.execute("UPDATE orders SET status = 'paid', amount = amount + 1, updated = NOW(6) "
+                                "WHERE id = %s", (k,))
+                elif op < 0.65:
+                    cur.execute("DELETE FROM orders WHERE id = %s", (k,))
+                elif op < 0.9:
+                    cur.execute("INSERT IGNORE INTO orders (id, customer, amount, status, created) VALUES "
+                                "(%s, 'new customer', 9.99, 'new', NOW(6))", (k,))
+                else:
+                    cur.execute("UPDATE IGNORE orders SET id = id + 100000 WHERE id = %s", (k,))
+                self.transactions += 1
+                time.sleep(0.005)
 
 
 def main() -> int:
@@ -65,46 +89,58 @@ def main() -> int:
     _step("starting a throwaway MariaDB with the binlog on (ROW, FULL image, FULL metadata)")
     with MariaDBServer() as server:
         print(f"MariaDB on 127.0.0.1:{server.port}, datadir {server.basedir}")
-        rng = random.Random(42)
-        rows = [(i, f"item-{i}", Decimal(rng.randint(0, 10**7)) / 100) for i in range(1, ROWS + 1)]
-        with server.admin() as conn, conn.cursor() as cur:
-            cur.execute("CREATE DATABASE demo")
-            cur.execute("CREATE TABLE demo.items (id BIGINT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(10,2))")
-            cur.executemany("INSERT INTO demo.items VALUES (%s, %s, %s)", rows)
-        print(f"created demo.items with {ROWS} rows")
+        _create(server)
+        print(f"created {TABLE} with {ROWS} rows")
+        env = dict(os.environ)
+        env.update(
+            PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+            PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+            MYSQLCDC_MYSQL_URL=f"mysql://cdc@127.0.0.1:{server.port}/",
+            MYSQLCDC_MYSQL_PASSWORD=CDC_PASSWORD,
+            MYSQLCDC_CHUNK_STORE_URL=str(out / "chunks.db"),
+        )
+        lake, checkpoint = str(out / "lake"), str(out / "checkpoint")
 
-        env = _environment(out, server)
         _step("mysqlcdc check (least-privilege user 'cdc'; password passed by environment)")
-        env_check = {**env, "MYSQLCDC_MYSQL_PASSWORD": server.cdc_url.split(":")[2].split("@")[0]}
-        check = subprocess.run(["mysqlcdc", "check", "--mysql-url", f"mysql://cdc@127.0.0.1:{server.port}/"],
-                               env=env_check)
-        if check.returncode != 0:
-            return check.returncode
+        _run(["check"], env)
+        _step("mysqlcdc plan: split the table into chunks")
+        _run(["plan", "--tables", "demo.*", "--chunk-size", "2000"], env)
 
-        _step("airflow db migrate (SQLite metadata DB under demo-output/airflow-home)")
-        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
+        writer = Writer(server)
+        writer.start()
+        _step("mysqlcdc snapshot on Spark (local[2]) while a writer keeps changing the table")
+        _run(["snapshot", "--tables", TABLE, "--output", lake], env)
+        time.sleep(1)
+        writer.stop_event.set()
+        writer.join()
+        print(f"the writer committed {writer.transactions} transactions during the snapshot")
 
-        output = out / "items.parquet"
-        conf = {"database": "demo", "table": "items", "max_id": ROWS, "output": str(output)}
-        _step(f"airflow dags test mysqlcdc_smoke -c '{json.dumps(conf)}' (Spark job, local[2] master)")
-        run = subprocess.run([sys.executable, "-m", "airflow", "dags", "test", "mysqlcdc_smoke", "-c",
-                              json.dumps(conf)], env=env, capture_output=True, text=True)
-        (out / "airflow-dags-test.log").write_text(run.stdout + run.stderr)
-        if run.returncode != 0 or not output.exists():
-            print(run.stdout[-3000:], run.stderr[-3000:])
-            print(f"DAG run failed; full log in {out / 'airflow-dags-test.log'}")
+        _step("mysqlcdc stream --available-now: catch up from the smallest chunk high watermark, then stop")
+        _run(["stream", "--tables", TABLE, "--output", lake, "--checkpoint", checkpoint, "--available-now"], env)
+        _step("mysqlcdc status")
+        _run(["status", "--output", lake], env)
+        _step("mysqlcdc mirror: the current state of the table")
+        _run(["mirror", "--table", TABLE, "--output", lake], env)
+
+        _step("comparing the mirror with the source, row by row")
+        from ..engine.connection import MySQLSettings, connect
+        from ..engine.mirror_manifest import read_mirror
+        from ..engine.tables import TableId, load_schema
+        from ..engine import values
+
+        settings = MySQLSettings.from_url(server.cdc_url)
+        with connect(settings) as conn, conn.cursor() as cur:
+            schema = load_schema(conn, TableId.parse(TABLE))
+            normalize = values.snapshot_normalizer(schema)
+            cur.execute(f"SELECT {values.select_list(schema)} FROM {schema.table.quoted}")
+            source = Counter(normalize(r) for r in cur.fetchall())
+        mirror = Counter(tuple(r[c] for c in schema.column_names) for r in read_mirror(lake, TABLE).to_pylist())
+        if mirror != source:
+            print(f"MISMATCH: {sum((source - mirror).values())} rows missing, {sum((mirror - source).values())} extra")
             return 1
-
-        _step("comparing the Parquet output with the source, row by row")
-        import pyarrow.parquet as pq
-
-        got = [(r["id"], r["name"], r["amount"]) for r in pq.read_table(output).sort_by("id").to_pylist()]
-        if got != rows:
-            print(f"MISMATCH: {len(got)} rows in the output, {len(rows)} in the source")
-            return 1
-        print(f"{len(got)} rows in {output} equal the source")
-    print(f"\ndemo finished in {time.monotonic() - started:.0f}s; Airflow log: {out / 'airflow-dags-test.log'}")
+        print(f"{sum(mirror.values())} rows in the mirror equal the source, value for value")
+    print(f"\ndemo finished in {time.monotonic() - started:.0f}s; output in {out}")
+    print("read it with DuckDB: the file list is in demo-output/lake/demo/orders/mirror/_manifest.json")
     return 0
 
 

@@ -1,0 +1,363 @@
+"""Snapshot phase on Spark against a raw single-connection read into Parquet, measured in the same run.
+
+On a throwaway MariaDB with a generated 6-column table (default 5M rows):
+
+- baseline: one connection, connectorx (Rust, Arrow record batches, binary protocol) reads ``SELECT *`` and
+  pyarrow writes one Parquet file; once with connectorx's own types, once type-exact (DECIMAL as
+  decimal(12,2) via CHAR, TIMESTAMP as a UTC instant), which is the baseline the ratios use;
+- the whole snapshot phase of this project: ``plan_tables`` (SQLite chunk store) and one Spark job over every
+  chunk (``run_chunk_group``, versioned Parquet + chunk store commits) at ``local[1]`` and ``local[2]``. Each
+  parallelism runs in a fresh Python process (a fresh JVM), so Spark start-up (pyspark import, JVM, session and
+  one trivial Python job) is measured on its own and reported separately.
+
+CPU share: client = this process (or the Spark driver process) and all its descendants (JVM, Python workers),
+from /proc via psutil, including reaped children; server = the mariadbd process. 100% is one core.
+Prints one markdown table. Usage:
+``python bench/snapshot_bench.py [--rows 5000000] [--chunk-size 8096] [--parallelism 1,2] [--json FILE]``.
+Needs ``pip install connectorx``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_bench import load_table  # noqa: E402 - same table shape as the engine benchmark
+
+TABLE = "bench.t"
+CX_BATCH_ROWS = 65_536
+
+
+# --- CPU and wall time -----------------------------------------------------------------------------------------
+
+
+def tree_cpu(root: psutil.Process, exclude: int | None = None) -> float:
+    """CPU seconds of ``root`` and its live descendants, plus what their reaped children used."""
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        if proc.pid == exclude:
+            continue
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def tree_rss(root: psutil.Process, exclude: int | None = None) -> int:
+    total = 0
+    for proc in [root, *root.children(recursive=True)]:
+        if proc.pid == exclude:
+            continue
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+@dataclass
+class Measure:
+    wall: float = 0.0
+    client: float = 0.0  # CPU seconds
+    server: float = 0.0  # CPU seconds
+    peak_rss_mb: float = 0.0
+
+    def __add__(self, other: "Measure") -> "Measure":
+        return Measure(self.wall + other.wall, self.client + other.client, self.server + other.server,
+                       max(self.peak_rss_mb, other.peak_rss_mb))
+
+    def shares(self) -> str:
+        return f"client {self.client / self.wall:.0%} / server {self.server / self.wall:.0%} of a core"
+
+
+class Timer:
+    """Wall time, client-tree CPU and server CPU of a block; samples the client tree's RSS every 0.5 s."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.me = psutil.Process()
+        self.server = psutil.Process(server_pid)
+        self.server_pid = server_pid
+        self.m = Measure()
+        self._stop = threading.Event()
+        self._peak = 0
+
+    def _server_cpu(self) -> float:
+        t = self.server.cpu_times()
+        return t.user + t.system
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.5):
+            self._peak = max(self._peak, tree_rss(self.me, self.server_pid))
+
+    def __enter__(self) -> "Timer":
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        self._t0 = (time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, client, server = time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu()
+        self._stop.set()
+        self._thread.join()
+        self._peak = max(self._peak, tree_rss(self.me, self.server_pid))
+        self.m = Measure(wall - self._t0[0], client - self._t0[1], server - self._t0[2], self._peak / 2**20)
+
+
+def dir_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+# --- baseline: connectorx, one connection ----------------------------------------------------------------------
+
+
+def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Measure, str]:
+    """``SELECT *`` through connectorx into one Parquet file; ``exact`` keeps DECIMAL and TIMESTAMP exact."""
+    import connectorx as cx
+
+    if exact:
+        # connectorx reads TIMESTAMP as a naive wall clock in the session zone and DECIMAL through its own
+        # decimal128(38,10) (float64 with pandas): read TIMESTAMP in UTC, DECIMAL as text, convert here.
+        query = "SELECT id, a, b, CAST(c AS CHAR) AS c, d, e FROM t"
+        pre = ["SET time_zone = '+00:00'"]
+        target = pa.schema([("id", pa.int64()), ("a", pa.int32()), ("b", pa.string()),
+                            ("c", pa.decimal128(12, 2)), ("d", pa.timestamp("us")),
+                            ("e", pa.timestamp("us", tz="UTC"))])
+    else:
+        query, pre, target = "SELECT * FROM t", None, None
+    n = 0
+    writer: pq.ParquetWriter | None = None
+    with Timer(server_pid) as t:
+        reader = cx.read_sql(url, query, return_type="arrow_stream", protocol="binary",
+                             pre_execution_query=pre, batch_size=CX_BATCH_ROWS)
+        for batch in reader:
+            if target is not None:
+                batch = pa.RecordBatch.from_arrays(
+                    [pc.cast(batch.column(i), target.field(i).type) for i in range(batch.num_columns)],
+                    schema=target)
+            if writer is None:
+                writer = pq.ParquetWriter(out, batch.schema)
+            writer.write_batch(batch)
+            n += batch.num_rows
+        assert writer is not None
+        writer.close()
+    return n, t.m, str(pq.read_schema(out)).replace("\n", ", ")
+
+
+# --- the snapshot phase on Spark (runs in a child process: one fresh JVM per parallelism) ---------------------
+
+
+def spark_child(cfg_path: str) -> int:
+    cfg = json.loads(Path(cfg_path).read_text())
+    from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
+    from airflow_provider_mysqlcdc.engine.snapshot_manifest import read_snapshot_manifest
+    from airflow_provider_mysqlcdc.engine.tables import TableId
+
+    p, server_pid, rows = cfg["parallelism"], cfg["server_pid"], cfg["rows"]
+    out: dict[str, Any] = {"parallelism": p}
+
+    def say(msg: str) -> None:
+        print(f"[local[{p}]] {msg}", file=sys.stderr, flush=True)
+
+    with ChunkStore(cfg["store"]) as store:
+        from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+        settings = MySQLSettings.from_url(cfg["mysql_url"], password=Path(cfg["password_file"]).read_text().strip())
+        with Timer(server_pid) as t_plan:
+            plan = plan_tables(settings, store, [TABLE], chunk_size=cfg["chunk_size"])[0]
+        out["chunks"] = len(plan.chunks)
+        say(f"planned {len(plan.chunks)} chunks in {t_plan.m.wall:.1f}s")
+
+    with Timer(server_pid) as t_start:
+        from airflow_provider_mysqlcdc.spark.session import build_session
+        from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
+        from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
+
+        spark = build_session(master=f"local[{p}]", app_name=f"mysqlcdc snapshot bench local[{p}]",
+                              conf={"spark.ui.enabled": "false"})
+        spark.sparkContext.setLogLevel("WARN")
+        # A trivial job that starts the Python workers too.
+        assert spark.sparkContext.parallelize(range(p), p).map(lambda x: x + 1).sum() == p * (p + 1) // 2
+    say(f"Spark started in {t_start.m.wall:.1f}s")
+    try:
+        options = SnapshotOptions(mysql_url=cfg["mysql_url"], password_file=cfg["password_file"], table=TABLE,
+                                  output=cfg["output"], chunk_store=cfg["store"])
+        with Timer(server_pid) as t_job:
+            result = run_chunk_group(spark, options, progress=say, raise_on_failure=True)
+        out["spark_reported_seconds"] = result.seconds
+        out["spark_version"] = spark.version
+    finally:
+        spark.stop()
+
+    # Verify: every chunk committed, committed rows == table rows == rows in the manifest's Parquet files.
+    table = TableId.parse(TABLE)
+    with ChunkStore(cfg["store"]) as store:
+        states = store.chunks(TABLE, plan.generation)
+    committed = sum(s.rows or 0 for s in states if s.status == COMMITTED)
+    assert all(s.status == COMMITTED for s in states), [s.status for s in states if s.status != COMMITTED][:5]
+    manifest = read_snapshot_manifest(cfg["output"], table)
+    assert manifest is not None
+    files = [f for fs in manifest.chunk_files().values() for f in fs]
+    parquet_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert result.rows == committed == parquet_rows == rows, (result.rows, committed, parquet_rows, rows)
+    out.update(rows=committed, files=len(files), output_mb=dir_mb(Path(cfg["output"])),
+               output_schema=str(pq.read_schema(files[0])).replace("\n", ", "),
+               plan=asdict(t_plan.m), startup=asdict(t_start.m), job=asdict(t_job.m))
+    Path(cfg["result"]).write_text(json.dumps(out))
+    return 0
+
+
+def run_spark(work: Path, cfg: dict[str, Any], parallelism: int) -> dict[str, Any]:
+    run_dir = work / f"spark-{parallelism}"
+    run_dir.mkdir()
+    cfg = {**cfg, "parallelism": parallelism, "store": str(run_dir / "chunks.db"),
+           "output": str(run_dir / "out"), "result": str(run_dir / "result.json")}
+    cfg_path = run_dir / "config.json"
+    cfg_path.write_text(json.dumps(cfg))
+    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--spark-child", str(cfg_path)], check=True)
+    result = json.loads(Path(cfg["result"]).read_text())
+    shutil.rmtree(run_dir / "out", ignore_errors=True)
+    for key in ("plan", "startup", "job"):
+        result[key] = Measure(**result[key])
+    return result
+
+
+# --- main ------------------------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = psutil.virtual_memory().total / 2**30
+    return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GB RAM"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--chunk-size", type=int, default=8096)
+    parser.add_argument("--parallelism", default="1,2", help="Spark local[n] runs, e.g. 1,2")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--spark-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.spark_child:
+        return spark_child(args.spark_child)
+
+    import connectorx
+    import pyspark
+
+    from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
+
+    parallelisms = [int(p) for p in args.parallelism.split(",") if p.strip()]
+    work = Path(tempfile.mkdtemp(prefix="mysqlcdc-snapshot-bench-"))
+    try:
+        with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
+            assert server.process is not None
+            server_pid = server.process.pid
+            with server.admin() as conn, conn.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                db_version = cur.fetchone()[0]
+            print(f"loading {args.rows:,} rows ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            load_table(server, args.rows)
+            print(f"loaded in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+
+            cx_url = server.cdc_url.rstrip("/") + "/bench"
+            print("baseline: connectorx ...", file=sys.stderr, flush=True)
+            n_plain, m_plain, schema_plain = raw_read(cx_url, work / "plain.parquet", server_pid, exact=False)
+            n_exact, m_exact, schema_exact = raw_read(cx_url, work / "exact.parquet", server_pid, exact=True)
+            assert n_plain == n_exact == args.rows, (n_plain, n_exact, args.rows)
+            exact_mb = (work / "exact.parquet").stat().st_size / 2**20
+
+            password_file = work / "mysql.password"
+            password_file.write_text(CDC_PASSWORD + "\n")
+            password_file.chmod(0o600)
+            port = server.cdc_url.rsplit(":", 1)[1].strip("/")
+            cfg = {"mysql_url": f"mysql://cdc@127.0.0.1:{port}/", "password_file": str(password_file),
+                   "server_pid": server_pid, "rows": args.rows, "chunk_size": args.chunk_size}
+            spark_runs = []
+            for p in parallelisms:
+                print(f"snapshot phase on Spark local[{p}] ...", file=sys.stderr, flush=True)
+                spark_runs.append(run_spark(work, cfg, p))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    rows = args.rows
+    base = rows / m_exact.wall
+    figures: dict[str, Any] = {
+        "rows": rows, "chunk_size": args.chunk_size, "machine": machine(), "mariadb": db_version,
+        "connectorx": connectorx.__version__, "pyspark": pyspark.__version__, "pyarrow": pa.__version__,
+        "raw_plain": {**asdict(m_plain), "rows_s": rows / m_plain.wall, "schema": schema_plain},
+        "raw_exact": {**asdict(m_exact), "rows_s": base, "schema": schema_exact, "output_mb": exact_mb},
+    }
+
+    def line(label: str, m: Measure, rate: bool = True) -> str:
+        if not rate:
+            return f"| {label} | {m.wall:.1f} s | - | - | - | {m.shares()} |"
+        r = rows / m.wall
+        return f"| {label} | {m.wall:.1f} s | {r:,.0f} | {base:,.0f} | {r / base:.2f} | {m.shares()} |"
+
+    print(f"\n### Snapshot phase vs raw read ({rows:,}-row 6-column table; {machine()}; MariaDB {db_version} "
+          f"on the same cores, buffer pool 1G)\n")
+    print("| measurement | time | rows/s | baseline rows/s (same run) | ratio | CPU share |")
+    print("|---|---|---|---|---|---|")
+    print(line(f"raw read: connectorx {connectorx.__version__}, 1 connection, `SELECT *` -> Parquet "
+               "(connectorx types: DECIMAL decimal128(38,10), TIMESTAMP naive session-zone)", m_plain))
+    print(line("**baseline** raw read, type-exact: DECIMAL via CHAR -> decimal128(12,2), TIMESTAMP UTC instant",
+               m_exact))
+    for run in spark_runs:
+        p, n_chunks = run["parallelism"], run["chunks"]
+        plan, startup, job = run["plan"], run["startup"], run["job"]
+        print(line(f"local[{p}]: Spark start-up (pyspark import, JVM, session, trivial Python job)", startup,
+                   rate=False))
+        print(line(f"local[{p}]: plan ({n_chunks} chunks of {args.chunk_size})", plan, rate=False))
+        print(line(f"local[{p}]: Spark snapshot job ({run['files']} Parquet files, chunk store commits)", job))
+        print(line(f"**local[{p}]: snapshot phase = plan + job (without start-up)**", plan + job))
+        print(line(f"local[{p}]: snapshot phase with start-up", plan + startup + job))
+        figures[f"local_{p}"] = {
+            "chunks": n_chunks, "files": run["files"], "output_mb": run["output_mb"],
+            "output_schema": run["output_schema"], "spark_reported_seconds": run["spark_reported_seconds"],
+            "plan": asdict(plan), "startup": asdict(startup), "job": asdict(job),
+            "job_rows_s": rows / job.wall, "phase_rows_s": rows / (plan + job).wall,
+            "phase_with_startup_rows_s": rows / (plan + startup + job).wall,
+            "ratio_phase": rows / (plan + job).wall / base,
+            "ratio_phase_with_startup": rows / (plan + startup + job).wall / base,
+            "startup_share_of_phase": startup.wall / (plan + startup + job).wall,
+        }
+    print(f"\nrow counts verified: {rows:,} rows read by each raw read, committed in the chunk store and in the "
+          "snapshot Parquet files of each Spark run")
+    print(f"Parquet size: raw type-exact {exact_mb:,.0f} MB; snapshot "
+          + ", ".join(f"local[{r['parallelism']}] {r['output_mb']:,.0f} MB" for r in spark_runs)
+          + f". Peak client RSS: raw {m_exact.peak_rss_mb:,.0f} MB; Spark "
+          + ", ".join(f"local[{r['parallelism']}] {r['job'].peak_rss_mb:,.0f} MB" for r in spark_runs))
+    print(f"versions: connectorx {connectorx.__version__}, pyspark {pyspark.__version__}, pyarrow {pa.__version__}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
