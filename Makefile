@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test demo lock clean
+.PHONY: setup system-deps test demo bench lock clean
 
 setup: system-deps $(STAMP)
 
@@ -36,6 +36,12 @@ test: setup
 
 demo: setup
 	$(BIN)/python -m airflow_provider_mysqlcdc.testing.demo
+
+# Benchmarks print ratios against baselines measured in the same run (sizes: BENCH_ARGS='--rows 1000000').
+bench: setup
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,bench]'
+	$(BIN)/python bench/engine_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/snapshot_bench.py $(BENCH_ARGS)
 
 # Re-resolve the pinned versions (review the diff before committing it).
 lock: setup

@@ -30,6 +30,7 @@ setup(
     ],
     extras_require={
         "postgres": ["psycopg[binary]>=3.2,<4"],
+        "bench": ["connectorx>=0.4,<0.5", "psutil>=5.9"],
         "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4", "duckdb>=1.1"],
     },
     entry_points={
