@@ -14,7 +14,7 @@ import sys
 from .engine.connection import PASSWORD_ENV, URL_ENV
 from .spark.binlog_source import DEFAULT_MAX_BYTES_PER_BATCH
 from .spark.snapshot_options import CHUNK_STORE_ENV
-from .spark.stream_job import AVAILABLE_NOW, StreamConfig, mirror_refresh, run_stream
+from .spark.stream_job import AVAILABLE_NOW, StreamConfig, mirror_refresh, parse_exclude_columns, run_stream
 from .spark.stream_lock import DEFAULT_LEASE_SECONDS
 
 
@@ -58,6 +58,8 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentPar
         help="binlog bytes per micro-batch, rounded to a transaction boundary (0: no limit)",
     )
     parser.add_argument("--changelog-json", action="store_true", help="also write Flink changelog-json files")
+    parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
+                        help="columns never written (secrets, blobs); use the snapshot's exclusions")
     parser.add_argument("--server-id-slot", type=int, default=0, help="replica server_id slot (default 0)")
     parser.add_argument(
         "--master",
@@ -100,6 +102,7 @@ def config_from_args(args: argparse.Namespace) -> StreamConfig:
         query_name="mysqlcdc-stream",
         lock_lease_seconds=args.lock_lease_seconds,
         break_lock=args.break_lock,
+        exclude_columns=parse_exclude_columns(getattr(args, "exclude_columns", []) or []),
     )
 
 

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.spark.stream_job import (
     StreamConfig,
     StreamRun,
     mirror_refresh,
+    parse_exclude_columns,
     run_stream,
 )
 from airflow_provider_mysqlcdc.spark.stream_lock import DEFAULT_LEASE_SECONDS
@@ -61,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(0: no limit; default %(default)s)",
     )
     parser.add_argument("--changelog-json", action="store_true", help="also write Flink changelog-json files")
+    parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
+                        help="columns never written (secrets, blobs); use the snapshot's exclusions")
     parser.add_argument("--no-mirror", action="store_true",
                         help="do not refresh the materialized mirror after each batch (refresh later with "
                         "mysqlcdc mirror)")
@@ -110,6 +113,7 @@ def config_from_args(args: argparse.Namespace) -> StreamConfig:
         query_name=args.query_name,
         lock_lease_seconds=args.lock_lease_seconds,
         break_lock=args.break_lock,
+        exclude_columns=parse_exclude_columns(getattr(args, "exclude_columns", []) or []),
     )
 
 

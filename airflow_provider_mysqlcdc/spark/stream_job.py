@@ -17,6 +17,7 @@ Files the stream keeps besides Spark's own checkpoint (``offsets/``, ``commits/`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import posixpath
 import re
@@ -70,6 +71,8 @@ class StreamConfig:
     query_name: str | None = None
     lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
     break_lock: bool = False
+    # columns never written, per table ("db.table" -> names): the same exclusions as the snapshot's
+    exclude_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def available_now(self) -> bool:
@@ -226,7 +229,7 @@ def start_stream(
         )
         sink = ChangelogSink(
             root=config.output,
-            schemas=schemas,
+            schemas=written_schemas(schemas, config.exclude_columns),
             checkpoint=config.checkpoint,
             changelog_json=config.changelog_json,
             on_batch_committed=on_batch_committed,
@@ -304,3 +307,37 @@ def mirror_refresh(config: StreamConfig) -> Iterator[BatchHook]:
     finally:
         refresher.close()
         store.close()
+
+
+def parse_exclude_columns(items: list[str]) -> dict[str, tuple[str, ...]]:
+    """``["db.t=secret,blob", ...]`` (the snapshot's ``--exclude-columns`` format) as a dict."""
+    out: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        table, sep, columns = item.partition("=")
+        if not sep or not table.strip() or not columns.strip():
+            raise ConfigurationError(f"--exclude-columns {item!r} must look like db.table=col1,col2")
+        out[table.strip()] = tuple(c.strip() for c in columns.split(",") if c.strip())
+    return out
+
+
+def written_schemas(
+    schemas: dict[TableId, TableSchema], exclude: dict[str, tuple[str, ...]]
+) -> dict[TableId, TableSchema]:
+    """The schemas the changelog is written with: excluded columns (secrets, blobs) never reach a file."""
+    out = dict(schemas)
+    for name, columns in exclude.items():
+        table = TableId.parse(name)
+        if table not in schemas:
+            raise ConfigurationError(f"--exclude-columns names {name}, which this stream does not capture")
+        schema = schemas[table]
+        unknown = [c for c in columns if c not in schema.column_by_name]
+        keys = [c for c in columns if c in schema.primary_key]
+        if unknown or keys:
+            raise ConfigurationError(
+                f"{table}: cannot exclude {unknown or keys}: "
+                + ("no such column" if unknown else "primary key columns identify rows in the mirror")
+            )
+        out[table] = dataclasses.replace(
+            schema, columns=tuple(c for c in schema.columns if c.name not in columns), column_by_name={}
+        )
+    return out
