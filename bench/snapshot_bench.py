@@ -5,13 +5,16 @@ On a throwaway MariaDB with a generated 6-column table (default 5M rows):
 - baseline: one connection, connectorx (Rust, Arrow record batches, binary protocol) reads ``SELECT *`` and
   pyarrow writes one Parquet file; once with connectorx's own types, once type-exact (DECIMAL as
   decimal(12,2) via CHAR, TIMESTAMP as a UTC instant), which is the baseline the ratios use;
-- the whole snapshot phase of this project: ``plan_tables`` (SQLite chunk store) and one Spark job over every
-  chunk (``run_chunk_group``, versioned Parquet + chunk store commits) at ``local[1]`` and ``local[2]``. Each
-  parallelism runs in a fresh Python process (a fresh JVM), so Spark start-up (pyspark import, JVM, session and
-  one trivial Python job) is measured on its own and reported separately.
+- the whole snapshot phase of this project: ``plan_tables`` (SQLite chunk store) and one Spark job over
+  every chunk (``run_chunk_group``, versioned Parquet + chunk store commits) at ``local[1]`` and ``local[2]``.
+  Each parallelism runs in a fresh Python process (a fresh JVM), so Spark start-up (pyspark import, JVM,
+  session and one trivial Python job) is measured on its own and reported separately;
+- for the breakdown, the engine alone: the same per-chunk work as a Spark task, in this process, no Spark.
 
-CPU share: client = this process (or the Spark driver process) and all its descendants (JVM, Python workers),
-from /proc via psutil, including reaped children; server = the mariadbd process. 100% is one core.
+CPU share (100% = one core): client = this process (or the Spark driver process) and all its descendants
+(JVM, Python workers), from /proc via psutil, including reaped children; server = the mariadbd process;
+other = the rest of the machine's busy CPU (other work on the same cores skews the figures: look at it before
+trusting a ratio).
 Prints one markdown table. Usage:
 ``python bench/snapshot_bench.py [--rows 5000000] [--chunk-size 8096] [--parallelism 1,2] [--json FILE]``.
 Needs ``pip install connectorx``.
@@ -44,7 +47,7 @@ TABLE = "bench.t"
 CX_BATCH_ROWS = 65_536
 
 
-# --- CPU and wall time -----------------------------------------------------------------------------------------
+# --- CPU and wall time --------------------------------------------------------------------------------------
 
 
 def tree_cpu(root: psutil.Process, exclude: int | None = None) -> float:
@@ -59,6 +62,32 @@ def tree_cpu(root: psutil.Process, exclude: int | None = None) -> float:
             continue
         total += t.user + t.system + t.children_user + t.children_system
     return total
+
+
+def cpu_by_kind(root: psutil.Process, exclude: int | None = None) -> dict[int, tuple[str, float, float]]:
+    """pid -> (kind, own CPU, CPU of its reaped children); kind: driver, jvm or python workers."""
+    out = {}
+    for proc in [root, *root.children(recursive=True)]:
+        if proc.pid == exclude:
+            continue
+        try:
+            t, name = proc.cpu_times(), proc.name()
+        except psutil.Error:
+            continue
+        kind = "driver" if proc.pid == root.pid else "jvm" if name == "java" else "python workers"
+        # What the JVM reaped were Python daemons/workers; what a Python process reaped stays with its kind.
+        out[proc.pid] = (kind, t.user + t.system, t.children_user + t.children_system)
+    return out
+
+
+def kind_deltas(before: dict[int, tuple[str, float, float]],
+                after: dict[int, tuple[str, float, float]]) -> dict[str, float]:
+    totals: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
+    for sign, snap in ((-1, before), (1, after)):
+        for kind, own, reaped in snap.values():
+            totals[kind] += sign * own
+            totals["python workers" if kind == "jvm" else kind] += sign * reaped
+    return totals
 
 
 def tree_rss(root: psutil.Process, exclude: int | None = None) -> int:
@@ -79,13 +108,22 @@ class Measure:
     client: float = 0.0  # CPU seconds
     server: float = 0.0  # CPU seconds
     peak_rss_mb: float = 0.0
+    other: float = 0.0  # CPU seconds of every other process on the machine (other work sharing the cores)
+    client_by_kind: dict[str, float] | None = None  # CPU seconds of the driver, the JVM, the Python workers
 
     def __add__(self, other: "Measure") -> "Measure":
         return Measure(self.wall + other.wall, self.client + other.client, self.server + other.server,
-                       max(self.peak_rss_mb, other.peak_rss_mb))
+                       max(self.peak_rss_mb, other.peak_rss_mb), self.other + other.other)
 
     def shares(self) -> str:
-        return f"client {self.client / self.wall:.0%} / server {self.server / self.wall:.0%} of a core"
+        return (f"client {self.client / self.wall:.0%} / server {self.server / self.wall:.0%} of a core "
+                f"(other processes {self.other / self.wall:.0%})")
+
+
+def machine_busy() -> float:
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest time is in user
 
 
 class Timer:
@@ -110,22 +148,28 @@ class Timer:
     def __enter__(self) -> "Timer":
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
-        self._t0 = (time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu())
+        self._kinds = cpu_by_kind(self.me, self.server_pid)
+        self._t0 = (time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu(),
+                    machine_busy())
         return self
 
     def __exit__(self, *exc: object) -> None:
         wall, client, server = time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu()
+        busy = machine_busy()
+        kinds = kind_deltas(self._kinds, cpu_by_kind(self.me, self.server_pid))
         self._stop.set()
         self._thread.join()
         self._peak = max(self._peak, tree_rss(self.me, self.server_pid))
-        self.m = Measure(wall - self._t0[0], client - self._t0[1], server - self._t0[2], self._peak / 2**20)
+        client, server = client - self._t0[1], server - self._t0[2]
+        other = max(0.0, busy - self._t0[3] - client - server)
+        self.m = Measure(wall - self._t0[0], client, server, self._peak / 2**20, other, kinds)
 
 
 def dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-# --- baseline: connectorx, one connection ----------------------------------------------------------------------
+# --- baseline: connectorx, one connection -------------------------------------------------------------------
 
 
 def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Measure, str]:
@@ -161,7 +205,42 @@ def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Me
     return n, t.m, str(pq.read_schema(out)).replace("\n", ", ")
 
 
-# --- the snapshot phase on Spark (runs in a child process: one fresh JVM per parallelism) ---------------------
+# --- the engine's per-chunk work without Spark --------------------------------------------------------------
+
+
+def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]:
+    """Plan + what each Spark task does (``write_chunk``: chunk read -> versioned Parquet), one chunk after
+    another in this process, without Spark and without chunk store commits: the engine's own cost."""
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
+    from airflow_provider_mysqlcdc.spark.chunk_records import SnapshotJob
+    from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
+    from airflow_provider_mysqlcdc.spark.snapshot_writer import write_chunk
+
+    run_dir = work / "engine"
+    run_dir.mkdir()
+    options = SnapshotOptions(mysql_url=cfg["mysql_url"], password_file=cfg["password_file"], table=TABLE,
+                              output=str(run_dir / "out"), chunk_store=str(run_dir / "chunks.db"))
+    with ChunkStore(options.store_url()) as store, Timer(cfg["server_pid"]) as t:
+        plan_tables(options.settings(), store, [TABLE], chunk_size=cfg["chunk_size"])
+        job = SnapshotJob.load(options, store)
+        rows = sum(write_chunk(job, c, options.reader_slot_base).rows for c in job.chunk_ids)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return rows, t.m
+
+
+def settle(server_pid: int, idle_cpu: float = 0.05, timeout: float = 120.0) -> None:
+    """Wait until the server is idle (the load leaves dirty pages and purge work behind)."""
+    proc = psutil.Process(server_pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = sum(proc.cpu_times()[:2])
+        time.sleep(1.0)
+        if sum(proc.cpu_times()[:2]) - before < idle_cpu:
+            return
+
+
+# --- the snapshot phase on Spark (runs in a child process: one fresh JVM per parallelism) -------------------
 
 
 def spark_child(cfg_path: str) -> int:
@@ -179,7 +258,8 @@ def spark_child(cfg_path: str) -> int:
 
     with ChunkStore(cfg["store"]) as store:
         from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
-        settings = MySQLSettings.from_url(cfg["mysql_url"], password=Path(cfg["password_file"]).read_text().strip())
+        password = Path(cfg["password_file"]).read_text().strip()
+        settings = MySQLSettings.from_url(cfg["mysql_url"], password=password)
         with Timer(server_pid) as t_plan:
             plan = plan_tables(settings, store, [TABLE], chunk_size=cfg["chunk_size"])[0]
         out["chunks"] = len(plan.chunks)
@@ -231,7 +311,8 @@ def run_spark(work: Path, cfg: dict[str, Any], parallelism: int) -> dict[str, An
            "output": str(run_dir / "out"), "result": str(run_dir / "result.json")}
     cfg_path = run_dir / "config.json"
     cfg_path.write_text(json.dumps(cfg))
-    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--spark-child", str(cfg_path)], check=True)
+    child = [sys.executable, str(Path(__file__).resolve()), "--spark-child", str(cfg_path)]
+    subprocess.run(child, check=True)
     result = json.loads(Path(cfg["result"]).read_text())
     shutil.rmtree(run_dir / "out", ignore_errors=True)
     for key in ("plan", "startup", "job"):
@@ -239,7 +320,7 @@ def run_spark(work: Path, cfg: dict[str, Any], parallelism: int) -> dict[str, An
     return result
 
 
-# --- main ------------------------------------------------------------------------------------------------------
+# --- main ---------------------------------------------------------------------------------------------------
 
 
 def machine() -> str:
@@ -256,7 +337,8 @@ def machine() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--chunk-size", type=int, default=8096)
     parser.add_argument("--parallelism", default="1,2", help="Spark local[n] runs, e.g. 1,2")
@@ -283,6 +365,7 @@ def main() -> int:
             print(f"loading {args.rows:,} rows ...", file=sys.stderr, flush=True)
             t0 = time.perf_counter()
             load_table(server, args.rows)
+            settle(server_pid)
             print(f"loaded in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
 
             cx_url = server.cdc_url.rstrip("/") + "/bench"
@@ -298,6 +381,9 @@ def main() -> int:
             port = server.cdc_url.rsplit(":", 1)[1].strip("/")
             cfg = {"mysql_url": f"mysql://cdc@127.0.0.1:{port}/", "password_file": str(password_file),
                    "server_pid": server_pid, "rows": args.rows, "chunk_size": args.chunk_size}
+            print("engine without Spark ...", file=sys.stderr, flush=True)
+            n_engine, m_engine = engine_without_spark(cfg, work)
+            assert n_engine == args.rows, (n_engine, args.rows)
             spark_runs = []
             for p in parallelisms:
                 print(f"snapshot phase on Spark local[{p}] ...", file=sys.stderr, flush=True)
@@ -326,15 +412,19 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     print(line(f"raw read: connectorx {connectorx.__version__}, 1 connection, `SELECT *` -> Parquet "
                "(connectorx types: DECIMAL decimal128(38,10), TIMESTAMP naive session-zone)", m_plain))
-    print(line("**baseline** raw read, type-exact: DECIMAL via CHAR -> decimal128(12,2), TIMESTAMP UTC instant",
-               m_exact))
+    print(line("**baseline** raw read, type-exact: DECIMAL via CHAR -> decimal128(12,2), "
+               "TIMESTAMP UTC instant", m_exact))
+    print(line("engine alone, no Spark: plan + each chunk read and written to Parquet (the Spark task's "
+               "`write_chunk`) one after another in one process, no commits", m_engine))
+    figures["engine_without_spark"] = {**asdict(m_engine), "rows_s": rows / m_engine.wall}
     for run in spark_runs:
         p, n_chunks = run["parallelism"], run["chunks"]
         plan, startup, job = run["plan"], run["startup"], run["job"]
         print(line(f"local[{p}]: Spark start-up (pyspark import, JVM, session, trivial Python job)", startup,
                    rate=False))
         print(line(f"local[{p}]: plan ({n_chunks} chunks of {args.chunk_size})", plan, rate=False))
-        print(line(f"local[{p}]: Spark snapshot job ({run['files']} Parquet files, chunk store commits)", job))
+        print(line(f"local[{p}]: Spark snapshot job ({run['files']} Parquet files, chunk store commits)",
+                   job))
         print(line(f"**local[{p}]: snapshot phase = plan + job (without start-up)**", plan + job))
         print(line(f"local[{p}]: snapshot phase with start-up", plan + startup + job))
         figures[f"local_{p}"] = {
@@ -347,13 +437,18 @@ def main() -> int:
             "ratio_phase_with_startup": rows / (plan + startup + job).wall / base,
             "startup_share_of_phase": startup.wall / (plan + startup + job).wall,
         }
-    print(f"\nrow counts verified: {rows:,} rows read by each raw read, committed in the chunk store and in the "
-          "snapshot Parquet files of each Spark run")
+    print(f"\nrow counts verified: {rows:,} rows read by each raw read, committed in the chunk store and in "
+          "the snapshot Parquet files of each Spark run")
     print(f"Parquet size: raw type-exact {exact_mb:,.0f} MB; snapshot "
           + ", ".join(f"local[{r['parallelism']}] {r['output_mb']:,.0f} MB" for r in spark_runs)
           + f". Peak client RSS: raw {m_exact.peak_rss_mb:,.0f} MB; Spark "
           + ", ".join(f"local[{r['parallelism']}] {r['job'].peak_rss_mb:,.0f} MB" for r in spark_runs))
-    print(f"versions: connectorx {connectorx.__version__}, pyspark {pyspark.__version__}, pyarrow {pa.__version__}")
+    for run in spark_runs:
+        kinds = run["job"].client_by_kind or {}
+        print(f"client CPU of the local[{run['parallelism']}] snapshot job: "
+              + ", ".join(f"{k} {v:,.0f} s" for k, v in kinds.items()) + f" (wall {run['job'].wall:,.0f} s)")
+    print(f"versions: connectorx {connectorx.__version__}, pyspark {pyspark.__version__}, "
+          f"pyarrow {pa.__version__}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

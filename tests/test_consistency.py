@@ -52,8 +52,6 @@ def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server
     assert stats.transactions > 50 and stats.rotations >= 1, stats
     for plan in plans:
         assert_same_rows(pipe.mirror(plan.table), pipe.source(plan.table), plan.table)
-    dropped = pipe.stream.read(pipe.offset).dropped if pipe.stream else 0
-    assert dropped == 0
 
 
 def test_chunk_rerun_while_streaming_keeps_mirror_exact(mysql_server, mysql_db, tmp_path):
