@@ -13,79 +13,28 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from typing import Callable, Sequence
 
-from airflow_provider_mysqlcdc.engine.connection import PASSWORD_ENV, URL_ENV
 from airflow_provider_mysqlcdc.engine.errors import CdcError
-from airflow_provider_mysqlcdc.spark.binlog_source import DEFAULT_MAX_BYTES_PER_BATCH
 from airflow_provider_mysqlcdc.spark.changelog_sink import BatchHook, CommittedBatch
-from airflow_provider_mysqlcdc.spark.stream_job import (
-    AVAILABLE_NOW,
-    StreamConfig,
-    StreamRun,
-    mirror_refresh,
-    parse_exclude_columns,
-    run_stream,
-)
-from airflow_provider_mysqlcdc.spark.stream_lock import DEFAULT_LEASE_SECONDS
+from airflow_provider_mysqlcdc.spark.stream_arguments import add_stream_arguments, stream_config
+from airflow_provider_mysqlcdc.spark.stream_job import AVAILABLE_NOW, StreamConfig, StreamRun, mirror_refresh, run_stream
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--mysql-url",
-        default=os.environ.get(URL_ENV),
-        help=f"mysql://user@host:port[?server_id=5400-5499] without the password (default ${URL_ENV})",
-    )
-    parser.add_argument("--password-file", help=f"file holding the MySQL password (default: ${PASSWORD_ENV})")
-    parser.add_argument(
-        "--tables",
-        required=True,
-        action="append",
-        help="database.table names or patterns, comma-separated (repeatable)",
-    )
-    parser.add_argument("--chunk-store", required=True, help="chunk store URL or SQLite path")
-    parser.add_argument("--output", required=True, help="output root (local path or hdfs://, s3://, ...)")
-    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory of this stream")
+    add_stream_arguments(parser)
     parser.add_argument(
         "--trigger",
         default=AVAILABLE_NOW,
         help=f"{AVAILABLE_NOW!r} (catch up, then stop) or 'processing-time=10 seconds' "
         "(continuous); default %(default)s",
     )
-    parser.add_argument(
-        "--max-bytes-per-batch",
-        type=int,
-        default=DEFAULT_MAX_BYTES_PER_BATCH,
-        help="binlog bytes per micro-batch, rounded to a transaction boundary "
-        "(0: no limit; default %(default)s)",
-    )
-    parser.add_argument("--changelog-json", action="store_true", help="also write Flink changelog-json files")
-    parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
-                        help="columns never written (secrets, blobs); use the snapshot's exclusions")
     parser.add_argument("--no-mirror", action="store_true",
                         help="do not refresh the materialized mirror after each batch (refresh later with "
                         "mysqlcdc mirror)")
-    parser.add_argument(
-        "--server-id-slot",
-        type=int,
-        default=0,
-        help="replica server_id slot of the configured range the reader uses (default 0)",
-    )
     parser.add_argument("--read-timeout", type=float, default=600.0, help="seconds per batch read")
     parser.add_argument("--query-name", help="Spark query name")
-    parser.add_argument(
-        "--lock-lease-seconds",
-        type=float,
-        default=DEFAULT_LEASE_SECONDS,
-        help="the checkpoint lock expires this long after its holder's last heartbeat",
-    )
-    parser.add_argument(
-        "--break-lock",
-        action="store_true",
-        help="take the checkpoint lock even if another stream seems to hold it",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,26 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> StreamConfig:
-    if not args.mysql_url:
-        raise CdcError(f"no MySQL server given: pass --mysql-url or set ${URL_ENV}")
-    tables = tuple(t.strip() for item in args.tables for t in item.split(",") if t.strip())
-    return StreamConfig(
-        mysql_url=args.mysql_url,
-        tables=tables,
-        chunk_store=args.chunk_store,
-        output=args.output,
-        checkpoint=args.checkpoint,
-        trigger=args.trigger,
-        password_file=args.password_file,
-        max_bytes_per_batch=args.max_bytes_per_batch or None,
-        changelog_json=args.changelog_json,
-        server_id_slot=args.server_id_slot,
-        read_timeout=args.read_timeout,
-        query_name=args.query_name,
-        lock_lease_seconds=args.lock_lease_seconds,
-        break_lock=args.break_lock,
-        exclude_columns=parse_exclude_columns(getattr(args, "exclude_columns", []) or []),
-    )
+    return stream_config(args, trigger=args.trigger, read_timeout=args.read_timeout, query_name=args.query_name)
 
 
 def run(

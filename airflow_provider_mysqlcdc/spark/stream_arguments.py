@@ -1,0 +1,68 @@
+"""The stream phase's command-line options, shared by ``mysqlcdc stream`` and ``spark_apps/binlog_stream.py``.
+
+Each entry point adds only its own trigger options; everything else is parsed once, here.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ..engine.connection import PASSWORD_ENV, URL_ENV
+from ..engine.errors import ConfigurationError
+from .binlog_source import DEFAULT_MAX_BYTES_PER_BATCH
+from .snapshot_options import CHUNK_STORE_ENV
+from .stream_job import StreamConfig, parse_exclude_columns
+from .stream_lock import DEFAULT_LEASE_SECONDS
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mysql-url",
+        default=os.environ.get(URL_ENV),
+        help=f"mysql://user@host:port[?server_id=5400-5499] without the password (default ${URL_ENV}); "
+        f"the password comes from ${PASSWORD_ENV} or --password-file",
+    )
+    parser.add_argument("--password-file", help="file holding the MySQL password")
+    parser.add_argument("--tables", required=True, action="append",
+                        help="database.table names or patterns, comma-separated (repeatable)")
+    parser.add_argument("--chunk-store", default=os.environ.get(CHUNK_STORE_ENV),
+                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})")
+    parser.add_argument("--output", required=True, help="output root (local path or hdfs://, s3://, ...)")
+    parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory of this stream")
+    parser.add_argument("--max-bytes-per-batch", type=int, default=DEFAULT_MAX_BYTES_PER_BATCH,
+                        help="binlog bytes per micro-batch, rounded to a transaction boundary "
+                        "(0: no limit; default %(default)s)")
+    parser.add_argument("--changelog-json", action="store_true", help="also write Flink changelog-json files")
+    parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
+                        help="columns never written (secrets, blobs); use the snapshot's exclusions")
+    parser.add_argument("--server-id-slot", type=int, default=0,
+                        help="replica server_id slot of the configured range the reader uses (default 0)")
+    parser.add_argument("--lock-lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS,
+                        help="the checkpoint lock expires this long after its holder's last heartbeat")
+    parser.add_argument("--break-lock", action="store_true",
+                        help="take the checkpoint lock even if another stream seems to hold it")
+
+
+def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> StreamConfig:
+    """A StreamConfig from the shared options; missing settings are named with their fix."""
+    if not args.mysql_url:
+        raise ConfigurationError(f"no MySQL server given: pass --mysql-url or set ${URL_ENV}")
+    if not args.chunk_store:
+        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_ENV}")
+    return StreamConfig(
+        mysql_url=args.mysql_url,
+        tables=tuple(t.strip() for item in args.tables for t in item.split(",") if t.strip()),
+        chunk_store=args.chunk_store,
+        output=args.output,
+        checkpoint=args.checkpoint,
+        trigger=trigger,
+        password_file=args.password_file,
+        max_bytes_per_batch=args.max_bytes_per_batch or None,
+        changelog_json=args.changelog_json,
+        server_id_slot=args.server_id_slot,
+        lock_lease_seconds=args.lock_lease_seconds,
+        break_lock=args.break_lock,
+        exclude_columns=parse_exclude_columns(args.exclude_columns or []),
+        **extra,
+    )
