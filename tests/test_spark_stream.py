@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.engine.output_layout import changelog_dir, change
 from airflow_provider_mysqlcdc.engine.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.records import Record
 from airflow_provider_mysqlcdc.engine.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.status import collect_status
 from airflow_provider_mysqlcdc.engine.tables import TableId, load_schema
 from airflow_provider_mysqlcdc.spark.binlog_admission import next_batch_end
 from airflow_provider_mysqlcdc.spark.changelog_reader import changelog_records
@@ -177,6 +178,18 @@ def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, m
     position = read_json(str(Path(config.checkpoint) / "mysqlcdc" / "stream_position.json"))
     assert position is not None and BinlogOffset.from_dict(position["offset"]).at_boundary
 
+    # one table changes, the others stay idle: status still moves every table to the stream's position
+    busy = plans[0].table
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"UPDATE `{busy.table}` SET `v` = `v` + 1 LIMIT 3")
+    run_stream(spark, config)
+    end = BinlogOffset.from_dict(_ledgers(config.checkpoint)[-1]["end_offset"]).position
+    report = collect_status(pipe.store, config.output, [str(p.table) for p in plans])
+    for plan, t in zip(plans, report.tables):
+        idle = plan.table != busy
+        assert idle == (committed_batch_ids(config.output, plan.table)[-1] < t.stream_batch), t.table
+        assert (t.stream_position, t.stream_position_exact, t.consistent) == (end, True, True), t.table
+
 
 _KILLED_APP = """
 import sys, time
@@ -198,12 +211,31 @@ run(spark, build_parser().parse_args(sys.argv[3:]), on_batch_committed=hook)
 """
 
 
+def _kill_app_when(argv: list[str], env: dict, log_path: Path, reached, what: str) -> None:
+    """Run a stream app and SIGKILL its whole process group as soon as ``reached()`` holds."""
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 150
+            while not reached():
+                assert proc.poll() is None, f"the app ended early:\n{log_path.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"the app never reached {what}:\n{log_path.read_text()[-3000:]}"
+                time.sleep(0.01)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
 def test_killed_stream_restarts_without_duplicates_or_gaps(mysql_server, mysql_db, tmp_path, spark, caplog):
-    """SIGKILL a spark app mid-batch (after its sink wrote, before Spark committed); the restart replays the
-    batch over the same offsets, overwriting it, and the result equals an uninterrupted run."""
+    """SIGKILL the spark app twice: once mid-read (batch 2's ledger says "writing", its executors are decoding
+    and writing part files, in the middle of transactions) and once after its sink wrote batch 1's markers but
+    before Spark committed it. Each restart replays the batch over the same offsets, overwriting it, and the
+    result equals an uninterrupted run."""
     pipe, plans, workload = _setup(mysql_server, mysql_db, tmp_path, seed=23)
     killed = _config(mysql_server, mysql_db, tmp_path, name="killed", max_bytes_per_batch=20_000)
-    _let_binlog_grow(mysql_server, 3 * killed.max_bytes_per_batch)  # batch 1 is not the last one
+    _let_binlog_grow(mysql_server, 4 * killed.max_bytes_per_batch)  # batch 2 is not the last one
     workload.stop()
     script = tmp_path / "killed_app.py"
     script.write_text(_KILLED_APP.format(repo=str(REPO)))
@@ -219,39 +251,32 @@ def test_killed_stream_restarts_without_duplicates_or_gaps(mysql_server, mysql_d
         "--trigger": "available-now",
         "--max-bytes-per-batch": str(killed.max_bytes_per_batch),
     }
-    argv = [
-        sys.executable,
-        str(script),
-        str(ready),
-        "1",
-        *(item for pair in options.items() for item in pair),
-    ]
-    assert settings.password not in " ".join(argv)
-    log_path = tmp_path / "killed_app.log"
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            argv, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 150
-            while not ready.exists():
-                assert proc.poll() is None, f"the app ended early:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, (
-                    f"the app never reached batch 1:\n{log_path.read_text()[-3000:]}"
-                )
-                time.sleep(0.2)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    args = [item for pair in options.items() for item in pair]
+    assert settings.password not in " ".join(args)
     checkpoint = Path(killed.checkpoint)
+
+    # kill 1: batch 1 written (markers in place), not committed by Spark
+    argv = [sys.executable, str(script), str(ready), "1", *args]
+    _kill_app_when(argv, env, tmp_path / "killed_app.log", ready.exists, "batch 1")
     assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
     written = [t for t in pipe.schemas if Path(changelog_marker(killed.output, t, 1)).exists()]
     assert written, "the killed attempt should have left batch 1's markers behind"
 
-    run_stream(spark, killed)  # takes over the dead app's lock, replays batch 1, catches up
+    # kill 2: the restart replays batch 1, then dies while batch 2 is being read and written
+    def batch_2_writing() -> bool:
+        ledger = read_json(str(checkpoint / "mysqlcdc" / "batches" / f"batch={2:012d}.json"))
+        return ledger is not None and ledger["state"] == "writing"
+
+    argv = [sys.executable, str(script), str(ready), "-1", *args]
+    _kill_app_when(argv, env, tmp_path / "killed_app_2.log", batch_2_writing, "batch 2")
+    assert (checkpoint / "commits" / "1").exists() and not (checkpoint / "commits" / "2").exists()
+    assert not any(Path(changelog_marker(killed.output, t, 2)).exists() for t in pipe.schemas)
+
+    run_stream(spark, killed)  # takes over the dead app's lock, replays batch 2, catches up
     assert "taking over the stream lock" in caplog.text and "no longer exists" in caplog.text
     ledgers = _ledgers(killed.checkpoint)
-    assert ledgers[1]["replay"] is True and len(ledgers) >= 3, "batch 1 is replayed, later batches follow"
+    assert ledgers[1]["replay"] is True and ledgers[2]["replay"] is True and len(ledgers) >= 4
+    assert all(entry["state"] == "committed" for entry in ledgers)
 
     # the uninterrupted reference: the engine reads the same binlog range in one go
     pipe.open_stream([p.table for p in plans])
@@ -261,6 +286,12 @@ def test_killed_stream_restarts_without_duplicates_or_gaps(mysql_server, mysql_d
     assert len(want) > 200
     assert got == want, f"killed+restarted: {len(got)} records, uninterrupted: {len(want)}"
     _assert_mirror_equals_source(pipe, plans, killed.output)
+    # the killed attempt's part files of batch 2 are gone: only what the markers name is left
+    for schema in pipe.schemas.values():
+        directory = Path(changelog_dir(killed.output, schema.table, 2))
+        marker = read_json(changelog_marker(killed.output, schema.table, 2))
+        on_disk = sorted(p.name for p in directory.glob("*.parquet")) if directory.exists() else []
+        assert on_disk == sorted(marker["files"] if marker else []), schema.table
 
 
 def test_second_stream_on_a_checkpoint_fails_clearly(mysql_server, mysql_db, tmp_path, spark):

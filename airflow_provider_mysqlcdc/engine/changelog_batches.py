@@ -8,6 +8,10 @@ no records of this table. It is optional here; without it the stream position is
 A marker may also list its ``files`` (relative to the batch directory, or absolute), and should when a killed
 attempt can leave unreferenced files behind; otherwise the batch directory is listed. ``last_position`` (the
 latest record's ``_position``) is used when ``end_offset`` is missing.
+
+Markers exist only for tables a batch changed. ``<root>/_mysqlcdc_stream_progress.json`` (``StreamProgress``)
+records every committed batch's end offset and the tables the stream covers, so an idle table's position
+still advances: none of its changes lies before that offset outside the batches already committed.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .output_layout import (
     changelog_marker,
     filesystem,
     read_json,
+    stream_progress_path,
     table_dir,
 )
 from .positions import BinlogPosition
@@ -107,3 +112,37 @@ def parse_offset(value: Any) -> BinlogOffset | None:
     except (CdcError, ValueError, TypeError, KeyError):
         return None  # a malformed optional field must not stop readers: the position is then estimated
     return None
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """The latest batch the stream committed into an output root, and the tables it reads."""
+
+    batch_id: int
+    end_offset: BinlogOffset
+    tables: tuple[str, ...]
+    committed_at: str | None = None
+
+    def covers(self, table: TableId | str) -> bool:
+        return str(table) in self.tables
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_id": self.batch_id,
+            "end_offset": self.end_offset.to_dict(),
+            "tables": list(self.tables),
+            "committed_at": self.committed_at,
+        }
+
+
+def read_stream_progress(root: str) -> StreamProgress | None:
+    """The stream's progress file, or None (no stream yet, or a file this release cannot read)."""
+    data = read_json(stream_progress_path(root))
+    if not data:
+        return None
+    offset = parse_offset(data.get("end_offset"))
+    if offset is None or not isinstance(data.get("batch_id"), int):
+        return None
+    return StreamProgress(
+        data["batch_id"], offset, tuple(map(str, data.get("tables") or ())), data.get("committed_at")
+    )

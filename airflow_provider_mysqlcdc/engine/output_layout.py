@@ -38,6 +38,7 @@ SNAPSHOT, CHANGELOG, CHANGELOG_JSON, MIRROR = "snapshot", "changelog", "changelo
 SNAPSHOT_MANIFEST = "_snapshot_manifest.json"
 MIRROR_MANIFEST = "_manifest.json"
 COMMITTED = "_committed"
+STREAM_PROGRESS = "_mysqlcdc_stream_progress.json"  # in the output root: the latest committed batch
 
 
 def segment(name: str) -> str:
@@ -69,6 +70,10 @@ def changelog_dir(root: str, table: TableId, batch_id: int, kind: str = CHANGELO
 
 def changelog_marker(root: str, table: TableId, batch_id: int) -> str:
     return posixpath.join(table_dir(root, table), CHANGELOG, COMMITTED, f"batch={batch_id:012d}.json")
+
+
+def stream_progress_path(root: str) -> str:
+    return posixpath.join(root.rstrip("/"), STREAM_PROGRESS)
 
 
 def mirror_dir(root: str, table: TableId, chunk_id: int, version: str) -> str:

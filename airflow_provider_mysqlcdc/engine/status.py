@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 
 import pymysql
 
-from .changelog_batches import committed_batch_ids, read_batch
+from .changelog_batches import committed_batch_ids, read_batch, read_stream_progress
 from .chunk_store import COMMITTED, FAILED, PLANNED, RUNNING, ChunkStore, UnknownChunk
 from .errors import CdcError
 from .mirror_manifest import MirrorManifest, consistent_as_of, is_consistent, position_of, read_manifest
@@ -88,7 +88,7 @@ class TableStatus:
     rows: int = 0  # committed snapshot rows of the latest generation
     min_hw: BinlogPosition | None = None
     max_hw: BinlogPosition | None = None
-    stream_batch: int | None = None  # latest committed changelog batch of this table
+    stream_batch: int | None = None  # latest committed stream batch that covered this table
     stream_position: BinlogPosition | None = None
     stream_position_exact: bool = False  # from a marker's end_offset (else estimated from mirror records)
     lag_from: str | None = None  # "stream" or "min_hw" (the stream has not started: where it will start)
@@ -229,7 +229,7 @@ def table_status(
     notes: list[str] = []
 
     manifest = read_manifest(root, table) if root else None
-    batch_id, position, exact = _stream_progress(root, table, manifest, hws[0] if hws else None)
+    batch_id, position, exact, own_batch = _stream_progress(root, table, manifest, hws[0] if hws else None)
     all_committed = bool(states) and all(c.committed for c in states)
     phase = SNAPSHOT if not all_committed else (STREAM if batch_id is not None else SNAPSHOT_DONE)
 
@@ -284,9 +284,9 @@ def table_status(
         ]
         if stale:
             notes.append(f"mirror not yet refreshed for the snapshots of chunks {stale}")
-        if batch_id is not None and (manifest.through_batch is None or manifest.through_batch < batch_id):
+        if own_batch is not None and (manifest.through_batch is None or manifest.through_batch < own_batch):
             notes.append(
-                f"mirror refreshed through batch {manifest.through_batch}, changelog at batch {batch_id}"
+                f"mirror refreshed through batch {manifest.through_batch}, changelog at batch {own_batch}"
             )
     pk = primary_key if primary_key is not None else (manifest.primary_key if manifest is not None else None)
     if pk == ():
@@ -341,23 +341,30 @@ def _pairs(view: Any, manifest: MirrorManifest) -> list[tuple[Any, Any]]:
 
 def _stream_progress(
     root: str | None, table: TableId, manifest: MirrorManifest | None, like: BinlogPosition | None
-) -> tuple[int | None, BinlogPosition | None, bool]:
-    """(latest committed batch, stream position, exact?) from the latest marker's ``end_offset``; else
-    estimated from its ``last_position`` or from the mirror manifest."""
+) -> tuple[int | None, BinlogPosition | None, bool, int | None]:
+    """(latest committed batch covering the table, stream position, exact?, latest batch with changes of the
+    table). The position comes from the stream's progress file when the table has been idle since, else from
+    the latest marker's ``end_offset``, else it is estimated from its ``last_position`` or the mirror."""
     if not root:
-        return None, None, False
+        return None, None, False, None
+    progress = read_stream_progress(root)
+    if progress is not None and not progress.covers(table):
+        progress = None
     ids = committed_batch_ids(root, table)
-    if not ids:
-        return None, None, False
-    latest = read_batch(root, table, ids[-1])
+    own = ids[-1] if ids else None
+    if progress is not None and (own is None or progress.batch_id >= own):
+        return progress.batch_id, progress.end_offset.position, True, own
+    if own is None:
+        return None, None, False, None
+    latest = read_batch(root, table, own)
     if latest.end_offset is not None:
-        return ids[-1], latest.end_offset.position, True
+        return own, latest.end_offset.position, True, own
     candidates: list[BinlogPosition] = []
     if latest.last_position and like is not None:
         candidates.append(position_of(latest.last_position, like))
     if manifest is not None and manifest.stream_position is not None:
         candidates.append(manifest.stream_position)
-    return ids[-1], max(candidates, default=None), False
+    return own, max(candidates, default=None), False, own
 
 
 def collect_status(

@@ -50,6 +50,7 @@ from ..engine.output_layout import (
     filesystem,
     new_version,
     read_json,
+    stream_progress_path,
     write_json_atomic,
 )
 from ..engine.record_batches import record_schema, records_batch
@@ -273,6 +274,16 @@ class ChangelogSink:
                 for kind in (CHANGELOG, CHANGELOG_JSON):
                     keep = {r[2] for r in (kinds or {}).get(kind, [])}
                     _delete_other_files(changelog_dir(self.root, schema.table, batch_id, kind), keep)
+        if end_offset is not None:  # after the markers: idle tables' position advances with the stream
+            write_json_atomic(
+                stream_progress_path(self.root),
+                {
+                    "batch_id": batch_id,
+                    "end_offset": end_offset,
+                    "tables": sorted(self._by_name),
+                    "committed_at": datetime.now(timezone.utc).isoformat(),
+                },
+            )
         return CommittedBatch(batch_id, rows, replay, 0.0, start_offset, end_offset)
 
 
