@@ -39,3 +39,30 @@ def test_cli_without_url_says_what_to_pass(monkeypatch):
     result = subprocess.run(["mysqlcdc", "check"], capture_output=True, text=True, env=env)
     assert result.returncode == 2
     assert "--mysql-url" in result.stderr and "MYSQLCDC_MYSQL_URL" in result.stderr
+
+
+def test_connection_type_and_its_test_through_airflow(airflow_home, mysql_server):
+    """`airflow connections test` (what the UI's Test button runs) reaches our hook's CDC check."""
+    import json
+    import os
+
+    from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+
+    hooks = subprocess.run(
+        [sys.executable, "-m", "airflow", "providers", "hooks", "-o", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "mysqlcdc" in hooks and "MySqlCdcHook" in hooks
+    cdc = MySQLSettings.from_url(mysql_server.cdc_url)
+    conn = {"conn_type": "mysqlcdc", "host": cdc.host, "port": cdc.port, "login": cdc.user, "password": cdc.password}
+    env = {**os.environ, "AIRFLOW__CORE__TEST_CONNECTION": "Enabled", "AIRFLOW_CONN_CDC_SOURCE": json.dumps(conn)}
+    result = subprocess.run([sys.executable, "-m", "airflow", "connections", "test", "cdc_source"],
+                            capture_output=True, text=True, env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and "Connection success" in out, out[-3000:]
+    env["AIRFLOW_CONN_CDC_SOURCE"] = json.dumps({**conn, "password": "not-the-password"})
+    result = subprocess.run([sys.executable, "-m", "airflow", "connections", "test", "cdc_source"],
+                            capture_output=True, text=True, env=env)
+    out += result.stdout + result.stderr
+    assert "Connection failed" in out and "access denied" in out, out[-3000:]
+    assert cdc.password not in out and "not-the-password" not in out

@@ -1,0 +1,158 @@
+"""Snapshot task: one chunk group as one Spark application (``spark_apps/snapshot_chunks.py``).
+
+Mapped over the plan task's groups with ``.partial(...).expand(chunk_group=...)``; the map index shows the
+group (``shop.orders g3 chunks 8-15``). Clearing one mapped task instance reruns exactly that group: the
+chunks are read again and replace their output atomically, and the stream treats them as HW = -inf until the
+rerun commits. Returns the group's chunk results (rows, LW, HW) as recorded in the chunk store.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from ..assets import ASSET_ALIAS
+from ..engine.chunk_groups import ChunkGroup, format_chunk_ids
+from ..engine.chunk_store import COMMITTED, ChunkStore
+from ..engine.errors import CdcError, ConfigurationError
+from ..hooks.mysqlcdc import MySqlCdcHook
+from ..spark.snapshot_options import CHUNK_STORE_ENV
+from .pipeline_settings import chunk_store_url
+from .spark_apps import SNAPSHOT_APP, app_path
+from .spark_submit import SparkAppMixin
+
+MAP_INDEX_TEMPLATE = "{{ mysqlcdc_chunk_group }}"
+
+
+class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
+    """Snapshots the chunks of ``chunk_group`` (``ChunkGroup.to_dict()``) on Spark (``conn_id``: the Spark
+    connection, master in its host) and records each chunk's result in the chunk store."""
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields, "spark_conn_id", "chunk_group", "mysql_conn_id", "chunk_store", "output_path",
+        "exclude_columns", "read_view_mode", "watermark_table",
+    )
+    ui_color = "#fdf1e3"
+
+    def __init__(
+        self,
+        *,
+        chunk_group: Mapping[str, Any],
+        output_path: str,
+        chunk_store: str | None = None,
+        mysql_conn_id: str = MySqlCdcHook.default_conn_name,
+        exclude_columns: Mapping[str, Sequence[str] | str] | None = None,
+        read_view_mode: str = "auto",
+        watermark_table: str | None = None,
+        application: str | None = None,
+        conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("map_index_template", MAP_INDEX_TEMPLATE)
+        kwargs.setdefault("outlets", [ASSET_ALIAS])
+        super().__init__(application=application or app_path(SNAPSHOT_APP), conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
+        self.chunk_group = chunk_group
+        self.output_path = output_path
+        self.chunk_store = chunk_store
+        self.mysql_conn_id = mysql_conn_id
+        self.exclude_columns = exclude_columns
+        self.read_view_mode = read_view_mode
+        self.watermark_table = watermark_table
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        group = ChunkGroup.from_dict(dict(self.chunk_group))
+        context["mysqlcdc_chunk_group"] = group.name
+        hook = MySqlCdcHook(self.mysql_conn_id)
+        store_url = chunk_store_url(self.chunk_store, self.output_path)
+        excluded = _columns_for(self.exclude_columns, group.table)
+        settings = hook.settings()
+        map_index = int(context["ti"].map_index or 0)
+        if map_index < 0:
+            map_index = 0
+        self.application_args = [
+            "--mysql-url", hook.redacted_url(),
+            "--table", group.table,
+            "--generation", str(group.generation),
+            "--chunks", format_chunk_ids(group.chunk_ids),
+            "--output", self.output_path,
+            "--run-id", str(context["run_id"]),
+            "--read-view-mode", self.read_view_mode,
+            "--reader-slot-base", str(reader_slot_base(map_index, len(group.chunk_ids),
+                                                       settings.server_id_range)),
+        ]
+        if self.watermark_table:
+            self.application_args += ["--watermark-table", self.watermark_table]
+        if excluded:
+            self.application_args += ["--exclude-columns", ",".join(excluded)]
+        self.name = self.name if self.name and self.name != "arrow-spark" else f"mysqlcdc snapshot {group.name}"
+        self.prepare_spark(hook, store_url, CHUNK_STORE_ENV)
+        self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, len(group.chunk_ids))
+        failure: BaseException | None = None
+        try:
+            super().execute(context)
+        except Exception as exc:  # noqa: BLE001 - the chunk store says what failed; report that
+            failure = exc
+        result = group_result(store_url, group)
+        failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
+        if failure is not None or failed:
+            details = "; ".join(
+                f"chunk {c['chunk_id']}: {c['status']}" + (f" ({c['error']})" if c.get("error") else "")
+                for c in failed
+            ) or str(failure)
+            raise CdcError(
+                f"snapshot of {group.name} failed: {details}. The previous snapshot of these chunks (if any) "
+                "stays in force; clear this task to rerun exactly this chunk group"
+            ) from failure
+        self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"], result["max_hw"])
+        if result["table_complete"]:
+            self.emit_table_asset(context, settings, group.table, {"generation": group.generation,
+                                                                   "phase": "snapshot"})
+        return result
+
+
+def group_result(store_url: str, group: ChunkGroup) -> dict[str, Any]:
+    """The group's chunks as the chunk store has them (the source of truth), JSON-safe for XCom."""
+    with ChunkStore(store_url) as store:
+        states = store.chunks(group.table, group.generation)
+    wanted = set(group.chunk_ids)
+    chunks = [
+        {
+            "chunk_id": c.chunk_id, "status": c.status, "rows": c.rows, "attempts": c.attempts,
+            "lw": None if c.lw is None else str(c.lw), "hw": None if c.hw is None else str(c.hw),
+            "run_id": c.committed_run_id if c.status == COMMITTED else c.run_id,
+            "error": (c.error or "").splitlines()[0][:300] if c.error else None,
+        }
+        for c in states
+        if c.chunk_id in wanted
+    ]
+    hws = [c.hw for c in states if c.chunk_id in wanted and c.hw is not None]
+    return {
+        "table": group.table, "generation": group.generation, "name": group.name,
+        "chunk_ids": list(group.chunk_ids), "chunks": chunks,
+        "rows": sum(c["rows"] or 0 for c in chunks if c["status"] == COMMITTED),
+        "min_hw": str(min(hws)) if hws else None, "max_hw": str(max(hws)) if hws else None,
+        "table_complete": bool(states) and all(c.status == COMMITTED for c in states),
+    }
+
+
+def reader_slot_base(map_index: int, group_size: int, server_id_range: tuple[int, int]) -> int:
+    """First binlog reader slot of this group: groups running at once use different ``server_id``s (slot 0
+    is the stream's; the top id of the range is ``mysqlcdc check``'s)."""
+    low, high = server_id_range
+    room = (high - low) - 1 - group_size  # slots 1 .. high-low-1
+    if room < 0:
+        raise ConfigurationError(
+            f"a chunk group of {group_size} chunks needs {group_size} binlog reader ids, but the server_id range "
+            f"{low}-{high} has {max(0, high - low - 1)} for snapshots: widen server_id in the MySQL connection's "
+            "extras or lower chunks_per_group"
+        )
+    return 1 + (map_index * group_size) % (room + 1)
+
+
+def _columns_for(exclude: Mapping[str, Sequence[str] | str] | None, table: str) -> list[str]:
+    if not exclude:
+        return []
+    value = exclude.get(table) or []
+    return [c.strip() for c in (value.split(",") if isinstance(value, str) else value) if c.strip()]
+

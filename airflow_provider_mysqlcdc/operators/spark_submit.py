@@ -1,0 +1,62 @@
+"""What our Spark tasks share on top of the Spark provider's ``SparkSubmitOperator``.
+
+Secrets reach ``spark-submit`` only through its environment (the MySQL password, and a chunk store URL that
+carries one); they are registered with Airflow's secrets masker so a stray log line shows ``***``.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from ..assets import ASSET_ALIAS, table_asset
+from ..engine.connection import MySQLSettings
+from ..hooks.mysqlcdc import MySqlCdcHook
+
+DEFAULT_CONF = {
+    "spark.speculation": "false",  # one read per chunk: a speculative copy would read with another HW
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+class SparkAppMixin:
+    """For ``SparkSubmitOperator`` subclasses that run one of our ``spark_apps``."""
+
+    def prepare_spark(self, hook: MySqlCdcHook, store_url: str, store_env: str) -> None:
+        from airflow.sdk.log import mask_secret
+
+        settings = hook.settings()
+        env = dict(self.env_vars or {})  # type: ignore[attr-defined]
+        env.update(hook.spark_env())
+        if settings.password:
+            mask_secret(settings.password)
+        if _has_password(store_url):
+            env[store_env] = store_url
+            mask_secret(store_url)
+            password = make_url(store_url).password
+            if password:
+                mask_secret(str(password))
+        else:
+            self.application_args = [*self.application_args, "--chunk-store", store_url]  # type: ignore[attr-defined]
+        self.env_vars = env  # type: ignore[attr-defined]
+        conf = {**DEFAULT_CONF, **(self.conf or {})}  # type: ignore[attr-defined]
+        if "spark.pyspark.python" not in conf:
+            conf["spark.pyspark.python"] = sys.executable  # the workers need this environment's packages
+        self.conf = conf  # type: ignore[attr-defined]
+        self._conn_id = self.spark_conn_id  # type: ignore[attr-defined]  # templated
+        self._hook = None  # built from the attributes set here
+
+    def emit_table_asset(self, context: Any, settings: MySQLSettings, table: str, extra: dict[str, Any]) -> None:
+        asset = table_asset(settings.host, settings.port, table)
+        context["outlet_events"][ASSET_ALIAS].add(asset, extra={"table": table, **extra})
+        self.log.info("asset event: %s", asset.uri)  # type: ignore[attr-defined]
+
+
+def _has_password(url: str) -> bool:
+    if "://" not in url:
+        return False
+    try:
+        return make_url(url).password is not None
+    except Exception:  # noqa: BLE001 - not a SQLAlchemy URL: a path
+        return False

@@ -1,0 +1,142 @@
+"""Stream task: the binlog Spark job (``spark_apps/binlog_stream.py``) from the smallest chunk HW on.
+
+``trigger="available-now"`` catches up to the binlog end seen at the start and finishes (scheduled incremental
+runs, tests, the demo); ``"continuous"`` (or ``"processing-time=10 seconds"``) runs until the task is stopped:
+killing the task kills ``spark-submit``, and the next start resumes from the Spark checkpoint, exactly once.
+A DAG run that only redoes chunks finds the stream already running (its checkpoint's lock is held) and skips:
+the running stream picks up the rerun chunks' new HWs by itself.
+"""
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Mapping, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from ..assets import ASSET_ALIAS
+from ..engine.chunk_store import ChunkStore
+from ..engine.errors import ConfigurationError
+from ..engine.status import collect_status
+from ..hooks.mysqlcdc import MySqlCdcHook
+from ..spark.snapshot_options import CHUNK_STORE_ENV
+from ..spark.stream_lock import StreamLock
+from .pipeline_settings import chunk_store_url, default_checkpoint, split_tables
+from .spark_apps import STREAM_APP, app_path
+from .spark_submit import SparkAppMixin
+
+AVAILABLE_NOW, CONTINUOUS = "available-now", "continuous"
+CONTINUOUS_TRIGGER = "processing-time=5 seconds"
+
+
+class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
+    """Runs the stream phase on Spark for ``tables`` (names or patterns) into ``output``."""
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store", "output_path", "checkpoint",
+        "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running",
+    )
+    ui_color = "#e6f5ea"
+
+    def __init__(
+        self,
+        *,
+        tables: str | Sequence[str],
+        output_path: str,
+        chunk_store: str | None = None,
+        checkpoint: str | None = None,
+        mysql_conn_id: str = MySqlCdcHook.default_conn_name,
+        trigger: str = AVAILABLE_NOW,
+        exclude_columns: Mapping[str, Sequence[str] | str] | None = None,
+        changelog_json: bool = False,
+        max_bytes_per_batch: int | str | None = None,
+        skip_if_running: bool | str = True,
+        application: str | None = None,
+        conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("outlets", [ASSET_ALIAS])
+        super().__init__(application=application or app_path(STREAM_APP), conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
+        self.tables = tables
+        self.output_path = output_path
+        self.chunk_store = chunk_store
+        self.checkpoint = checkpoint
+        self.mysql_conn_id = mysql_conn_id
+        self.trigger = trigger
+        self.exclude_columns = exclude_columns
+        self.changelog_json = changelog_json
+        self.max_bytes_per_batch = max_bytes_per_batch
+        self.skip_if_running = skip_if_running
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = MySqlCdcHook(self.mysql_conn_id)
+        store_url = chunk_store_url(self.chunk_store, self.output_path)
+        checkpoint = self.checkpoint or default_checkpoint(self.output_path)
+        trigger = spark_trigger(self.trigger)
+        patterns = split_tables(self.tables)
+        owner = StreamLock(checkpoint).read()
+        if owner is not None and owner.stale_reason() is None:
+            message = (f"the stream of checkpoint {checkpoint} is already running ({owner.describe()}); it "
+                       "picks up rerun chunks by itself")
+            if str(self.skip_if_running).lower() in ("true", "1", "yes"):
+                raise AirflowSkipException(message)
+            raise ConfigurationError(message + ": stop it first, or set skip_if_running")
+        with ChunkStore(store_url) as store:
+            tables = matching_tables(store.tables(), patterns)
+            view = store.stream_view(tables)
+        hws = [v.min_hw for v in view.values() if v.min_hw is not None]
+        self.log.info("stream of %s: a new checkpoint starts at the smallest chunk HW %s; an existing one "
+                      "resumes from %s", ", ".join(tables) or "no planned table", min(hws) if hws else "none",
+                      checkpoint)
+        self.application_args = [
+            "--mysql-url", hook.redacted_url(), "--tables", ",".join(patterns), "--output", self.output_path,
+            "--checkpoint", checkpoint, "--trigger", trigger,
+            "--query-name", f"mysqlcdc-{context['dag'].dag_id}",
+        ]
+        if self.max_bytes_per_batch:
+            self.application_args += ["--max-bytes-per-batch", str(int(self.max_bytes_per_batch))]
+        if self.changelog_json:
+            self.application_args += ["--changelog-json"]
+        for table, columns in (self.exclude_columns or {}).items():
+            cols = columns if isinstance(columns, str) else ",".join(columns)
+            if cols:
+                self.application_args += ["--exclude-columns", f"{table}={cols}"]
+        if not self.name or self.name == "arrow-spark":
+            self.name = f"mysqlcdc stream {context['dag'].dag_id}"
+        self.prepare_spark(hook, store_url, CHUNK_STORE_ENV)
+        super().execute(context)
+        settings = hook.settings()
+        with ChunkStore(store_url) as store:
+            report = collect_status(store, self.output_path, tables)
+        result = {
+            "trigger": trigger,
+            "tables": {t.table: {"batch": t.stream_batch,
+                                 "position": None if t.stream_position is None else str(t.stream_position),
+                                 "consistent": t.consistent} for t in report.tables},
+        }
+        for t in report.tables:
+            if t.stream_batch is not None:
+                self.emit_table_asset(context, settings, t.table, {
+                    "phase": "stream", "position": result["tables"][t.table]["position"],
+                    "consistent": t.consistent})
+        return result
+
+
+def matching_tables(planned: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    return [t for t in planned if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
+
+
+def spark_trigger(trigger: str) -> str:
+    """The app's ``--trigger``: ``available-now``, ``continuous`` (a 5 s processing-time trigger) or
+    ``processing-time=<interval>``."""
+    text = (trigger or AVAILABLE_NOW).strip().lower()
+    if text in (AVAILABLE_NOW, "available_now", "availablenow"):
+        return AVAILABLE_NOW
+    if text == CONTINUOUS:
+        return CONTINUOUS_TRIGGER
+    if text.startswith("processing-time="):
+        return trigger.strip()
+    raise ConfigurationError(
+        f"stream trigger {trigger!r}: use 'available-now', 'continuous' or 'processing-time=10 seconds'"
+    )
