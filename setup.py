@@ -16,6 +16,9 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["airflow_provider_mysqlcdc", "airflow_provider_mysqlcdc.*"]),
+    # the spark-submit entry points the operators submit (found by operators/spark_apps.py)
+    data_files=[("share/airflow-provider-mysqlcdc/spark_apps",
+                 ["spark_apps/snapshot_chunks.py", "spark_apps/binlog_stream.py"])],
     install_requires=[
         "apache-airflow>=3.1,<4",
         "apache-airflow-providers-apache-spark>=6.0,<7",
@@ -31,13 +34,15 @@ setup(
     extras_require={
         "postgres": ["psycopg[binary]>=3.2,<4"],
         "bench": ["connectorx>=0.4,<0.5", "psutil>=5.9"],
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4", "duckdb>=1.1"],
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4", "duckdb>=1.1",
+                 "selenium>=4.20,<5"],
     },
     entry_points={
         "apache_airflow_provider": [
             "provider_info=airflow_provider_mysqlcdc.get_provider_info:get_provider_info",
         ],
         "console_scripts": ["mysqlcdc=airflow_provider_mysqlcdc.cli:main"],
+        "airflow.plugins": ["mysqlcdc = airflow_provider_mysqlcdc.plugins.mysqlcdc_plugin:MySqlCdcPlugin"],
     },
     classifiers=[
         "Framework :: Apache Airflow",

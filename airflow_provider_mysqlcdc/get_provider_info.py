@@ -1,6 +1,6 @@
 """The ``apache_airflow_provider`` entry point: what Airflow's provider manager learns about this package.
 
-Hooks, operators, connection types and the UI plugin are listed here as they come to exist.
+Hooks, operators, the ``mysqlcdc`` connection type (a ``mysql`` connection works too) and the UI plugin.
 """
 from __future__ import annotations
 
@@ -15,8 +15,26 @@ def get_provider_info() -> dict[str, Any]:
         "name": "MySQL CDC",
         "description": "Lock-free, parallel, exactly-once MySQL snapshot and binlog stream on Apache Spark.",
         "versions": [__version__],
-        "hooks": [],
-        "operators": [],
-        "connection-types": [],
+        "hooks": [
+            {"integration-name": "MySQL CDC", "python-modules": ["airflow_provider_mysqlcdc.hooks.mysqlcdc"]},
+        ],
+        "operators": [
+            {
+                "integration-name": "MySQL CDC",
+                "python-modules": [
+                    "airflow_provider_mysqlcdc.operators.plan",
+                    "airflow_provider_mysqlcdc.operators.snapshot",
+                    "airflow_provider_mysqlcdc.operators.stream",
+                ],
+            },
+        ],
+        "connection-types": [
+            {
+                "connection-type": "mysqlcdc",
+                "hook-class-name": "airflow_provider_mysqlcdc.hooks.mysqlcdc.MySqlCdcHook",
+            },
+        ],
+        # The UI plugin registers through the "airflow.plugins" entry point (setup.py); listing it here as well
+        # makes Airflow load it twice when providers are discovered eagerly.
         "plugins": [],
     }

@@ -15,8 +15,9 @@ import os
 
 from airflow.sdk import DAG, Param, TaskGroup
 
+from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
-from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
+from airflow_provider_mysqlcdc.operators.snapshot import MAP_INDEX_TEMPLATE, MySqlCdcSnapshotOperator
 from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
 
 DEFAULT_OUTPUT = os.environ.get("MYSQLCDC_DEMO_OUTPUT", "/tmp/mysqlcdc-demo/lake")
@@ -35,7 +36,7 @@ with DAG(
         "chunk_store": Param(None, type=["null", "string"],
                              description="chunk store URL (default: a SQLite file in a local output root)"),
         "chunk_size": Param(8096, type="integer", minimum=1, description="rows per chunk"),
-        "chunks_per_group": Param(64, type="integer", minimum=1,
+        "chunks_per_group": Param(512, type="integer", minimum=1,
                                   description="chunks per Spark application (one mapped task)"),
         "stream_trigger": Param("available-now", type="string",
                                 description="available-now (catch up, finish), continuous, or "
@@ -66,7 +67,8 @@ with DAG(
             output_path="{{ params.output }}",
             chunk_store="{{ params.chunk_store }}",
             exclude_columns="{{ params.exclude_columns }}",
-            map_index_template="{{ mysqlcdc_chunk_group }}",
+            map_index_template=MAP_INDEX_TEMPLATE,  # shows "shop.orders g3 chunks 8-15" in the UI
+            outlets=[ASSET_ALIAS],  # mapped tasks declare their outlets here: one asset per table (assets.py)
             retries=1,
         ).expand(chunk_group=plan.output)
     stream = MySqlCdcStreamOperator(

@@ -91,11 +91,19 @@ def test_groups_fit_max_map_length():
         plan_groups([_plan(str(i), 2) for i in range(5)], 1, 3)
 
 
-def test_concurrent_groups_get_disjoint_reader_slots():
-    size = 8
-    slots = [reader_slot_base(i, size, (5400, 5499)) for i in range(12)]
-    ranges = [set(range(s, s + size)) for s in slots]
-    assert all(1 <= s and s + size <= 99 for s in slots)
-    assert all(not (a & b) for i, a in enumerate(ranges) for b in ranges[i + 1:])
-    with pytest.raises(ConfigurationError, match="server_id"):
-        reader_slot_base(0, 64, (5400, 5410))
+def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
+    """Chunk reads of many groups at once each hold their own binlog reader id (GET_LOCK), whatever their
+    slot hint; the stream's slot 0 and the check's top id are never handed out."""
+    import contextlib
+
+    from airflow_provider_mysqlcdc.engine.binlog_reader import claimed_server_id
+    from airflow_provider_mysqlcdc.engine.errors import ServerNotReady
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url + "?server_id=7000-7005")
+    with contextlib.ExitStack() as stack:
+        ids = [stack.enter_context(claimed_server_id(settings, prefer=reader_slot_base(i, 64))) for i in range(4)]
+        assert sorted(ids) == [7001, 7002, 7003, 7004]
+        with pytest.raises(ServerNotReady, match="in use: widen server_id"):
+            stack.enter_context(claimed_server_id(settings))
+    with claimed_server_id(settings, prefer=3) as again:
+        assert again == 7003  # released with the claiming session

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_mysqlcdc.assets import table_asset_uri
 from airflow_provider_mysqlcdc.engine import values
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
@@ -90,6 +91,20 @@ def _xcoms(run_ids: list[str]) -> list:
     with create_session() as session:
         rows = session.scalars(select(XComModel).where(XComModel.run_id.in_(run_ids))).all()
         return [(r.task_id, r.map_index, r.key, r.value) for r in rows]
+
+
+def _asset_events(run_id: str) -> list[tuple[str, str]]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.uri, AssetEvent.source_task_id)
+            .join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_run_id == run_id)
+        ).all()
+        return [(str(uri), str(task)) for uri, task in rows]
 
 
 def _rendered_fields(run_ids: list[str]) -> list:
@@ -220,6 +235,11 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         assert min(counts) >= 3 and len(mapped) == sum(-(-n // 2) for n in counts), (counts, mapped)
         results = [v for (t, _, k, v) in _xcoms([run.run_id]) if t == SNAPSHOT_TASK and k == "return_value"]
         assert sum(r["rows"] for r in results) > 300 and all(r["max_hw"] for r in results)
+        # one asset per table, updated by the snapshot (table complete) and by the stream run
+        events = _asset_events(run.run_id)
+        for t in tables:
+            uri = table_asset_uri(settings.host, settings.port, str(t))
+            assert events.count((uri, SNAPSHOT_TASK)) == 1 and events.count((uri, "stream")) == 1, (uri, events)
 
         # 2. clear one mapped snapshot task: exactly its chunk group is read again
         index, name = mapped[1]

@@ -33,6 +33,7 @@ What we do not understand, we refuse (``No silent skips`` in DESIGN.md):
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -159,6 +160,40 @@ def allocate_server_id(settings: MySQLSettings, slot: int) -> int:
             f"the top id is reserved for mysqlcdc check): widen the range or run fewer parallel readers"
         )
     return low + slot
+
+
+@contextlib.contextmanager
+def claimed_server_id(settings: MySQLSettings, prefer: int = 1) -> Iterator[int]:
+    """A reader ``server_id`` no other claimant on this server holds while the block runs.
+
+    Snapshot backfills run in many Spark tasks of many applications at once, and two binlog readers with one
+    ``server_id`` make the server drop the first. Each claim takes ``GET_LOCK('mysqlcdc.server_id.<id>', 0)``
+    (no privilege needed; released when the claiming session ends), trying the range's snapshot slots (1 ..
+    n-1; slot 0 is the stream's) from ``prefer`` on.
+    """
+    low, high = settings.server_id_range
+    slots = high - low
+    if slots < 2:
+        raise ConfigurationError(
+            f"server_id range {low}-{high} leaves no id for snapshot backfill readers (slot 0 is the stream's, "
+            "the top id is mysqlcdc check's): configure a range of at least three ids, e.g. server_id=5400-5499"
+        )
+    first = (max(prefer, 1) - 1) % (slots - 1)
+    conn = connect(settings.with_database(None))
+    try:
+        with conn.cursor() as cur:
+            for i in range(slots - 1):
+                server_id = low + 1 + (first + i) % (slots - 1)
+                cur.execute("SELECT GET_LOCK(%s, 0)", (f"mysqlcdc.server_id.{server_id}",))
+                if cur.fetchone()[0] == 1:
+                    yield server_id
+                    return
+        raise ServerNotReady(
+            f"all {slots - 1} snapshot reader server_ids of the range {low}-{high} are in use: widen server_id "
+            "in the MySQL connection, or run fewer chunk reads at once"
+        )
+    finally:
+        conn.close()
 
 
 # --- output -------------------------------------------------------------------------------------------------

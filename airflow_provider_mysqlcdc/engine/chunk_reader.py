@@ -8,6 +8,8 @@ at-least-once chunk filtered at its LW instead.
 """
 from __future__ import annotations
 
+import contextlib
+
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -175,17 +177,18 @@ class ChunkRead:
         self, low: Any, high: Any, table: TableId, apply_to: "ChunkBuffer | None"
     ) -> tuple[BinlogPosition, BinlogPosition, int]:
         """Scan the binlog from before the LW marker to the HW marker; apply chunk events in between."""
-        from .binlog_reader import allocate_server_id
+        from .binlog_reader import claimed_server_id
 
-        server_id = self.options.server_id or allocate_server_id(self.settings, self.options.marker_slot)
         with connect(self.settings) as conn:
             schemas = {self.schema.table: self.schema, table: load_schema(conn, table)}
-        reader = BinlogReader(self.settings, server_id, {self.schema.table, table}, schemas)
-        key_order = KeyOrder(lambda: connect(self.settings), self.schema, self.plan.key_columns)
-        try:
+        with contextlib.ExitStack() as stack:
+            server_id = self.options.server_id or stack.enter_context(
+                claimed_server_id(self.settings, prefer=self.options.marker_slot)
+            )
+            reader = BinlogReader(self.settings, server_id, {self.schema.table, table}, schemas)
+            key_order = KeyOrder(lambda: connect(self.settings), self.schema, self.plan.key_columns)
+            stack.callback(key_order.close)
             return self._scan_markers(reader, ChunkLocator(self.plan, key_order), low, high, table, apply_to)
-        finally:
-            key_order.close()
 
     def _scan_markers(
         self, reader: BinlogReader, locator: ChunkLocator, low: Any, high: Any, table: TableId,

@@ -14,7 +14,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from ..assets import ASSET_ALIAS
 from ..engine.chunk_groups import ChunkGroup, format_chunk_ids
 from ..engine.chunk_store import COMMITTED, ChunkStore
-from ..engine.errors import CdcError, ConfigurationError
+from ..engine.errors import CdcError
 from ..hooks.mysqlcdc import MySqlCdcHook
 from ..spark.snapshot_options import CHUNK_STORE_ENV
 from .pipeline_settings import chunk_store_url
@@ -78,8 +78,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
             "--output", self.output_path,
             "--run-id", str(context["run_id"]),
             "--read-view-mode", self.read_view_mode,
-            "--reader-slot-base", str(reader_slot_base(map_index, len(group.chunk_ids),
-                                                       settings.server_id_range)),
+            "--reader-slot-base", str(reader_slot_base(map_index, len(group.chunk_ids))),
         ]
         if self.watermark_table:
             self.application_args += ["--watermark-table", self.watermark_table]
@@ -136,18 +135,10 @@ def group_result(store_url: str, group: ChunkGroup) -> dict[str, Any]:
     }
 
 
-def reader_slot_base(map_index: int, group_size: int, server_id_range: tuple[int, int]) -> int:
-    """First binlog reader slot of this group: groups running at once use different ``server_id``s (slot 0
-    is the stream's; the top id of the range is ``mysqlcdc check``'s)."""
-    low, high = server_id_range
-    room = (high - low) - 1 - group_size  # slots 1 .. high-low-1
-    if room < 0:
-        raise ConfigurationError(
-            f"a chunk group of {group_size} chunks needs {group_size} binlog reader ids, but the server_id range "
-            f"{low}-{high} has {max(0, high - low - 1)} for snapshots: widen server_id in the MySQL connection's "
-            "extras or lower chunks_per_group"
-        )
-    return 1 + (map_index * group_size) % (room + 1)
+def reader_slot_base(map_index: int, group_size: int) -> int:
+    """First reader slot of this group: where its chunk reads start looking for a free binlog reader id (each
+    read claims one with GET_LOCK), and their watermark rows; spreading the groups makes the first try hit."""
+    return 1 + map_index * group_size
 
 
 def _columns_for(exclude: Mapping[str, Sequence[str] | str] | None, table: str) -> list[str]:

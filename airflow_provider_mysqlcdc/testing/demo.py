@@ -1,12 +1,15 @@
-"""``make demo``: run the pipeline end to end on embedded defaults and say what happened.
+"""``make demo``: run the example DAG end to end on embedded defaults and say what happened.
 
-Starts a throwaway MariaDB with the binlog on, fills ``demo.orders`` and keeps writing to it, then runs the
-``mysqlcdc`` commands a user would: check, plan, snapshot (Spark, local[2]) while the writes go on, stream
-(available-now, which also refreshes the mirror), status, and mirror. Finally it compares the mirror with
-the source row by row. Everything lives under ``demo-output/``; the password travels by environment only.
+Starts a throwaway MariaDB with the binlog on, fills ``demo.orders`` and keeps writing to it, then runs
+``mysqlcdc check`` and the example DAG with ``airflow dags test mysqlcdc_replication -c '{...}'`` (plan ->
+snapshot groups on Spark local[2] -> available-now stream) while the writes go on. After the writer stops, the
+CLI catches the stream up from the DAG's checkpoint and shows ``status`` and the ``mirror``; finally the mirror
+is compared with the source row by row. Everything lives under ``demo-output/`` (its Airflow home included);
+the password travels by environment (an Airflow connection in ``AIRFLOW_CONN_MYSQLCDC_SOURCE``) only.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -34,6 +37,21 @@ def _run(args: list[str], env: dict[str, str]) -> None:
     result = subprocess.run([str(Path(sys.executable).parent / "mysqlcdc"), *args], env=env)
     if result.returncode != 0:
         raise SystemExit(f"demo: `mysqlcdc {args[0]}` failed with exit code {result.returncode}")
+
+
+def _airflow(args: list[str], env: dict[str, str], quiet: bool = False) -> None:
+    """Run the Airflow CLI; with ``quiet``, show its task summary lines instead of every log line."""
+    print("$ airflow " + " ".join(args), flush=True)
+    result = subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=quiet, text=True)
+    if quiet:
+        lines = (result.stdout + result.stderr).splitlines()
+        for line in lines:
+            if any(k in line for k in ("Marking task as", "DagRun Finished", "Task failed", "ERROR", "chunk group:",
+                                       "asset event", "rows, HW")):
+                print("  " + line.strip()[:220])
+    if result.returncode != 0 or (quiet and "state=failed" in result.stdout + result.stderr):
+        tail = "" if not quiet else "\n".join((result.stdout + result.stderr).splitlines()[-40:])
+        raise SystemExit(f"demo: `airflow {args[0]} {args[1] if len(args) > 1 else ''}` failed\n{tail}")
 
 
 def _create(server: MariaDBServer) -> None:
@@ -92,30 +110,40 @@ def main() -> int:
         _create(server)
         print(f"created {TABLE} with {ROWS} rows")
         env = dict(os.environ)
+        airflow_home = out / "airflow"
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
             MYSQLCDC_MYSQL_URL=f"mysql://cdc@127.0.0.1:{server.port}/",
             MYSQLCDC_MYSQL_PASSWORD=CDC_PASSWORD,
-            MYSQLCDC_CHUNK_STORE_URL=str(out / "chunks.db"),
+            AIRFLOW_HOME=str(airflow_home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{airflow_home / 'airflow.db'}",
+            AIRFLOW_CONN_MYSQLCDC_SOURCE=json.dumps({"conn_type": "mysql", "host": "127.0.0.1", "port": server.port,
+                                                     "login": "cdc", "password": CDC_PASSWORD}),
+            AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
         )
-        lake, checkpoint = str(out / "lake"), str(out / "checkpoint")
+        lake = str(out / "lake")
+        checkpoint = str(out / "lake" / "_mysqlcdc_checkpoint")
+        env["MYSQLCDC_CHUNK_STORE_URL"] = str(out / "lake" / "_mysqlcdc_chunks.db")
 
         _step("mysqlcdc check (least-privilege user 'cdc'; password passed by environment)")
         _run(["check"], env)
-        _step("mysqlcdc plan: split the table into chunks")
-        _run(["plan", "--tables", "demo.*", "--chunk-size", "2000"], env)
+        _step("airflow db migrate (a SQLite Airflow home in demo-output/airflow)")
+        _airflow(["db", "migrate"], env, quiet=True)
 
         writer = Writer(server)
         writer.start()
-        _step("mysqlcdc snapshot on Spark (local[2]) while a writer keeps changing the table")
-        _run(["snapshot", "--tables", TABLE, "--output", lake], env)
+        conf = {"tables": TABLE, "output": lake, "chunk_size": 2000, "chunks_per_group": 4}
+        _step("airflow dags test mysqlcdc_replication: plan -> snapshot groups on Spark -> stream, under writes")
+        _airflow(["dags", "test", "mysqlcdc_replication", "-c", json.dumps(conf)], env, quiet=True)
         time.sleep(1)
         writer.stop_event.set()
         writer.join()
-        print(f"the writer committed {writer.transactions} transactions during the snapshot")
+        print(f"the writer committed {writer.transactions} transactions during the DAG run")
 
-        _step("mysqlcdc stream --available-now: catch up from the smallest chunk high watermark, then stop")
+        _step("mysqlcdc stream --available-now: catch up what the writer did after the DAG's stream task")
         _run(["stream", "--tables", TABLE, "--output", lake, "--checkpoint", checkpoint, "--available-now"], env)
         _step("mysqlcdc status")
         _run(["status", "--output", lake], env)
