@@ -464,7 +464,7 @@ def test_concurrent_commits_from_threads(store):
 def test_racing_opens_of_a_fresh_store_and_racing_plans(fresh_store_url):
     """Several tasks open a store nobody has created yet, then all plan the same table at once."""
     workers = 4
-    barrier = threading.Barrier(workers)
+    barrier = threading.Barrier(workers, timeout=60)
     generations: list[int] = []
     errors: list[BaseException] = []
 
@@ -474,8 +474,11 @@ def test_racing_opens_of_a_fresh_store_and_racing_plans(fresh_store_url):
             with ChunkStore(fresh_store_url) as store:
                 barrier.wait()
                 generations.append(new_plan(store, n=2))
+        except threading.BrokenBarrierError:
+            pass  # another worker failed: its error is the one to report
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
+            barrier.abort()  # the others must not wait for this one
 
     threads = [threading.Thread(target=work) for _ in range(workers)]
     for t in threads:

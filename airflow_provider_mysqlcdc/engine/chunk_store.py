@@ -994,6 +994,26 @@ def _table_view(table: str, latest: int | None, committed: int | None,
     )
 
 
+def _switch_to_wal(cursor: Any) -> None:
+    """Turn a (fresh) database file to WAL. SQLite answers "database is locked" at once, without its busy
+    handler, while another connection switches the journal mode: several tasks opening a new store at the
+    same moment must wait for each other here, not fail."""
+    import sqlite3
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.5)
+
+
 def _configure_sqlite(engine: Engine) -> None:
     """WAL (readers never block the writer), full fsync, a busy timeout, and ``BEGIN IMMEDIATE`` for writes so
     concurrent writers queue on the lock instead of failing on a read-to-write upgrade."""
@@ -1004,8 +1024,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                cursor.execute("PRAGMA journal_mode = WAL")
+            _switch_to_wal(cursor)
             cursor.execute("PRAGMA synchronous = FULL")
         finally:
             cursor.close()

@@ -1,8 +1,7 @@
 """The Airflow plugin: the status app under ``/mysqlcdc`` and a "MySQL CDC" tab on every DAG run page.
 
-Airflow loads it through the ``airflow.plugins`` entry point. ``get_provider_info`` lists it too, which
-Airflow reads only with ``[core] lazy_discover_providers = False``; it then finds the plugin twice, keeps one
-and reports the other as a plugin import error ("already registered").
+Airflow loads it through the ``airflow.plugins`` entry point only: listed in ``get_provider_info`` as well, it
+would be found twice with ``[core] lazy_discover_providers = False`` (a plugin import error).
 
 The tab is an external view with destination ``dag_run``: the UI shows it on each DAG run page and loads its
 ``href`` in an iframe after replacing ``{DAG_ID}`` and ``{RUN_ID}`` with the run's ids (URL-encoded). The

@@ -42,7 +42,9 @@ def _run(args: list[str], env: dict[str, str]) -> None:
 def _airflow(args: list[str], env: dict[str, str], quiet: bool = False) -> None:
     """Run the Airflow CLI; with ``quiet``, show its task summary lines instead of every log line."""
     print("$ airflow " + " ".join(args), flush=True)
-    result = subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=quiet, text=True)
+    # not from the checkout: its *.egg-info would make Airflow find the plugin entry point twice
+    result = subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=quiet, text=True,
+                            cwd=env["AIRFLOW_HOME"])
     if quiet:
         lines = (result.stdout + result.stderr).splitlines()
         for line in lines:
@@ -130,6 +132,7 @@ def main() -> int:
 
         _step("mysqlcdc check (least-privilege user 'cdc'; password passed by environment)")
         _run(["check"], env)
+        airflow_home.mkdir(parents=True, exist_ok=True)
         _step("airflow db migrate (a SQLite Airflow home in demo-output/airflow)")
         _airflow(["db", "migrate"], env, quiet=True)
 
