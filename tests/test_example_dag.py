@@ -24,15 +24,13 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.assets import table_asset_uri
-from airflow_provider_mysqlcdc.engine import values
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.mirror_manifest import read_mirror
-from airflow_provider_mysqlcdc.engine.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.tables import TableId
 from airflow_provider_mysqlcdc.operators.pipeline_record import XCOM_KEY
 from airflow_provider_mysqlcdc.spark.stream_lock import StreamLock
 
-from .engine_harness import assert_same_rows
+from .engine_harness import assert_mirror_equals_source
 from .workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,22 +154,6 @@ def _clear_and_rerun(dag, run_id: str, task_id: str, map_index: int) -> str:
         return str(dr.state)
 
 
-def _source_vs_mirror(settings: MySQLSettings, output: str, tables: list[TableId]) -> None:
-    with connect(settings) as conn:
-        for table in tables:
-            schema = load_schema(conn, table)
-            mirror = read_mirror(output, table)
-            normalize = values.snapshot_normalizer(schema)
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted}")
-                rows = [dict(zip(schema.column_names, normalize(r))) for r in cur.fetchall()]
-            names = mirror.column_names
-            source = [tuple(r[c] for c in names) for r in rows]
-            got = [tuple(r[c] for c in names) for r in mirror.to_pylist()]
-            assert len(source) > 100
-            assert_same_rows(got, source, table)
-
-
 def _airflow_task(args: list[str], log_path: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "airflow", "tasks", "test", DAG_ID, *args],
@@ -289,7 +271,7 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     logs.append(str(final_log))
     final = _airflow_task(["stream", redo.run_id, "-t", json.dumps({"stream_trigger": "available-now"})], final_log)
     assert final.wait(timeout=300) == 0, final_log.read_text()[-4000:]
-    _source_vs_mirror(settings, output, tables)
+    assert_mirror_equals_source(settings, output, tables, min_rows=100)
 
     # 5. the password: nowhere
     seen = cmdlines.stop()

@@ -162,7 +162,7 @@ class StatusReport:
                     _text(t.max_hw),
                     _text(t.stream_position)
                     + ("" if t.stream_position is None or t.stream_position_exact else "~"),
-                    _lag_text(t),
+                    lag_text(t),
                     _consistency_text(t),
                 )
             )
@@ -180,15 +180,16 @@ def _text(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _lag_text(t: TableStatus) -> str:
+def lag_text(t: TableStatus) -> str:
+    """Bytes/files behind the server; in parentheses when counted from the smallest HW (no stream yet)."""
     if t.lag_files is None:
         return "-"
-    amount = "?" if t.lag_bytes is None else _bytes_text(t.lag_bytes)
+    amount = "?" if t.lag_bytes is None else bytes_text(t.lag_bytes)
     text = f"{amount}/{t.lag_files} file{'s' if t.lag_files > 1 else ''}" if t.lag_files else amount
     return text if t.lag_from == "stream" else f"({text})"
 
 
-def _bytes_text(n: int) -> str:
+def bytes_text(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"

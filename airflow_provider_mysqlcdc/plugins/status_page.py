@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any, Iterable
 
-from ..engine.status import NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM, StatusReport, TableStatus
+from ..engine.status import NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM, StatusReport, TableStatus, lag_text
 from ..operators.pipeline_record import PipelineRecord
 
 _CSS = """
@@ -85,25 +85,6 @@ def _meta(items: Iterable[tuple[str, str, Any]]) -> str:
         f'<dt>{_e(label)}</dt><dd data-field="{_e(name)}">{_e(value)}</dd>' for label, name, value in items
     )
     return f'<dl class="meta">{rows}</dl>'
-
-
-def _bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
-def lag_text(t: TableStatus) -> str:
-    """Bytes and binlog files behind the server; in parentheses when counted from the smallest HW because
-    the stream has not started (as ``mysqlcdc status`` shows it, and as the engine's note explains)."""
-    if t.lag_files is None:
-        return "-"
-    amount = "? bytes" if t.lag_bytes is None else _bytes(t.lag_bytes)
-    text = f"{amount}, {t.lag_files} file{'s' if t.lag_files != 1 else ''}" if t.lag_files else amount
-    return text if t.lag_from == "stream" else f"({text})"
 
 
 def stream_text(t: TableStatus) -> str:
