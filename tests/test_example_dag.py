@@ -273,6 +273,23 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     assert final.wait(timeout=300) == 0, final_log.read_text()[-4000:]
     assert_mirror_equals_source(settings, output, tables, min_rows=100)
 
+    # the UI page of the first run (what its "MySQL CDC" tab loads) shows this pipeline's real numbers
+    from airflow.utils.session import create_session
+
+    from airflow_provider_mysqlcdc.engine.status import collect_status
+    from airflow_provider_mysqlcdc.plugins.status_app import load_run_status
+    from airflow_provider_mysqlcdc.plugins.status_page import RunRef, render_status
+
+    with create_session() as session:
+        page = load_run_status(session, DAG_ID, run.run_id)
+    want = collect_status(store, output, [str(t) for t in tables])
+    fields = ("phase", "chunks", "committed", "failed", "rows", "min_hw", "max_hw", "stream_position", "consistent")
+    shown = {t.table: [getattr(t, f) for f in fields] for t in page.report.tables}
+    assert shown == {t.table: [getattr(t, f) for f in fields] for t in want.tables}
+    assert all(t.phase == "stream" and t.consistent and t.failed == 0 for t in page.report.tables)
+    html = render_status(RunRef(DAG_ID, run.run_id), page.record, page.report, notes=page.notes)
+    assert all(str(t) in html for t in tables) and password not in html
+
     # 5. the password: nowhere
     seen = cmdlines.stop()
     assert any("spark-submit" in line or "SparkSubmit" in line for line in seen), "the sampler saw no Spark job"
