@@ -45,6 +45,12 @@ with DAG(
                              description="only re-snapshot these chunks, e.g. demo.orders=3,7 (no re-plan)"),
         "exclude_columns": Param({}, type="object",
                                  description='columns never written, e.g. {"shop.users": ["password_hash"]}'),
+        "max_concurrent_reads": Param(4, type="integer", minimum=0,
+                                      description="chunk reads the source serves at once, over all groups (0: no cap)"),
+        "rows_per_second": Param(0, type="number", minimum=0,
+                                 description="rows/s the source serves to all chunk reads together (0: no limit)"),
+        "query_timeout": Param(600, type="number", minimum=0,
+                               description="server-side time limit of each chunk SELECT, seconds (0: none)"),
         "mysql_conn_id": Param("mysqlcdc_source", type="string"),
         "spark_conn_id": Param("spark_default", type="string"),
     },
@@ -67,6 +73,9 @@ with DAG(
             output_path="{{ params.output }}",
             chunk_store="{{ params.chunk_store }}",
             exclude_columns="{{ params.exclude_columns }}",
+            max_concurrent_reads="{{ params.max_concurrent_reads }}",
+            rows_per_second="{{ params.rows_per_second }}",
+            query_timeout="{{ params.query_timeout }}",
             map_index_template=MAP_INDEX_TEMPLATE,  # shows "shop.orders g3 chunks 8-15" in the UI
             outlets=[ASSET_ALIAS],  # mapped tasks declare their outlets here: one asset per table (assets.py)
             retries=1,

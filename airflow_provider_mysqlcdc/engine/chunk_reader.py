@@ -37,6 +37,7 @@ from .read_view import (
 from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from .record_batches import snapshot_batch
 from .server import server_info
+from .source_limits import RateLimiter, SourceLimits, is_query_timeout, read_slot, set_query_timeout
 from .tables import TableId, TableSchema, load_schema
 
 DEFAULT_BATCH_ROWS = 4096
@@ -55,6 +56,7 @@ class ChunkReadOptions:
     server_id: int | None = None  # binlog reader id for the backfill (from the configured range)
     marker_slot: int = 0  # row id in the watermark table: one per concurrent reader
     backfill_timeout: float = 120.0
+    limits: SourceLimits = field(default_factory=SourceLimits)  # what the read may ask of the server
 
 
 @dataclass
@@ -101,14 +103,19 @@ class ChunkRead:
         self._used = True
         started = time.monotonic()
         conn = connect(self.settings)
+        what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
         try:
             info = server_info(conn)
             mode = resolve_mode(conn, info, self.options.mode, self.options.watermark_table)
             self.result.mode = mode
-            if mode == "consistent_snapshot":
-                yield from self._read_consistent(conn, started)
-            else:
-                yield from self._read_with_watermarks(conn, info, started)
+            with read_slot(conn, self.options.limits, what):
+                waited = time.monotonic()
+                self.result.timings["slot_wait_s"] = waited - started
+                set_query_timeout(conn, info.flavor, self.options.limits.query_timeout_s)
+                if mode == "consistent_snapshot":
+                    yield from self._read_consistent(conn, waited)
+                else:
+                    yield from self._read_with_watermarks(conn, info, waited)
         finally:
             conn.close()
         self.result.timings["total_s"] = time.monotonic() - started
@@ -130,13 +137,25 @@ class ChunkRead:
         where, params = plan_predicate(self.plan, self.schema, self.chunk)
         sql = f"SELECT {values.select_list(self.schema)} FROM {self.schema.table.quoted} WHERE {where}"
         normalize = values.snapshot_normalizer(self.schema)
-        with conn.cursor(pymysql.cursors.SSCursor) as cur:
-            cur.execute(sql, params)
-            while True:
-                rows = cur.fetchmany(self.options.batch_rows)
-                if not rows:
-                    return
-                yield [normalize(r) for r in rows]
+        limiter = RateLimiter(self.options.limits.per_read_rows_per_second)
+        try:
+            with conn.cursor(pymysql.cursors.SSCursor) as cur:
+                cur.execute(sql, params)
+                while True:
+                    rows = cur.fetchmany(self.options.batch_rows)
+                    if not rows:
+                        return
+                    yield [normalize(r) for r in rows]
+                    limiter.take(len(rows))
+        except pymysql.err.MySQLError as exc:
+            if is_query_timeout(exc):
+                raise CdcError(
+                    f"{self.schema.table} chunk {self.chunk.chunk_id}: the SELECT ran longer than the per-query "
+                    f"time limit ({self.options.limits.query_timeout_s:g}s, query_timeout) and the server "
+                    "stopped it; nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
+                    "(chunk_size), then rerun the chunk"
+                ) from None
+            raise
 
     # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
 

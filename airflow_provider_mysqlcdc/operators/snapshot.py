@@ -30,7 +30,8 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields, "spark_conn_id", "chunk_group", "mysql_conn_id", "chunk_store", "output_path",
-        "exclude_columns", "read_view_mode", "watermark_table",
+        "exclude_columns", "read_view_mode", "watermark_table", "max_concurrent_reads", "rows_per_second",
+        "query_timeout",
     )
     ui_color = "#fdf1e3"
 
@@ -44,6 +45,9 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         exclude_columns: Mapping[str, Sequence[str] | str] | None = None,
         read_view_mode: str = "auto",
         watermark_table: str | None = None,
+        max_concurrent_reads: int | str | None = None,
+        rows_per_second: float | str | None = None,
+        query_timeout: float | str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -59,6 +63,10 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.exclude_columns = exclude_columns
         self.read_view_mode = read_view_mode
         self.watermark_table = watermark_table
+        # source protection (engine/source_limits.py); None: the defaults (4 reads at once, no rate, 600 s)
+        self.max_concurrent_reads = max_concurrent_reads
+        self.rows_per_second = rows_per_second
+        self.query_timeout = query_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
         group = ChunkGroup.from_dict(dict(self.chunk_group))
@@ -82,6 +90,10 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         ]
         if self.watermark_table:
             self.application_args += ["--watermark-table", self.watermark_table]
+        for flag, value in (("--max-concurrent-reads", self.max_concurrent_reads),
+                            ("--rows-per-second", self.rows_per_second), ("--query-timeout", self.query_timeout)):
+            if value not in (None, ""):
+                self.application_args += [flag, str(value)]
         if excluded:
             self.application_args += ["--exclude-columns", ",".join(excluded)]
         self.name = self.name if self.name and self.name != "arrow-spark" else f"mysqlcdc snapshot {group.name}"

@@ -20,6 +20,7 @@ from ..engine.chunk_groups import format_chunk_ids, parse_chunk_ids
 from ..engine.chunk_reader import DEFAULT_BATCH_ROWS, ChunkReadOptions
 from ..engine.chunk_store import normalize_url
 from ..engine.connection import PASSWORD_ENV, URL_ENV, MySQLSettings
+from ..engine.source_limits import DEFAULT_MAX_CONCURRENT_READS, DEFAULT_QUERY_TIMEOUT_S, SourceLimits
 from ..engine.errors import ConfigurationError
 from ..engine.tables import TableId
 
@@ -50,6 +51,7 @@ class SnapshotOptions:
     reader_slot_base: int = DEFAULT_READER_SLOT_BASE
     backfill_timeout: float = 120.0
     attempts: dict[int, int] = field(default_factory=dict)  # chunk id -> chunk store attempt being run
+    limits: SourceLimits = field(default_factory=SourceLimits)  # concurrent reads, rows/s, query time
     test_fault: str | None = None  # tests only: "raise|exit:<chunk id>:<rows>" fails a chunk's write there
 
     def __post_init__(self) -> None:
@@ -91,7 +93,7 @@ class SnapshotOptions:
             mode=self.read_view_mode,  # type: ignore[arg-type]
             watermark_table=TableId.parse(self.watermark_table) if self.watermark_table else None,
             skip_backfill=self.skip_backfill, batch_rows=self.batch_rows, marker_slot=slot,
-            backfill_timeout=self.backfill_timeout,
+            backfill_timeout=self.backfill_timeout, limits=self.limits,
         )
 
     def with_(self, **changes: object) -> "SnapshotOptions":
@@ -105,6 +107,7 @@ class SnapshotOptions:
             "read_view_mode": self.read_view_mode, "skip_backfill": str(self.skip_backfill).lower(),
             "batch_rows": str(self.batch_rows), "rows_per_file": str(self.rows_per_file),
             "reader_slot_base": str(self.reader_slot_base), "backfill_timeout": str(self.backfill_timeout),
+            **self.limits.to_options(),
         }
         optional = {
             "chunk_store": self.chunk_store, "password_file": self.password_file,
@@ -143,6 +146,7 @@ class SnapshotOptions:
             backfill_timeout=float(o.get("backfill_timeout") or 120.0),
             attempts={int(k): int(v) for k, v in json.loads(o["attempts"]).items()} if o.get("attempts") else {},
             test_fault=o.get("test_fault") or None,
+            limits=SourceLimits.from_options(o),
         )
 
 
@@ -170,6 +174,13 @@ def add_read_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first watermark slot/server_id offset of this job; concurrent jobs need disjoint "
                         "ranges (a job uses one slot per parallel chunk)")
     parser.add_argument("--run-id", help="recorded with each chunk in the chunk store")
+    parser.add_argument("--max-concurrent-reads", type=int, default=DEFAULT_MAX_CONCURRENT_READS,
+                        help="chunk reads the source server serves at once, over all jobs (0: no cap; "
+                        "default %(default)s)")
+    parser.add_argument("--rows-per-second", type=float, default=0,
+                        help="rows per second the source server serves to all chunk reads together (0: no limit)")
+    parser.add_argument("--query-timeout", type=float, default=DEFAULT_QUERY_TIMEOUT_S,
+                        help="server-side time limit of each chunk SELECT in seconds (0: none; default %(default)s)")
 
 
 def _has_password(url: str) -> bool:
@@ -228,4 +239,6 @@ def options_from_args(args: argparse.Namespace, table: str, *, chunk_ids: tuple[
         read_view_mode=args.read_view_mode, watermark_table=args.watermark_table,
         skip_backfill=args.skip_backfill, batch_rows=args.batch_rows, rows_per_file=args.rows_per_file,
         exclude_columns=exclude_columns, run_id=args.run_id, reader_slot_base=args.reader_slot_base,
+        limits=SourceLimits(max_concurrent_reads=args.max_concurrent_reads or None,
+                            rows_per_second=args.rows_per_second or None, query_timeout_s=args.query_timeout or None),
     )
