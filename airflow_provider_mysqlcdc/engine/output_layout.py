@@ -97,6 +97,26 @@ def write_json_atomic(path: str, data: dict[str, Any]) -> None:
     fs.move(tmp, inner)
 
 
+def ensure_writable(root: str, what: str = "output") -> None:
+    """Fail before any work when ``root`` cannot take files (a path under a file, a read-only mount, missing
+    object store credentials), instead of failing every task after it has read its chunk."""
+    from .errors import ConfigurationError
+
+    fs, inner = filesystem(root)
+    probe = posixpath.join(inner.rstrip("/"), f"_mysqlcdc_write_probe_{uuid.uuid4().hex}")
+    try:
+        fs.create_dir(inner, recursive=True)
+        with fs.open_output_stream(probe) as out:
+            out.write(b"")
+        fs.delete_file(probe)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigurationError(
+            f"the {what} {root} is not writable ({reason}): give a path or URI this job (and every Spark "
+            "executor) can create files under"
+        ) from None
+
+
 def read_json(path: str) -> dict[str, Any] | None:
     fs, inner = filesystem(path)
     try:

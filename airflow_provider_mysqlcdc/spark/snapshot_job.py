@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from ..engine.chunk_groups import format_chunk_ids
 from ..engine.chunk_store import COMMITTED, RUNNING, ChunkStore
+from ..engine.output_layout import ensure_writable
 from ..engine.errors import CdcError
 from .chunk_records import SnapshotJob
 from .session import ensure_no_speculation, register_snapshot_source
@@ -81,6 +82,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
                     raise_on_failure: bool = True) -> ChunkGroupResult:
     """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job."""
     ensure_no_speculation(spark)
+    ensure_writable(options.output)  # before any chunk starts: an unusable output must not cost a read
     register_snapshot_source(spark)
     started = time.monotonic()
     say = progress or (lambda _msg: None)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 from ..engine.chunk_store import ChunkStore
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
 from ..engine.errors import CdcError, ConfigurationError
-from ..engine.output_layout import read_json, write_json_atomic
+from ..engine.output_layout import ensure_writable, read_json, write_json_atomic
 from ..engine.tables import TableId, TableSchema, list_tables, load_schema
 from .binlog_source import (
     DEFAULT_MAX_BYTES_PER_BATCH,
@@ -187,6 +187,8 @@ def start_stream(
     on_progress: Callable[[CommittedBatch], None] | None = None,
 ) -> StreamRun:
     """Take the checkpoint's lock and start the query (returns at once)."""
+    ensure_writable(config.output)
+    ensure_writable(config.checkpoint, "checkpoint")
     settings = config.settings()
     schemas = resolve_tables(settings, config.tables)
     tables = sorted(schemas)
