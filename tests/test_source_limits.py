@@ -117,3 +117,31 @@ def test_a_select_over_the_time_limit_is_stopped_with_a_clear_error(mysql_server
     with connect(settings) as conn, conn.cursor() as cur:  # the timeout was the read session's, not global
         cur.execute("SELECT @@GLOBAL.max_statement_time")
         assert float(cur.fetchone()[0]) == 0
+
+
+def test_a_chunk_read_whose_connection_is_killed_fails_clearly_and_reruns(mysql_server, mysql_db):
+    """KILL of the reader's session mid-read (an operator's or a proxy's doing): a clear error, and the rerun
+    in a new read view returns every row."""
+    from airflow_provider_mysqlcdc.engine.errors import ConnectionFailed
+
+    # 60 MB (60,000 rows of 1 kB) read at 5,000 rows/s: more than the socket buffers hold, so the server is
+    # still sending when the KILL comes
+    settings, table = _table(mysql_server, mysql_db, rows=60_000, width=1000)
+    read = _read(settings, table, SourceLimits(max_concurrent_reads=1, rows_per_second=5000.0), batch_rows=200)
+    batches = read.batches()
+    try:
+        first = next(batches)
+        assert first.num_rows == 200
+        with mysql_server.admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND USER = %s "
+                        "AND INFO LIKE %s", (settings.user, f"SELECT %FROM `{mysql_db}`.`t` WHERE%"))
+            found = cur.fetchall()
+            assert len(found) == 1, found
+            cur.execute("KILL %s", (found[0][0],))
+        with pytest.raises(ConnectionFailed, match=r"chunk 0: the connection to MySQL was lost during the read"):
+            for _ in batches:
+                pass
+    finally:
+        batches.close()  # never leave the read view open: it would block the test database's DROP
+    again = _read(settings, table, SourceLimits(max_concurrent_reads=1))
+    assert sum(b.num_rows for b in again.batches()) == 60_000

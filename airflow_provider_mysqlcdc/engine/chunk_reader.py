@@ -21,7 +21,7 @@ import pymysql.cursors
 from . import values
 from .binlog_reader import BinlogReader, RowChange
 from .connection import MySQLSettings, connect
-from .errors import CdcError
+from .errors import CdcError, ConnectionFailed
 from .key_changes import identity_columns, split_key_changes
 from .keys import ChunkLocator, KeyOrder
 from .offsets import BinlogOffset
@@ -41,6 +41,26 @@ from .source_limits import RateLimiter, SourceLimits, is_query_timeout, read_slo
 from .tables import TableId, TableSchema, load_schema
 
 DEFAULT_BATCH_ROWS = 4096
+# lost connection, server gone away, connection KILLed, server shutting down
+LOST_CONNECTION_ERRORS = (2013, 2006, 1927, 1053)
+
+
+def _close_unbuffered(cur: Any) -> None:
+    """Close a streaming cursor. On a dead connection pymysql cannot drain the rest of the result and would
+    retry from its finalizers; mark the result finished so nothing does."""
+    try:
+        cur.close()
+    except Exception:  # noqa: BLE001 - the read's own error is the one that matters
+        result = getattr(cur, "_result", None)
+        if result is not None:
+            result.unbuffered_active = False
+        cur.connection = None
+
+
+def _end_read_view(conn: Any) -> None:
+    """Close the read view; on a connection that died mid-read there is none left (the read's error tells)."""
+    with contextlib.suppress(pymysql.err.MySQLError):
+        conn.rollback()
 
 
 class WatermarkNotFound(CdcError):
@@ -130,7 +150,7 @@ class ChunkRead:
                 self.result.rows += len(rows)
                 yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
         finally:
-            conn.rollback()
+            _end_read_view(conn)
         self.result.timings["read_s"] = time.monotonic() - started
 
     def _select(self, conn: Any) -> Iterator[list[tuple]]:
@@ -138,15 +158,15 @@ class ChunkRead:
         sql = f"SELECT {values.select_list(self.schema)} FROM {self.schema.table.quoted} WHERE {where}"
         normalize = values.snapshot_normalizer(self.schema)
         limiter = RateLimiter(self.options.limits.per_read_rows_per_second)
+        cur = conn.cursor(pymysql.cursors.SSCursor)
         try:
-            with conn.cursor(pymysql.cursors.SSCursor) as cur:
-                cur.execute(sql, params)
-                while True:
-                    rows = cur.fetchmany(self.options.batch_rows)
-                    if not rows:
-                        return
-                    yield [normalize(r) for r in rows]
-                    limiter.take(len(rows))
+            cur.execute(sql, params)
+            while True:
+                rows = cur.fetchmany(self.options.batch_rows)
+                if not rows:
+                    return
+                yield [normalize(r) for r in rows]
+                limiter.take(len(rows))
         except pymysql.err.MySQLError as exc:
             if is_query_timeout(exc):
                 raise CdcError(
@@ -155,7 +175,15 @@ class ChunkRead:
                     "stopped it; nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
                     "(chunk_size), then rerun the chunk"
                 ) from None
+            if getattr(exc, "args", (None,))[0] in LOST_CONNECTION_ERRORS:
+                raise ConnectionFailed(
+                    f"{self.schema.table} chunk {self.chunk.chunk_id}: the connection to MySQL was lost during the "
+                    f"read ({exc.args[-1]}); nothing of this chunk was committed: rerun it (a retry reads it again "
+                    "in a new read view)"
+                ) from None
             raise
+        finally:
+            _close_unbuffered(cur)
 
     # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
 
@@ -169,7 +197,7 @@ class ChunkRead:
             for rows in self._select(conn):
                 buffer.load(rows)
         finally:
-            conn.rollback()
+            _end_read_view(conn)
         read_done = time.monotonic()
         self.result.timings["read_s"] = read_done - started
         if self.options.skip_backfill:

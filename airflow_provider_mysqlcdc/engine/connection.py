@@ -177,6 +177,12 @@ def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Co
                 f"MySQL at {settings.host}:{settings.port} has no database {settings.database!r}: "
                 "fix the database in the URL"
             ) from None
+        if "[SSL" in _message(exc):  # pymysql reports a failed TLS handshake as "can't connect"
+            raise ConnectionFailed(
+                f"the TLS handshake with MySQL at {settings.host}:{settings.port} failed ({_message(exc)}): "
+                "the server's certificate must be signed by the CA in ssl_ca and name the host you connect to "
+                "(or set ssl_verify=false to skip the host name check only)"
+            ) from None
         if code in (2003, 2005, 2006, 2013):
             raise ConnectionFailed(
                 f"cannot reach MySQL at {settings.host}:{settings.port} ({_message(exc)}): "
