@@ -29,7 +29,8 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
     connection, master in its host) and records each chunk's result in the chunk store."""
 
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields, "spark_conn_id", "chunk_group", "mysql_conn_id", "chunk_store", "output_path",
+        *SparkSubmitOperator.template_fields, "spark_conn_id", "chunk_group", "mysql_conn_id", "chunk_store",
+        "output_path",
         "exclude_columns", "read_view_mode", "watermark_table", "max_concurrent_reads", "rows_per_second",
         "query_timeout",
     )

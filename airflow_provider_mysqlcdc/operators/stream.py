@@ -33,7 +33,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
     """Runs the stream phase on Spark for ``tables`` (names or patterns) into ``output``."""
 
     template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store", "output_path", "checkpoint",
+        *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
+        "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running",
     )
     ui_color = "#e6f5ea"
