@@ -156,12 +156,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_snapshot(args: argparse.Namespace) -> int:
-    import fnmatch
     from urllib.parse import urlsplit, urlunsplit
 
     from .engine.chunk_groups import parse_chunk_ids
     from .engine.chunk_store import ChunkStore
     from .engine.positions import BinlogPosition
+    from .engine.tables import matching_tables
     from .spark.session import build_session
     from .spark.snapshot_job import run_chunk_group
     from .spark.snapshot_options import CHUNK_STORE_ENV, options_from_args
@@ -182,8 +182,8 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     with ChunkStore(args.chunk_store) as store:
         planned = store.tables()
     patterns = _split_list(args.tables)
-    tables = [t for t in planned if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
-    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(t, p) for t in planned)]
+    tables = [str(t) for t in matching_tables(planned, patterns)]
+    unmatched = [p for p in patterns if not matching_tables(planned, [p])]
     if unmatched:
         raise ConfigurationError(f"no planned table matches {unmatched}: run mysqlcdc plan first")
     chunk_ids = parse_chunk_ids(args.chunks) if args.chunks else None

@@ -94,6 +94,20 @@ def mysql_db(mysql_server, request) -> Iterator[str]:
         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
 
+@pytest.fixture(scope="module")
+def private_mariadb(server_flavor) -> Iterator[object]:
+    """A MariaDB of the test module's own, for tests that purge binlogs or change global settings."""
+    if server_flavor != "mariadb":
+        pytest.skip("needs a private MariaDB (purges binlogs, changes global settings)")
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+
+    server = MariaDBServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def mariadb_only(server_flavor) -> None:
     if server_flavor != "mariadb":

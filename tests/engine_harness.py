@@ -164,3 +164,12 @@ def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: li
             got = [tuple(r[c] for c in names) for r in mirror.to_pylist()]
             assert len(source) >= min_rows, f"{table}: only {len(source)} rows in the source"
             assert_same_rows(got, source, table)
+
+
+def password_file(folder, settings: MySQLSettings) -> str:
+    """The MySQL password in a private file: how Spark executors (of the shared session, or a cluster's) get
+    it; URLs carry none (``settings.redacted_url()``)."""
+    path = folder / "mysql.password"
+    path.write_text(settings.password)
+    path.chmod(0o600)
+    return str(path)

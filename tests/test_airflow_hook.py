@@ -12,7 +12,7 @@ from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.planner import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.tables import TableId
-from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook, settings_from_connection, url_without_password
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook, settings_from_connection
 from airflow_provider_mysqlcdc.operators.plan import parse_redo_chunks, plan_groups
 from airflow_provider_mysqlcdc.operators.snapshot import reader_slot_base
 
@@ -31,13 +31,13 @@ def test_connection_fields_and_extras_become_engine_settings():
         "db.example.com", 3307, "cdc", "s3cr3t-pw", "shop")
     assert settings.ssl == {"ca": "/etc/ca.pem", "check_hostname": False}
     assert settings.server_id_range == (6000, 6099) and settings.charset == "utf8mb3"
-    url = url_without_password(settings)
+    url = settings.url_without_password()
     assert "s3cr3t-pw" not in url
     again = MySQLSettings.from_url(url, password="s3cr3t-pw")
     assert again == settings, "the URL handed to spark-submit must parse back to the same settings"
     plain = settings_from_connection(_conn(extra=json.dumps({"ssl": "true"})))
     assert plain.ssl == {"check_hostname": True}
-    assert MySQLSettings.from_url(url_without_password(plain), password="s3cr3t-pw") == plain
+    assert MySQLSettings.from_url(plain.url_without_password(), password="s3cr3t-pw") == plain
 
 
 @pytest.mark.parametrize(

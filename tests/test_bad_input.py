@@ -18,23 +18,11 @@ from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
 from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, run_stream
 
-from .engine_harness import assert_mirror_equals_source
+from .engine_harness import assert_mirror_equals_source, password_file
 
 ODD_DB = "odd `db` ü"
 ODD_TABLE = "we'ird \"t\" `x`.y"
 ODD_COLUMNS = ("ïd `k`", "na'me \"q\"", "a.b c", "Größe")
-
-
-def _url(settings: MySQLSettings) -> str:
-    return f"mysql://{settings.user}@{settings.host}:{settings.port}/"
-
-
-def _password_file(tmp_path: Path, settings: MySQLSettings) -> str:
-    """The Spark executors of the shared session read the password from a file, as on a cluster."""
-    path = tmp_path / "mysql.password"
-    path.write_text(settings.password)
-    path.chmod(0o600)
-    return str(path)
 
 
 @pytest.fixture
@@ -72,8 +60,9 @@ def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_ta
             cur.execute(statement, params)
 
     write(f"UPDATE {table_sql} SET {name} = 'before snapshot' WHERE {ab} < 10")
-    options = SnapshotOptions(mysql_url=_url(settings), table=str(odd_table), output=output, chunk_store=store_url,
-                              password_file=_password_file(tmp_path, settings))
+    options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(odd_table), output=output,
+                              chunk_store=store_url,
+                              password_file=password_file(tmp_path, settings))
     result = run_chunk_group(spark, options)
     assert result.ok and result.rows == 300
     # changes after the snapshot, including a key change and a delete, then the stream
@@ -81,9 +70,10 @@ def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_ta
     write(f"UPDATE {table_sql} SET {k} = CONCAT({k}, ' moved') WHERE {ab} > 90")
     write(f"DELETE FROM {table_sql} WHERE {ab} BETWEEN 40 AND 45")
     write(f"INSERT INTO {table_sql} VALUES (%s, %s, %s, %s)", "new `key`", "ü ö", 7, 1.5)
-    config = StreamConfig(mysql_url=_url(settings), tables=(f"{ODD_DB}.we'ird*",), chunk_store=store_url,
+    config = StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{ODD_DB}.we'ird*",),
+                          chunk_store=store_url,
                           output=output, checkpoint=str(tmp_path / "ckpt"),
-                          password_file=_password_file(tmp_path, settings))
+                          password_file=password_file(tmp_path, settings))
     from airflow_provider_mysqlcdc.spark.stream_job import mirror_refresh
 
     with mirror_refresh(config) as hook:
@@ -109,7 +99,7 @@ def test_cli_plan_of_an_unknown_table_fails_with_exit_2(mysql_server, tmp_path, 
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     monkeypatch.setenv("MYSQLCDC_MYSQL_PASSWORD", settings.password)
-    code = cli.main(["plan", "--mysql-url", _url(settings), "--tables", "nowhere.nothing",
+    code = cli.main(["plan", "--mysql-url", settings.redacted_url(), "--tables", "nowhere.nothing",
                      "--chunk-store", str(tmp_path / "c.db")])
     err = capsys.readouterr().err
     assert code == 2 and "nowhere.nothing" in err, err
@@ -124,14 +114,27 @@ def test_unwritable_output_fails_before_reading(mysql_server, odd_table, spark, 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     output = str(blocker / "lake")
-    options = SnapshotOptions(mysql_url=_url(settings), table=str(odd_table), output=output, chunk_store=store_url)
+    options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(odd_table), output=output, chunk_store=store_url)
     with pytest.raises(CdcError, match=r"output .*a-file/lake.* is not writable"):
         run_chunk_group(spark, options)
     with ChunkStore(store_url) as store:
         states = store.chunks(str(odd_table))
     assert all(s.status == "planned" and s.attempts == 0 for s in states), "nothing may start"
-    config = StreamConfig(mysql_url=_url(settings), tables=(str(odd_table),), chunk_store=store_url,
+    config = StreamConfig(mysql_url=settings.redacted_url(), tables=(str(odd_table),), chunk_store=store_url,
                           output=output, checkpoint=str(tmp_path / "ckpt"))
     with pytest.raises(CdcError, match="is not writable"):
         run_stream(spark, config)
     assert json.dumps(str(blocker.read_text())) == '"not a directory"'
+
+
+def test_table_patterns_match_database_and_table_apart():
+    from airflow_provider_mysqlcdc.engine.tables import matching_tables
+
+    planned = ["shop.orders_2025", "shop.orders_2026", "shop.items", "shopx.orders_1", "we.ird.name"]
+    assert [str(t) for t in matching_tables(planned, ["shop.orders_*"])] == [
+        "shop.orders_2025", "shop.orders_2026"]
+    assert [str(t) for t in matching_tables(planned, ["shop*.orders_*", "we.ird.*"])] == [
+        "shop.orders_2025", "shop.orders_2026", "shopx.orders_1", "we.ird.name"]
+    assert matching_tables(planned, ["*.items"]) == [TableId("shop", "items")]
+    with pytest.raises(CdcError, match="database.table"):
+        matching_tables(planned, ["shop_orders"])  # a pattern without a database part is refused

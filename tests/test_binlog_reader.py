@@ -518,18 +518,10 @@ def test_a_dropped_stream_connection_resumes_where_it_was(mysql_server, mysql_db
 
 
 @pytest.fixture(scope="module")
-def private_server(server_flavor):
-    if server_flavor != "mariadb":
-        pytest.skip("needs a private MariaDB (purges binlogs, changes global settings)")
-    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-
-    server = MariaDBServer().start()
-    try:
-        with server.admin() as admin:
-            execute(admin, "CREATE DATABASE p", "CREATE TABLE p.cap (id INT PRIMARY KEY, doc TEXT)")
-        yield server
-    finally:
-        server.stop()
+def private_server(private_mariadb):
+    with private_mariadb.admin() as admin:
+        execute(admin, "CREATE DATABASE p", "CREATE TABLE p.cap (id INT PRIMARY KEY, doc TEXT)")
+    return private_mariadb
 
 
 def test_purged_start_file_names_the_way_out(private_server):

@@ -41,7 +41,7 @@ from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, run_stream,
 from airflow_provider_mysqlcdc.spark.stream_lock import StreamLock, StreamLocked
 from airflow_provider_mysqlcdc.spark.stream_rows import STREAM_ARROW_SCHEMA, stream_batches
 
-from .engine_harness import Pipeline, assert_same_rows
+from .engine_harness import Pipeline, assert_same_rows, password_file
 from .workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,26 +55,15 @@ def _settings(mysql_server) -> MySQLSettings:
     return MySQLSettings.from_url(mysql_server.cdc_url)
 
 
-def _url_without_password(settings: MySQLSettings) -> str:
-    return f"mysql://{settings.user}@{settings.host}:{settings.port}/"
-
-
-def _password_file(tmp_path: Path, settings: MySQLSettings) -> str:
-    path = tmp_path / "mysql.password"
-    path.write_text(settings.password)
-    path.chmod(0o600)
-    return str(path)
-
-
 def _config(mysql_server, mysql_db, tmp_path, name: str = "a", **kw) -> StreamConfig:
     settings = _settings(mysql_server)
     options = dict(
-        mysql_url=_url_without_password(settings),
+        mysql_url=settings.redacted_url(),
         tables=(f"{mysql_db}.t_*",),
         chunk_store=str(tmp_path / "chunks.db"),
         output=str(tmp_path / f"out-{name}"),
         checkpoint=str(tmp_path / f"ckpt-{name}"),
-        password_file=_password_file(tmp_path, settings),
+        password_file=password_file(tmp_path, settings),
         max_bytes_per_batch=60_000,
         lock_lease_seconds=20.0,
     )

@@ -15,18 +15,7 @@ from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
 from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, run_stream
 
-
-@pytest.fixture(scope="module")
-def private_server(server_flavor):
-    if server_flavor != "mariadb":
-        pytest.skip("needs a private MariaDB (purges its binlogs)")
-    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-
-    server = MariaDBServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
+from .engine_harness import password_file
 
 
 def _purge_all_but_current(server) -> tuple[str, str]:
@@ -47,27 +36,26 @@ def _purge_all_but_current(server) -> tuple[str, str]:
             time.sleep(0.3)
 
 
-def test_stream_from_a_purged_position_stops_with_the_way_out(private_server, spark, tmp_path):
-    with private_server.admin() as admin, admin.cursor() as cur:
+def test_stream_from_a_purged_position_stops_with_the_way_out(private_mariadb, spark, tmp_path):
+    with private_mariadb.admin() as admin, admin.cursor() as cur:
         cur.execute("CREATE DATABASE shop")
         cur.execute("CREATE TABLE shop.orders (id INT PRIMARY KEY, v INT)")
         cur.executemany("INSERT INTO shop.orders VALUES (%s, %s)", [(i, i) for i in range(200)])
-    settings = MySQLSettings.from_url(private_server.cdc_url)
-    password_file = tmp_path / "pw"
-    password_file.write_text(settings.password)
-    url = f"mysql://{settings.user}@{settings.host}:{settings.port}/"
+    settings = MySQLSettings.from_url(private_mariadb.cdc_url)
+    secret = password_file(tmp_path, settings)
+    url = settings.redacted_url()
     store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
     with ChunkStore(store) as chunk_store:
         plan_tables(settings, chunk_store, ["shop.orders"], chunk_size=50)
     result = run_chunk_group(spark, SnapshotOptions(mysql_url=url, table="shop.orders", output=output,
-                                                    chunk_store=store, password_file=str(password_file)))
+                                                    chunk_store=store, password_file=secret))
     assert result.ok
-    with private_server.admin() as admin, admin.cursor() as cur:
+    with private_mariadb.admin() as admin, admin.cursor() as cur:
         cur.execute("UPDATE shop.orders SET v = v + 1 WHERE id < 10")  # changes the stream would need
-    needed, oldest = _purge_all_but_current(private_server)
+    needed, oldest = _purge_all_but_current(private_mariadb)
 
     config = StreamConfig(mysql_url=url, tables=("shop.orders",), chunk_store=store, output=output,
-                          checkpoint=str(tmp_path / "ckpt"), password_file=str(password_file))
+                          checkpoint=str(tmp_path / "ckpt"), password_file=secret)
     with pytest.raises(CdcError) as info:
         run_stream(spark, config)
     message = str(info.value)

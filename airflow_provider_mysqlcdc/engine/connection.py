@@ -9,7 +9,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import pymysql
 import pymysql.cursors
@@ -82,6 +82,26 @@ class MySQLSettings:
         auth = quote(self.user, safe="")
         db = quote(self.database, safe="") if self.database else ""
         return f"mysql://{auth}@{self.host}:{self.port}/{db}"
+
+    def url_without_password(self) -> str:
+        """The URL with every option (TLS, charset, server_id range, timeout) but no password: it parses back
+        to the same settings plus the password from the environment or a file (spark-submit arguments)."""
+        query: dict[str, str] = {}
+        if self.ssl is not None:
+            query["ssl"] = "true"
+            for key, name in (("ca", "ssl_ca"), ("cert", "ssl_cert"), ("key", "ssl_key")):
+                if self.ssl.get(key):
+                    query[name] = str(self.ssl[key])
+            if self.ssl.get("check_hostname") is False:
+                query["ssl_verify"] = "false"
+        if self.charset != "utf8mb4":
+            query["charset"] = self.charset
+        if self.server_id_range != DEFAULT_SERVER_ID_RANGE:
+            query["server_id"] = "{}-{}".format(*self.server_id_range)
+        if self.connect_timeout != 10:
+            query["connect_timeout"] = str(self.connect_timeout)
+        base = self.redacted_url()
+        return f"{base}?{urlencode(query)}" if query else base
 
     def with_database(self, database: str | None) -> "MySQLSettings":
         return dataclasses.replace(self, database=database)

@@ -122,11 +122,7 @@ def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -
         existing = [TableId(str(db), str(name)) for db, name in cur.fetchall()]
     found: list[TableId] = []
     for pattern in patterns:
-        wanted = TableId.parse(pattern.strip())
-        matches = [
-            t for t in existing
-            if fnmatch.fnmatchcase(t.database, wanted.database) and fnmatch.fnmatchcase(t.table, wanted.table)
-        ]
+        matches = matching_tables(existing, [pattern])
         if not matches:
             kind = "pattern" if any(ch in pattern for ch in "*?[") else "table"
             raise ConfigurationError(
@@ -135,6 +131,17 @@ def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -
             )
         found.extend(t for t in sorted(matches) if t not in found)
     return found
+
+
+def matching_tables(tables: Iterable[TableId | str], patterns: Iterable[str]) -> list[TableId]:
+    """The tables that match any of the ``db.table`` names or patterns, database and table matched apart
+    (so a ``*`` never crosses the dot), in name order."""
+    wanted = [TableId.parse(p.strip()) for p in patterns]
+    ids = [TableId.parse(t) if isinstance(t, str) else t for t in tables]
+    return sorted(
+        t for t in ids
+        if any(fnmatch.fnmatchcase(t.database, w.database) and fnmatch.fnmatchcase(t.table, w.table) for w in wanted)
+    )
 
 
 def load_schema(conn: pymysql.connections.Connection, table: TableId) -> TableSchema:

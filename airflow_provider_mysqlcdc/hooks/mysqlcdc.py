@@ -58,7 +58,7 @@ class MySqlCdcHook(BaseHook):
 
     def redacted_url(self) -> str:
         """``mysql://user@host:port/?...``: what Spark apps get on their command line (no password)."""
-        return url_without_password(self.settings())
+        return self.settings().url_without_password()
 
     def spark_env(self) -> dict[str, str]:
         """Environment for ``spark-submit``: the only way the password reaches the Spark driver."""
@@ -106,29 +106,6 @@ def settings_from_connection(conn: Any) -> MySQLSettings:
         )
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"connection {conn.conn_id!r}: {exc}") from None
-
-
-def url_without_password(settings: MySQLSettings) -> str:
-    """A ``mysql://`` URL the engine parses back to the same settings, minus the password."""
-    from urllib.parse import urlencode
-
-    query: dict[str, str] = {}
-    if settings.ssl is not None:
-        query["ssl"] = "true"
-        for key, name in (("ca", "ssl_ca"), ("cert", "ssl_cert"), ("key", "ssl_key")):
-            if settings.ssl.get(key):
-                query[name] = str(settings.ssl[key])
-        if settings.ssl.get("check_hostname") is False:
-            query["ssl_verify"] = "false"
-    if settings.charset != "utf8mb4":
-        query["charset"] = settings.charset
-    if settings.server_id_range != DEFAULT_SERVER_ID_RANGE:
-        low, high = settings.server_id_range
-        query["server_id"] = f"{low}-{high}"
-    if settings.connect_timeout != 10:
-        query["connect_timeout"] = str(settings.connect_timeout)
-    base = settings.redacted_url()
-    return f"{base}?{urlencode(query)}" if query else base
 
 
 def _ssl(conn_id: str, extra: dict[str, Any]) -> dict[str, Any] | None:

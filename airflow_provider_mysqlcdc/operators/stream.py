@@ -8,7 +8,6 @@ the running stream picks up the rerun chunks' new HWs by itself.
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import Any, Mapping, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -18,6 +17,7 @@ from ..assets import ASSET_ALIAS
 from ..engine.chunk_store import ChunkStore
 from ..engine.errors import ConfigurationError
 from ..engine.status import collect_status
+from ..engine.tables import matching_tables
 from ..hooks.mysqlcdc import MySqlCdcHook
 from ..spark.snapshot_options import CHUNK_STORE_ENV
 from ..spark.stream_lock import StreamLock
@@ -84,7 +84,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                 raise AirflowSkipException(message)
             raise ConfigurationError(message + ": stop it first, or set skip_if_running")
         with ChunkStore(store_url) as store:
-            tables = matching_tables(store.tables(), patterns)
+            tables = [str(t) for t in matching_tables(store.tables(), patterns)]
             view = store.stream_view(tables)
         hws = [v.min_hw for v in view.values() if v.min_hw is not None]
         self.log.info("stream of %s: a new checkpoint starts at the smallest chunk HW %s; an existing one "
@@ -122,10 +122,6 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                     "phase": "stream", "position": result["tables"][t.table]["position"],
                     "consistent": t.consistent})
         return result
-
-
-def matching_tables(planned: Sequence[str], patterns: Sequence[str]) -> list[str]:
-    return [t for t in planned if any(fnmatch.fnmatchcase(t, p) for p in patterns)]
 
 
 def spark_trigger(trigger: str) -> str:
