@@ -25,6 +25,13 @@ from airflow_provider_mysqlcdc.engine.record_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.records import Record
 from airflow_provider_mysqlcdc.engine.snapshot import load_plan, plan_tables, snapshot_chunk
 from airflow_provider_mysqlcdc.engine.tables import TableId, TableSchema, load_schema
+from airflow_provider_mysqlcdc.testing.binlog_audit import (
+    AuditReport,
+    TableExpectation,
+    audit_changelog,
+    entries_from_records,
+    read_binlog,
+)
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Pipeline:
     changelog: list[Record] = field(default_factory=list)
     stream: ChangeStream | None = None
     offset: BinlogOffset | None = None
+    started: BinlogOffset | None = None  # where the stream started (min HW)
     schemas: dict[TableId, TableSchema] = field(default_factory=dict)
 
     def plan(self, patterns: list[str], chunk_keys: dict[str, str] | None = None) -> list[ChunkPlan]:
@@ -88,7 +96,7 @@ class Pipeline:
     def open_stream(self, tables: list[TableId]) -> None:
         self.stream = ChangeStream(self.settings, self.store, tables, allocate_server_id(self.settings, 0),
                                    schemas=dict(self.schemas))
-        self.offset = self.stream.start_offset()
+        self.offset = self.started = self.stream.start_offset()
 
     def pump(self, rng: random.Random, batches: int, max_rows: tuple[int, int] = (20, 400)) -> int:
         """Read a few micro-batches of random size, resuming each from the previous batch's end offset."""
@@ -121,6 +129,24 @@ class Pipeline:
             rows = materialize(schema, plan.key_columns, ChunkLocator(plan, order), hws, snapshot,
                                [r for r in self.changelog if r.table == str(table)])
         return [tuple(r[c] for c in schema.column_names) for r in rows]
+
+    def expectation(self, table: TableId) -> TableExpectation:
+        """What the stream filter promised for ``table`` under its committed chunks' HWs (stable: no rerun
+        committed while the stream ran)."""
+        view = self.store.mirror_view(str(table))
+        assert view is not None, f"{table} has no fully committed generation"
+        plan = load_plan(self.store, table, view.generation)
+        hws = {c.chunk_id: c.hw for c in view.chunks}
+        return TableExpectation.from_plan(self.schemas[table], plan.key_columns, hws,
+                                          [(c.chunk_id, c.start) for c in plan.chunks])
+
+    def audit(self, tables: list[TableId], changelog: list[Record] | None = None) -> AuditReport:
+        """The changelog against the binlog as the server's own mariadb-binlog decodes it."""
+        assert self.started is not None and self.offset is not None
+        text = read_binlog(self.settings, self.started.file)
+        return audit_changelog(text, entries_from_records(self.changelog if changelog is None else changelog),
+                               [self.expectation(t) for t in tables], start=self.started.position,
+                               end=self.offset.position)
 
     def source(self, table: TableId) -> list[tuple]:
         schema = self.schemas[table]

@@ -420,8 +420,8 @@ def test_urls(tmp_path, monkeypatch):
         assert store.backend == "sqlite" and (tmp_path / "a" / "b.db").exists()
     with ChunkStore("sqlite://") as memory:  # in-memory: one shared connection
         assert new_plan(memory) == 1 and len(memory.chunks(TABLE)) == 3
-    with pytest.raises(ChunkStoreError) as info:
-        ChunkStore("mysql+pymysql://u:secret@127.0.0.1:1/db")
+    with pytest.raises(ChunkStoreError) as info:  # refused: an outage, waited out for outage_s (0: not at all)
+        ChunkStore("mysql+pymysql://u:secret@127.0.0.1:1/db", outage_s=0)
     assert "secret" not in str(info.value) and "***" in str(info.value)
 
 

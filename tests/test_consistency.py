@@ -6,6 +6,7 @@ binlog while the tables are planned, while chunks are read and while the stream 
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 import threading
@@ -18,6 +19,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.read_view import WATERMARK_DDL
 from airflow_provider_mysqlcdc.engine.tables import TableId
+from airflow_provider_mysqlcdc.testing.binlog_audit import BinlogAuditError, BinlogParser, assert_clean
 
 from .engine_harness import Pipeline, assert_same_rows
 from .workload import TABLE_SPECS, Workload, create_tables, seed_rows
@@ -52,6 +54,78 @@ def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server
     assert stats.transactions > 50 and stats.rotations >= 1, stats
     for plan in plans:
         assert_same_rows(pipe.mirror(plan.table), pipe.source(plan.table), plan.table)
+    # and, independently of our decoder: the changelog against the binlog as mariadb-binlog prints it
+    report = pipe.audit([p.table for p in plans])
+    assert_clean(report, min_checked_after_max_hw=200)
+
+
+def test_binlog_audit_catches_a_broken_changelog(mysql_server, mysql_db, tmp_path):
+    """The audit of a real run is clean, also over a statement the server split into several rows events;
+    with one record dropped, one duplicated, one invented and one value changed, it reports exactly those."""
+    specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci")]
+    with mysql_server.admin() as conn:
+        create_tables(conn, mysql_db, specs)
+        seed_rows(conn, mysql_db, rows_per_table=300, seed=11, specs=specs)
+    pipe = _pipeline(mysql_server, mysql_db, tmp_path)
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=11, writers=1, specs=specs).start()
+    try:
+        plans = pipe.plan([f"{mysql_db}.t_int", f"{mysql_db}.t_ci"])
+        for plan in plans:
+            for chunk in plan.chunks:
+                pipe.snapshot(plan, chunk.chunk_id)
+        pipe.open_stream([p.table for p in plans])
+        time.sleep(1.0)
+        pipe.pump(random.Random(11), batches=2)
+    finally:
+        workload.stop()
+    pipe.catch_up()
+    streamed = len(pipe.changelog)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        rows = cur.execute("UPDATE t_int SET v = v + 1")  # ~30 kB of row images: several rows events
+    pipe.catch_up()
+    big = {r.key[:2] for r in pipe.changelog[streamed:]}
+    assert len(pipe.changelog) - streamed == 2 * rows and len(big) > 1, (rows, sorted(big))
+    tables = [p.table for p in plans]
+    assert_clean(pipe.audit(tables), min_checked_after_max_hw=rows)
+
+    t_int = f"{mysql_db}.t_int"
+    max_hw = pipe.expectation(TableId(mysql_db, "t_int")).emit_all_after
+    late = [i for i, r in enumerate(pipe.changelog) if r.table == t_int and r.key[:2] > max_hw]
+    assert len(late) >= 4, len(late)
+    dropped, doubled, moved, altered = late[:4]
+    broken = list(pipe.changelog)
+    r = broken[moved]
+    broken.append(dataclasses.replace(r, key=(r.key[0], r.key[1], r.key[2] + 1000, r.key[3])))
+    r = broken[altered]
+    broken[altered] = dataclasses.replace(r, values={**r.values, "id": r.values["id"] + 1})
+    broken.append(broken[doubled])
+    del broken[dropped]
+    report = pipe.audit(tables, changelog=broken)
+    counts = (report.missing, report.duplicates, report.invented, report.wrong_values, report.covered)
+    assert counts == (1, 1, 1, 1, 0), report.summary()
+    with pytest.raises(AssertionError, match="missing"):
+        assert_clean(report)
+
+
+def test_binlog_audit_refuses_rows_it_cannot_place():
+    """mariadb-binlog prints the rows of a multi-event statement together under its last event; unless every
+    rows event was marked as a statement end, the parser refuses rather than misplace rows."""
+    text = b"""# at 4
+#261121  7:40:47 server id 1  end_log_pos 256 CRC32 0x1 \tStart: binlog v 4, server v 10.11.19-MariaDB-log
+#261121  7:40:47 server id 1  end_log_pos 350 CRC32 0x2 \tTable_map: `d`.`t` mapped to number 23
+#261121  7:40:47 server id 1  end_log_pos 8000 CRC32 0x3 \tUpdate_rows: table id 23
+#261121  7:40:47 server id 1  end_log_pos 8600 CRC32 0x4 \tUpdate_rows: table id 23 flags: STMT_END_F
+### UPDATE `d`.`t`
+"""
+    parser = BinlogParser("mysql-bin.000001")
+    with pytest.raises(BinlogAuditError, match="not marked as the end of its statement"):
+        for line in text.splitlines(keepends=True):
+            parser.feed(line)
+    parser = BinlogParser("mysql-bin.000001")
+    with pytest.raises(BinlogAuditError, match="unrecognized row line"):
+        for line in text.replace(b"table id 23\n", b"table id 23 flags: STMT_END_F\n").splitlines(True):
+            parser.feed(line)
+        parser.feed(b"### VALUES ()\n")
 
 
 def test_chunk_rerun_while_streaming_keeps_mirror_exact(mysql_server, mysql_db, tmp_path):

@@ -74,8 +74,14 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from .connection import Connection as _Connection, MySQLSettings, connect
-from .errors import CdcError, ConfigurationError, ServerNotReady
+from .connection import (
+    LOST_CONNECTION_ERRORS,
+    UNREACHABLE_ERRORS,
+    Connection as _Connection,
+    MySQLSettings,
+    connect,
+)
+from .errors import CdcError, ConfigurationError, ServerNotReady, ServerUnavailable
 from .offsets import BinlogOffset
 from .positions import AFTER, BEFORE, BinlogPosition, RowKey, file_number, row_key
 from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, Op, Record
@@ -104,7 +110,8 @@ _COMPRESSED_CODES = {
 _MARIADB_FL_STANDALONE = 0x01
 _LOG_EVENT_ARTIFICIAL_F = 0x20
 _UTC = timezone.utc
-_LOST_CONNECTION = (2006, 2013, 2014, 2055)  # gone away, lost, out of sync, lost (TLS)
+# gone away, lost, out of sync, lost (TLS), can't connect, killed, shutting down
+_LOST_CONNECTION = frozenset({2014, 2055}) | LOST_CONNECTION_ERRORS | UNREACHABLE_ERRORS
 
 
 # --- errors -------------------------------------------------------------------------------------------------
@@ -870,6 +877,11 @@ class BinlogReader:
                 lost = isinstance(exc, pymysql.err.OperationalError) and exc.args[0] in _LOST_CONNECTION
                 if attempt == 1 and lost:
                     continue  # the kept session timed out between reads: reopen once
+                if lost:
+                    raise ServerUnavailable(
+                        f"the connection to MySQL at {self.settings.host}:{self.settings.port} was lost "
+                        f"({exc.args[-1]})"
+                    ) from None
                 raise ServerNotReady(
                     f"SHOW BINARY LOGS failed on {self.settings.host}:{self.settings.port} "
                     f"({exc.args[-1]}): binary logging must be on and the CDC user needs REPLICATION CLIENT"
@@ -939,6 +951,11 @@ class BinlogReader:
             except CdcError:
                 logs = []
             return self._purged(cur_file, logs[0][0] if logs else None)
+        if code in _LOST_CONNECTION:
+            return ServerUnavailable(
+                f"the binlog stream from {self.settings.host}:{self.settings.port} was cut while reading "
+                f"{cur_file} (started at {start}): {message} (error {code})"
+            )
         return BinlogReadError(
             f"the binlog stream from {self.settings.host}:{self.settings.port} failed while reading "
             f"{cur_file} (started at {start}): {message} (error {code})"
@@ -983,7 +1000,7 @@ class _Connector:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 raise _DeadlineReached()
             if self.stream_connects > MAX_RECONNECTS + 1:
-                raise BinlogReadError(
+                raise ServerUnavailable(
                     f"the binlog stream connection to {kwargs.get('host')}:{kwargs.get('port')} dropped "
                     f"{self.stream_connects - 1} times in one read; giving up"
                 )

@@ -1,6 +1,7 @@
 """Is this server ready for CDC? Each check names the setting that is wrong and how to fix it.
 
-Used by ``mysqlcdc check`` and (later) the Airflow connection test, so both say the same thing.
+Used by ``mysqlcdc check``, the Airflow connection test and, before they write anything, the planner and the
+stream (``require_ready``), so all of them say the same thing.
 """
 from __future__ import annotations
 
@@ -99,6 +100,20 @@ def check_server(
     finally:
         conn.close()
     report.results.append(_check_replication_slave(settings, report.binlog))
+    return report
+
+
+def require_ready(settings: MySQLSettings, what: str) -> CheckReport:
+    """The checks of ``mysqlcdc check``, run before ``what`` (a plan, a stream) writes anything: a failed one
+    stops it with every failure and its fix (a STATEMENT binlog would otherwise stream nothing, silently)."""
+    report = check_server(settings, min_retention_hours=0)
+    failures = report.failures()
+    if failures:
+        listed = "; ".join(f"{r.detail} (fix: {r.fix})" if r.fix else r.detail for r in failures)
+        raise ServerNotReady(
+            f"{report.url} is not ready for CDC, so {what} did not start and wrote nothing: {listed}. "
+            "Run `mysqlcdc check` after fixing it"
+        )
     return report
 
 

@@ -20,8 +20,8 @@ import pymysql.cursors
 
 from . import values
 from .binlog_reader import BinlogReader, RowChange
-from .connection import MySQLSettings, connect
-from .errors import CdcError, ConnectionFailed
+from .connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
+from .errors import CdcError, ServerUnavailable
 from .key_changes import identity_columns, split_key_changes
 from .keys import ChunkLocator, KeyOrder
 from .offsets import BinlogOffset
@@ -42,7 +42,6 @@ from .tables import TableId, TableSchema, load_schema
 
 DEFAULT_BATCH_ROWS = 4096
 # lost connection, server gone away, connection KILLed, server shutting down
-LOST_CONNECTION_ERRORS = (2013, 2006, 1927, 1053)
 
 
 def _close_unbuffered(cur: Any) -> None:
@@ -176,7 +175,7 @@ class ChunkRead:
                     "(chunk_size), then rerun the chunk"
                 ) from None
             if getattr(exc, "args", (None,))[0] in LOST_CONNECTION_ERRORS:
-                raise ConnectionFailed(
+                raise ServerUnavailable(
                     f"{self.schema.table} chunk {self.chunk.chunk_id}: the connection to MySQL was lost during the "
                     f"read ({exc.args[-1]}); nothing of this chunk was committed: rerun it (a retry reads it again "
                     "in a new read view)"

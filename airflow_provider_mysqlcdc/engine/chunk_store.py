@@ -26,6 +26,13 @@ Concurrency: every write is one short transaction (SQLite: WAL, ``BEGIN IMMEDIAT
 MySQL/PostgreSQL: row locks), so Spark and Airflow tasks in several processes may commit different chunks at
 once.
 A SQLite store must live on a local file system (WAL needs shared memory), not on NFS or an object store.
+
+Outages: a store that is unreachable for a while (a server restarting, a network cut, a SQLite file locked
+longer than the busy timeout) does not fail the caller at once: every read and write transaction is retried as
+a whole, with exponential backoff, for up to the *outage budget* (``outage_s``, default
+``$MYSQLCDC_CHUNK_STORE_OUTAGE_S`` or 300 s), then :class:`ChunkStoreUnavailable` is raised. A retried write
+is never applied twice (see the comment on the store's transactions). Other errors (credentials, a
+missing database or table) fail at once.
 """
 from __future__ import annotations
 
@@ -33,13 +40,14 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -60,7 +68,31 @@ PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed
 STATUSES = (PLANNED, RUNNING, COMMITTED, FAILED)
 MAX_ERROR_CHARS = 2000
 SQLITE_BUSY_TIMEOUT_S = 60.0
-_WRITE_RETRIES = 5
+_WRITE_RETRIES = 5  # lock conflicts (deadlock, lock wait timeout, racing insert): whole-transaction retries
+
+OUTAGE_ENV = "MYSQLCDC_CHUNK_STORE_OUTAGE_S"
+DEFAULT_OUTAGE_S = 300.0
+_FIRST_DELAY_S = 0.1  # backoff between retries in an outage: doubles up to _MAX_DELAY_S, with jitter
+_MAX_DELAY_S = 5.0
+_CONNECT_TIMEOUT_S = 10  # PostgreSQL's libpq waits forever by default (pymysql: 10 s)
+# MySQL client/server codes of a server that is down, restarting or unreachable. Disconnects (2006, 2013,
+# 2055, ...) are also known to the dialect (``is_disconnect``); these are the ones it leaves out.
+_MYSQL_UNREACHABLE = {1040, 1053, 2002, 2003}  # too many connections, shutdown in progress, can't connect
+# PostgreSQL: connection exceptions (class 08), admin/crash shutdown, starting up, too many connections.
+_PG_UNREACHABLE_STATES = {"57P01", "57P02", "57P03", "53300"}
+# libpq reports failures *while connecting* as text only (psycopg gives no SQLSTATE there): a known list of
+# network-level failures and server states; anything else (authentication, unknown database, a host name that
+# does not resolve) is a configuration error and fails at once.
+_PG_UNREACHABLE_TEXT = (
+    "connection refused", "timeout expired", "timed out", "server closed the connection unexpectedly",
+    "could not receive data", "could not send data", "connection reset", "no route to host",
+    "network is unreachable", "ssl syscall error", "eof detected", "broken pipe", "consuming input failed",
+    "the database system is starting up", "the database system is shutting down",
+    "the database system is in recovery mode", "the database system is not yet accepting connections",
+    "too many clients", "terminating connection",
+)
+
+T = TypeVar("T")
 
 
 # --- errors -------------------------------------------------------------------------------------------------
@@ -84,6 +116,10 @@ class StaleGeneration(ChunkStoreError):
 
 class StaleAttempt(ChunkStoreError):
     """A newer attempt of the chunk has started since this one (a zombie task must not commit)."""
+
+
+class ChunkStoreUnavailable(ChunkStoreError):
+    """The store stayed unreachable for the whole outage budget."""
 
 
 # --- schema -------------------------------------------------------------------------------------------------
@@ -330,6 +366,19 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+_stamp_lock = threading.Lock()
+_last_stamp = datetime.min
+
+
+def _stamp() -> datetime:
+    """:func:`_now`, but strictly increasing within the process: the identity of one write (its history row's
+    ``happened_at``), which a retry looks for to tell whether an earlier try of the write committed."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(_now(), _last_stamp + timedelta(microseconds=1))
+        return _last_stamp
+
+
 def _aware(value: datetime | None) -> datetime | None:
     return None if value is None else value.replace(tzinfo=timezone.utc)
 
@@ -413,16 +462,29 @@ def normalize_url(url: str | os.PathLike[str] | URL) -> URL:
     return parsed
 
 
-def _retryable(exc: DBAPIError) -> bool:
+def _conflict(exc: DBAPIError) -> bool:
     """Deadlocks, lock timeouts and serialization failures: the whole transaction may simply run again."""
     orig = exc.orig
     code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if code in ("40001", "40P01"):
         return True
     args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int) and args[0] in (1205, 1213):  # lock wait timeout, deadlock
-        return True
-    return "database is locked" in str(orig)
+    return bool(args) and isinstance(args[0], int) and args[0] in (1205, 1213)  # lock wait timeout, deadlock
+
+
+def _outage_budget(value: float | None) -> float:
+    """``outage_s`` as given, else ``$MYSQLCDC_CHUNK_STORE_OUTAGE_S``, else 300 s (0: no retries)."""
+    if value is None:
+        raw = os.environ.get(OUTAGE_ENV, "").strip()
+        if not raw:
+            return DEFAULT_OUTAGE_S
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigurationError(f"{OUTAGE_ENV}={raw!r}: give the outage budget in seconds") from None
+    if not value >= 0:  # also NaN
+        raise ConfigurationError(f"chunk store outage budget must be >= 0 seconds, not {value!r}")
+    return float(value)
 
 
 _STORES: "weakref.WeakSet[ChunkStore]" = weakref.WeakSet()
@@ -445,12 +507,17 @@ class ChunkStore:
     """Plans and chunk results in a SQL database. Thread-safe; one instance per process is enough.
 
     ``url``: ``sqlite:///path/chunks.db`` (or just a path), ``mysql+pymysql://user:pw@host/db``,
-    ``postgresql://user@host/db`` (driver ``psycopg``).
+    ``postgresql://user@host/db`` (driver ``psycopg``). ``outage_s``: how long a call keeps retrying while the
+    store is unreachable (default ``$MYSQLCDC_CHUNK_STORE_OUTAGE_S``, else 300 s; 0 fails at once).
     """
 
-    def __init__(self, url: str | os.PathLike[str] | URL, *, engine_options: Mapping[str, Any] | None = None):
+    def __init__(self, url: str | os.PathLike[str] | URL, *, engine_options: Mapping[str, Any] | None = None,
+                 outage_s: float | None = None):
         self.url = normalize_url(url)
         self.backend = self.url.get_backend_name()
+        self.outage_s = _outage_budget(outage_s)
+        self._unreachable_since: float | None = None  # when this process saw the store go away (for the logs)
+        self._outage_lock = threading.Lock()
         options: dict[str, Any] = {"pool_pre_ping": self.backend != "sqlite", **(engine_options or {})}
         if self.backend == "sqlite":
             database = self.url.database
@@ -459,6 +526,10 @@ class ChunkStore:
             else:
                 options.setdefault("poolclass", sa.pool.StaticPool)
             options.setdefault("connect_args", {"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+        elif self.backend == "postgresql" and "connect_timeout" not in self.url.query:
+            # without it a black-holed server hangs a connect forever, and the outage budget cannot bound it
+            options["connect_args"] = {"connect_timeout": _CONNECT_TIMEOUT_S,
+                                       **options.get("connect_args", {})}
         try:
             self._engine: Engine = sa.create_engine(self.url, **options)
         except (NoSuchModuleError, ImportError, ModuleNotFoundError) as exc:
@@ -496,37 +567,142 @@ class ChunkStore:
         return f"ChunkStore({self.display_url!r})"
 
     # --- transactions ---------------------------------------------------------------------------------------
+    #
+    # Every public call runs its transaction through _retrying: the whole transaction runs again after a lock
+    # conflict (a few times) or while the store is unreachable (until the outage budget is spent). Reads are
+    # plain to repeat. A write whose connection broke may have committed anyway (the COMMIT reached the
+    # server, its answer did not), so each write carries an identity -- the ``happened_at`` stamp of the
+    # history row it inserts (create_plan: the plan's ``created_at``), fixed before the first try -- and every
+    # retry first locks the chunk row (which waits for an earlier try the server is still finishing) and looks
+    # for that stamp: if it is there, the earlier try committed and the retry returns its result instead of
+    # applying it again. (Attempt numbers alone cannot tell: start_chunk increments them.)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        """One consistent snapshot for all statements of the block."""
-        with self._engine.connect() as conn:
-            if self.backend != "sqlite":
-                conn.execution_options(isolation_level="REPEATABLE READ")
-            with conn.begin():
-                yield conn
+    def _begin(self, *, write: bool) -> tuple[Connection, sa.RootTransaction]:
+        """A pooled connection with its transaction begun (SQLite writes: ``BEGIN IMMEDIATE``, which may wait
+        for the busy timeout)."""
+        conn = self._engine.connect()
+        try:
+            if write:
+                conn.execution_options(mysqlcdc_write=True)
+            elif self.backend != "sqlite":
+                conn.execution_options(isolation_level="REPEATABLE READ")  # one snapshot for the whole read
+            return conn, conn.begin()
+        except BaseException:
+            conn.close()
+            raise
+
+    def _run(self, work: Callable[[Connection, bool], T], *, write: bool,
+             may_retry: Callable[[], bool] = lambda: True, conflicts: bool = True) -> T:
+        """``work(conn, retry)`` in one transaction, committed on return, retried as a whole (see above)."""
+        def once(retry: bool) -> T:
+            conn, trans = self._begin(write=write)
+            with conn, trans:
+                return work(conn, retry)
+
+        return self._retrying(once, may_retry=may_retry, conflicts=conflicts)
+
+    def _read_tx(self, work: Callable[[Connection], T]) -> T:
+        return self._run(lambda conn, _retry: work(conn), write=False)
+
+    def _write(self, work: Callable[[Connection, bool], T], *, may_retry: Callable[[], bool] = lambda: True,
+               conflicts: bool = True) -> T:
+        return self._run(work, write=True, may_retry=may_retry, conflicts=conflicts)
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """A write transaction on the store's database (SQLite: ``BEGIN IMMEDIATE``); commits on exit."""
-        with self._engine.connect() as conn:
-            conn.execution_options(mysqlcdc_write=True)
-            with conn.begin():
-                yield conn
+        """A write transaction on the store's database (SQLite: ``BEGIN IMMEDIATE``); commits on exit.
 
-    def _write(self, work: Callable[[Connection], Any], *, retry: bool = True) -> Any:
-        for attempt in range(_WRITE_RETRIES):
+        Getting the connection waits out an outage; errors in the block are the caller's (it cannot be rerun).
+        """
+        conn, trans = self._retrying(lambda _retry: self._begin(write=True), conflicts=False)
+        with conn, trans:
+            yield conn
+
+    def _retrying(self, once: Callable[[bool], T], *, may_retry: Callable[[], bool] = lambda: True,
+                  conflicts: bool = True) -> T:
+        """``once(retry)`` until it returns; ``retry`` is True from the second try on (so a write can look for
+        its own earlier commit). Lock conflicts get ``_WRITE_RETRIES`` tries, an outage the outage budget."""
+        deadline: float | None = None
+        delay = _FIRST_DELAY_S
+        conflict_tries = 0
+        retry = False
+        while True:
             try:
-                with self.transaction() as conn:
-                    return work(conn)
+                result = once(retry)
             except DBAPIError as exc:
-                if not retry or attempt == _WRITE_RETRIES - 1:
+                if not may_retry():
                     raise
-                if not (_retryable(exc) or isinstance(exc, IntegrityError)):
+                if self._unreachable(exc):
+                    now = time.monotonic()
+                    if deadline is None:
+                        deadline = now + self.outage_s
+                    if now >= deadline:
+                        raise self._gave_up(exc, now - (deadline - self.outage_s)) from exc
+                    self._outage_begins(exc)
+                    time.sleep(min(deadline - now, delay * random.uniform(0.5, 1.0)))
+                    delay = min(delay * 2, _MAX_DELAY_S)
+                elif conflicts and conflict_tries < _WRITE_RETRIES - 1 and (
+                        _conflict(exc) or isinstance(exc, IntegrityError)):
+                    conflict_tries += 1
+                    log.info("chunk store: retrying a transaction after %s", exc.orig)
+                    time.sleep(0.02 * conflict_tries + random.random() * 0.05)
+                else:
                     raise
-                log.info("chunk store: retrying a transaction after %s", exc.orig)
-                time.sleep(0.02 * (attempt + 1) + random.random() * 0.05)
-        raise AssertionError("unreachable")
+                retry = True
+            else:
+                if deadline is not None:
+                    self._outage_ends()
+                return result
+
+    def _unreachable(self, exc: DBAPIError) -> bool:
+        """A transient failure to reach the store: a lost connection (SQLAlchemy flags it
+        ``connection_invalidated``), a server that is down, restarting or refusing connections, a network
+        cut, or a SQLite file locked beyond the busy timeout."""
+        if exc.connection_invalidated:
+            return True
+        orig = exc.orig
+        if self.backend == "sqlite":
+            return "database is locked" in str(orig)
+        if self.backend in ("mysql", "mariadb"):
+            args = getattr(orig, "args", ())
+            if args and isinstance(args[0], int) and args[0] in _MYSQL_UNREACHABLE:
+                return True
+            return orig is not None and self._engine.dialect.is_disconnect(orig, None, None)  # type: ignore
+        state = getattr(orig, "sqlstate", None)
+        if state:
+            return state.startswith("08") or state in _PG_UNREACHABLE_STATES
+        text = str(orig).lower()
+        return any(marker in text for marker in _PG_UNREACHABLE_TEXT)
+
+    def _error_text(self, exc: DBAPIError) -> str:
+        text = " ".join(str(exc.orig if exc.orig is not None else exc).split())[:500]
+        password = self.url.password
+        return text.replace(str(password), "***") if password else text
+
+    def _outage_begins(self, exc: DBAPIError) -> None:
+        with self._outage_lock:
+            if self._unreachable_since is not None:
+                return  # another call of this process already said so
+            self._unreachable_since = time.monotonic()
+        log.warning("chunk store %s unreachable: retrying for up to %g s (error: %s)",
+                    self.display_url, self.outage_s, self._error_text(exc))
+
+    def _outage_ends(self) -> None:
+        with self._outage_lock:
+            since, self._unreachable_since = self._unreachable_since, None
+        if since is not None:
+            log.warning("chunk store %s reachable again after %.1f s", self.display_url,
+                        time.monotonic() - since)
+
+    def _gave_up(self, exc: DBAPIError, waited: float) -> ChunkStoreUnavailable:
+        with self._outage_lock:
+            self._unreachable_since = None  # the next call warns again
+        return ChunkStoreUnavailable(
+            f"chunk store {self.display_url} unreachable: gave up after {waited:.1f} s (outage budget "
+            f"{self.outage_s:g} s, set by ${OUTAGE_ENV}); last error: {self._error_text(exc)}. Check that "
+            "the database is up and reachable from this host (a SQLite file: which process holds it locked), "
+            "then rerun the task: a chunk can always be rerun, and no write is applied twice"
+        )
 
     def _lock(self, stmt: sa.Select, *, read: bool = False) -> sa.Select:
         return stmt if self.backend == "sqlite" else stmt.with_for_update(read=read)
@@ -534,15 +710,19 @@ class ChunkStore:
     # --- schema ---------------------------------------------------------------------------------------------
 
     def _open(self) -> None:
-        try:
+        def connect(_retry: bool) -> None:
             with self._engine.connect():
                 pass
+
+        try:
+            self._retrying(connect, conflicts=False)  # waits out an outage, like every other call
         except DBAPIError as exc:
-            raise ChunkStoreError(f"cannot connect to chunk store {self.display_url}: {exc.orig}") from None
+            raise ChunkStoreError(
+                f"cannot connect to chunk store {self.display_url}: {self._error_text(exc)}") from None
         last: Exception | None = None
         for attempt in range(_WRITE_RETRIES):
             try:
-                self._write(self._ensure_schema, retry=False)
+                self._write(lambda conn, _retry: self._ensure_schema(conn), conflicts=False)
                 return
             except ChunkStoreError:
                 raise
@@ -594,19 +774,17 @@ class ChunkStore:
         # version < SCHEMA_VERSION: migrations of future releases go here.
 
     def schema_version(self) -> int:
-        with self._read() as conn:
-            return int(conn.execute(_VERSION_QUERY).scalar_one())
+        return self._read_tx(lambda conn: int(conn.execute(_VERSION_QUERY).scalar_one()))
 
     # --- plans ----------------------------------------------------------------------------------------------
 
     def tables(self) -> list[str]:
-        with self._read() as conn:
-            return list(conn.execute(sa.select(tables_table.c.table_name).order_by(tables_table.c.table_name))
-                        .scalars())
+        return self._read_tx(lambda conn: list(conn.execute(
+            sa.select(tables_table.c.table_name).order_by(tables_table.c.table_name)).scalars()))
 
     def latest_generation(self, table: Any) -> int | None:
-        with self._read() as conn:
-            return self._latest(conn, _table_name(table))
+        name = _table_name(table)
+        return self._read_tx(lambda conn: self._latest(conn, name))
 
     def next_generation(self, table: Any) -> int:
         """The generation the next :meth:`create_plan` will get (unless another plan is created first)."""
@@ -649,9 +827,18 @@ class ChunkStore:
         kind = split_kind if split_kind is not None else plan.get("split", plan.get("split_kind"))
         size = chunk_size if chunk_size is not None else plan.get("chunk_size")
 
-        def work(conn: Connection) -> int:
-            now = _now()
+        now = _stamp()  # this plan's identity: a retry after a lost COMMIT finds it (see _retrying)
+
+        def work(conn: Connection, retry: bool) -> int:
             latest = conn.execute(self._lock(_latest_query(name))).scalar()
+            if retry and latest is not None:
+                earlier = conn.execute(sa.select(plans_table.c.generation).where(
+                    plans_table.c.table_name == name, plans_table.c.created_at == now,
+                    plans_table.c.run_id == run_id)).scalar()
+                if earlier is not None:
+                    log.info("chunk store: %s plan generation %d was committed by an earlier try",
+                             name, earlier)
+                    return int(earlier)
             generation = (latest or 0) + 1
             if latest is None:
                 conn.execute(sa.insert(tables_table).values(
@@ -680,10 +867,13 @@ class ChunkStore:
 
     def plan(self, table: Any, generation: int | None = None) -> PlanInfo:
         name = _table_name(table)
-        with self._read() as conn:
-            generation = self._resolve_generation(conn, name, generation)
-            row = conn.execute(sa.select(plans_table).where(
-                plans_table.c.table_name == name, plans_table.c.generation == generation)).mappings().first()
+
+        def read(conn: Connection) -> tuple[int, Mapping[str, Any] | None]:
+            wanted = self._resolve_generation(conn, name, generation)
+            return wanted, conn.execute(sa.select(plans_table).where(
+                plans_table.c.table_name == name, plans_table.c.generation == wanted)).mappings().first()
+
+        generation, row = self._read_tx(read)
         if row is None:
             raise UnknownChunk(f"chunk store has no plan generation {generation} for {name}")
         return PlanInfo(
@@ -705,17 +895,19 @@ class ChunkStore:
     def chunks(self, table: Any, generation: int | None = None) -> list[ChunkState]:
         """The chunks of one generation (None: the latest), by chunk id."""
         name = _table_name(table)
-        with self._read() as conn:
-            generation = self._resolve_generation(conn, name, generation)
-            rows = conn.execute(sa.select(chunks_table).where(
-                chunks_table.c.table_name == name, chunks_table.c.generation == generation,
+
+        def read(conn: Connection) -> Sequence[Mapping[str, Any]]:
+            wanted = self._resolve_generation(conn, name, generation)
+            return conn.execute(sa.select(chunks_table).where(
+                chunks_table.c.table_name == name, chunks_table.c.generation == wanted,
             ).order_by(chunks_table.c.chunk_id)).mappings().all()
-        return [_chunk_state(r) for r in rows]
+
+        return [_chunk_state(r) for r in self._read_tx(read)]
 
     def chunk(self, table: Any, generation: int, chunk_id: int) -> ChunkState:
         name = _table_name(table)
-        with self._read() as conn:
-            row = conn.execute(self._chunk_select(name, generation, chunk_id)).mappings().first()
+        row = self._read_tx(lambda conn: conn.execute(self._chunk_select(name, generation, chunk_id))
+                            .mappings().first())
         if row is None:
             raise UnknownChunk(f"chunk store has no chunk {chunk_id} in generation {generation} of {name}")
         return _chunk_state(row)
@@ -736,8 +928,7 @@ class ChunkStore:
                                               history_table.c.chunk_id == int(chunk_id))
         if generation is not None:
             stmt = stmt.where(history_table.c.generation == int(generation))
-        with self._read() as conn:
-            rows = conn.execute(stmt.order_by(history_table.c.id)).mappings().all()
+        rows = self._read_tx(lambda conn: conn.execute(stmt.order_by(history_table.c.id)).mappings().all())
         return [ChunkEvent(
             table=r["table_name"], generation=r["generation"], chunk_id=r["chunk_id"], attempt=r["attempt"],
             event=r["kind"], at=_aware(r["happened_at"]), run_id=r["run_id"], rows=r["row_count"],
@@ -765,10 +956,23 @@ class ChunkStore:
         return row
 
     def _history(self, conn: Connection, table: str, generation: int, chunk_id: int, attempt: int, what: str,
-                 run_id: str | None, **values: Any) -> None:
+                 run_id: str | None, at: datetime, **values: Any) -> None:
         conn.execute(sa.insert(history_table).values(
             table_name=table, generation=int(generation), chunk_id=int(chunk_id), attempt=attempt, kind=what,
-            happened_at=_now(), run_id=run_id, **values))
+            happened_at=at, run_id=run_id, **values))
+
+    def _applied(self, conn: Connection, table: str, generation: int, chunk_id: int, what: str,
+                 run_id: str | None, at: datetime) -> int | None:
+        """The attempt number of this write's own history row if an earlier try of it committed (call it with
+        the chunk row locked, so an earlier try still in flight has finished). See ``_retrying``."""
+        h = history_table.c
+        found = conn.execute(sa.select(h.attempt).where(
+            h.table_name == table, h.generation == int(generation), h.chunk_id == int(chunk_id),
+            h.kind == what, h.happened_at == at, h.run_id == run_id)).scalars().first()
+        if found is not None:
+            log.info("chunk store: %s generation %d chunk %d: %s (attempt %d) was committed by an earlier "
+                     "try", table, generation, chunk_id, what, found)
+        return found
 
     def start_chunk(
         self, table: Any, generation: int, chunk_id: int, run_id: str | None = None
@@ -779,15 +983,20 @@ class ChunkStore:
         filter treats it as HW = -inf until this rerun commits.
         """
         name = _table_name(table)
+        now = _stamp()
 
-        def work(conn: Connection) -> ChunkState:
+        def work(conn: Connection, retry: bool) -> ChunkState:
             row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
+            if retry:
+                done = self._applied(conn, name, generation, chunk_id, "started", run_id, now)
+                if done is not None:  # report the attempt number that earlier try took
+                    return replace(self._reread(conn, name, generation, chunk_id), attempts=done)
             where = self._chunk_where(name, generation, chunk_id)
             conn.execute(sa.update(chunks_table).where(*where).values(
-                status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=_now(), finished_at=None,
+                status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=now, finished_at=None,
                 run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
             state = self._reread(conn, name, generation, chunk_id)
-            self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id)
+            self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id, now)
             return state
 
         return self._write(work)
@@ -819,8 +1028,10 @@ class ChunkStore:
         (:class:`StaleAttempt`) if ``attempt`` is given and a newer attempt has started since.
         ``in_transaction`` runs inside the same transaction after the update, with the connection and the
         new state (e.g. to write a manifest row or publish a manifest file); if it raises, nothing is
-        committed and the previous result stays. Without a callback, deadlocks are retried; with one, they
-        are raised to the caller (who retries the task).
+        committed and the previous result stays. Deadlocks and outages are retried until the callback has
+        run; from then on they are raised to the caller (who owns the callback's side effects). Committing
+        the same result again (same ``attempt`` and ``output_version``: a caller's retry after a lost COMMIT)
+        changes nothing and runs the callback again.
         """
         name = _table_name(table)
         if not isinstance(lw, BinlogPosition) or not isinstance(hw, BinlogPosition):
@@ -830,28 +1041,45 @@ class ChunkStore:
         if int(rows) < 0:
             raise ValueError(f"{name} chunk {chunk_id}: rows must be >= 0")
         timings_text, extra_text = _dump_versioned(timings), _dump_versioned(extra)
+        now = _stamp()
+        callback_ran = False
 
-        def work(conn: Connection) -> ChunkState:
+        def already_committed(row: Mapping[str, Any]) -> bool:
+            return (attempt is not None and output_version is not None and row["status"] == COMMITTED
+                    and row["attempts"] == attempt and not row["rerun_pending"]
+                    and row["output_version"] == output_version and row["row_count"] == int(rows)
+                    and _position(row["lw_file"], row["lw_pos"]) == lw
+                    and _position(row["hw_file"], row["hw_pos"]) == hw)
+
+        def work(conn: Connection, retry: bool) -> ChunkState:
+            nonlocal callback_ran
             row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
-            if attempt is not None and row["attempts"] != attempt:
-                raise StaleAttempt(
-                    f"{name} chunk {chunk_id} (generation {generation}): attempt {attempt} tried to commit, "
-                    f"but attempt {row['attempts']} has started since; this result is discarded"
-                )
-            now = _now()
-            conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id)).values(
-                status=COMMITTED, attempts=max(row["attempts"], 1), finished_at=now, run_id=run_id,
-                error=None, rerun_pending=False, row_count=int(rows), lw_file=lw.file, lw_pos=lw.pos,
-                hw_file=hw.file, hw_pos=hw.pos, output_version=output_version, committed_at=now,
-                committed_run_id=run_id, timings_json=timings_text, extra_json=extra_text))
-            state = self._reread(conn, name, generation, chunk_id)
-            self._history(conn, name, generation, chunk_id, state.attempts, "committed", run_id,
-                          row_count=int(rows), hw_file=hw.file, hw_pos=hw.pos, output_version=output_version)
+            if retry and self._applied(conn, name, generation, chunk_id, "committed", run_id, now) is not None:
+                state = _chunk_state(row)
+            elif already_committed(row):
+                state = _chunk_state(row)
+            else:
+                if attempt is not None and row["attempts"] != attempt:
+                    raise StaleAttempt(
+                        f"{name} chunk {chunk_id} (generation {generation}): attempt {attempt} tried to "
+                        f"commit, but attempt {row['attempts']} has started since; this result is discarded"
+                    )
+                conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id))
+                             .values(status=COMMITTED, attempts=max(row["attempts"], 1), finished_at=now,
+                                     run_id=run_id, error=None, rerun_pending=False, row_count=int(rows),
+                                     lw_file=lw.file, lw_pos=lw.pos, hw_file=hw.file, hw_pos=hw.pos,
+                                     output_version=output_version, committed_at=now, committed_run_id=run_id,
+                                     timings_json=timings_text, extra_json=extra_text))
+                state = self._reread(conn, name, generation, chunk_id)
+                self._history(conn, name, generation, chunk_id, state.attempts, "committed", run_id, now,
+                              row_count=int(rows), hw_file=hw.file, hw_pos=hw.pos,
+                              output_version=output_version)
             if in_transaction is not None:
+                callback_ran = True
                 in_transaction(conn, state)
             return state
 
-        state = self._write(work, retry=in_transaction is None)
+        state = self._write(work, may_retry=lambda: not callback_ran)
         log.info("chunk store: %s generation %d chunk %d committed: %d rows, LW %s, HW %s, output %s",
                  name, generation, chunk_id, rows, lw, hw, output_version)
         return state
@@ -865,16 +1093,19 @@ class ChunkStore:
         name = _table_name(table)
         text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         text = text[:MAX_ERROR_CHARS]
+        now = _stamp()
 
-        def work(conn: Connection) -> ChunkState:
+        def work(conn: Connection, retry: bool) -> ChunkState:
             row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=False)
+            if retry and self._applied(conn, name, generation, chunk_id, "failed", run_id, now) is not None:
+                return self._reread(conn, name, generation, chunk_id)
             stale = attempt is not None and row["attempts"] != attempt
             where = self._chunk_where(name, generation, chunk_id)
             if not stale:
                 conn.execute(sa.update(chunks_table).where(*where).values(
-                    status=FAILED, finished_at=_now(), run_id=run_id, error=text))
+                    status=FAILED, finished_at=now, run_id=run_id, error=text))
             number = attempt if attempt is not None else row["attempts"]
-            self._history(conn, name, generation, chunk_id, number, "failed", run_id, detail=text)
+            self._history(conn, name, generation, chunk_id, number, "failed", run_id, now, detail=text)
             return self._reread(conn, name, generation, chunk_id)
 
         return self._write(work)
@@ -884,12 +1115,16 @@ class ChunkStore:
         """Mark a committed chunk for a reread (e.g. DDL inside its [LW, HW]): the stream filter then treats
         it as HW = -inf until the rerun commits; the mirror keeps using the committed snapshot."""
         name = _table_name(table)
+        now = _stamp()
 
-        def work(conn: Connection) -> ChunkState:
+        def work(conn: Connection, retry: bool) -> ChunkState:
             row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=False)
+            if retry and self._applied(conn, name, generation, chunk_id, "invalidated", run_id,
+                                       now) is not None:
+                return self._reread(conn, name, generation, chunk_id)
             conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id)).values(
                 rerun_pending=True))
-            self._history(conn, name, generation, chunk_id, row["attempts"], "invalidated", run_id,
+            self._history(conn, name, generation, chunk_id, row["attempts"], "invalidated", run_id, now,
                           detail=reason[:MAX_ERROR_CHARS])
             return self._reread(conn, name, generation, chunk_id)
 
@@ -899,11 +1134,14 @@ class ChunkStore:
 
     def stream_view(self, tables: Iterable[Any] | None = None) -> dict[str, TableView]:
         """Per table (None: every table in the store), the chunks and HWs the stream filter must respect."""
-        with self._read() as conn:
-            if tables is None:
+        requested = None if tables is None else list(dict.fromkeys(_table_name(t) for t in tables))
+
+        def read(conn: Connection) -> tuple[list[str], dict[str, int], dict[str, int],
+                                            list[Mapping[str, Any]]]:
+            if requested is None:
                 names = list(conn.execute(sa.select(tables_table.c.table_name)).scalars())
             else:
-                names = list(dict.fromkeys(_table_name(t) for t in tables))
+                names = requested
             latest: dict[str, int] = {}
             committed: dict[str, int] = {}
             rows: list[Mapping[str, Any]] = []
@@ -919,6 +1157,9 @@ class ChunkStore:
                 if conditions:
                     rows.extend(conn.execute(sa.select(chunks_table).where(sa.or_(*conditions))
                                              .order_by(chunks_table.c.chunk_id)).mappings().all())
+            return names, latest, committed, rows
+
+        names, latest, committed, rows = self._read_tx(read)
         by_table: dict[str, dict[int, list[ChunkState]]] = {}
         for row in rows:
             state = _chunk_state(row)
@@ -942,13 +1183,18 @@ class ChunkStore:
         """The latest fully committed generation's chunks with their committed HW and output version (None if
         no generation is fully committed). Reruns in progress do not change it until they commit."""
         name = _table_name(table)
-        with self._read() as conn:
+
+        def read(conn: Connection) -> tuple[int | None, Sequence[Mapping[str, Any]]]:
             generation = self._committed_generations(conn, [name]).get(name)
             if generation is None:
-                return None
-            rows = conn.execute(sa.select(chunks_table).where(
+                return None, []
+            return generation, conn.execute(sa.select(chunks_table).where(
                 chunks_table.c.table_name == name, chunks_table.c.generation == generation,
             ).order_by(chunks_table.c.chunk_id)).mappings().all()
+
+        generation, rows = self._read_tx(read)
+        if generation is None:
+            return None
         states = [_chunk_state(r) for r in rows]
         return MirrorView(name, generation, tuple(
             MirrorChunk(s.chunk_id, s.start_key, s.end_key, int(s.rows or 0), s.lw, s.hw,  # type: ignore

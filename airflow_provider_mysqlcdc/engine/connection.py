@@ -14,9 +14,13 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 import pymysql
 import pymysql.cursors
 
-from .errors import ConfigurationError, ConnectionFailed
+from .errors import ConfigurationError, ConnectionFailed, ServerUnavailable
 
 PASSWORD_ENV = "MYSQLCDC_MYSQL_PASSWORD"
+# Client error codes of a server that cannot be reached now: can't connect, unknown host, gone away, lost.
+UNREACHABLE_ERRORS = frozenset({2003, 2005, 2006, 2013})
+# ... and of a session the server ended: killed (1927 MariaDB), shutdown in progress (1053).
+LOST_CONNECTION_ERRORS = frozenset({2013, 2006, 1927, 1053})
 URL_ENV = "MYSQLCDC_MYSQL_URL"
 DEFAULT_SERVER_ID_RANGE = (5400, 5499)
 
@@ -203,8 +207,8 @@ def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Co
                 "the server's certificate must be signed by the CA in ssl_ca and name the host you connect to "
                 "(or set ssl_verify=false to skip the host name check only)"
             ) from None
-        if code in (2003, 2005, 2006, 2013):
-            raise ConnectionFailed(
+        if code in UNREACHABLE_ERRORS:
+            raise ServerUnavailable(
                 f"cannot reach MySQL at {settings.host}:{settings.port} ({_message(exc)}): "
                 "check host, port, firewall and that the server is running"
             ) from None

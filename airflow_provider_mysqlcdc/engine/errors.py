@@ -14,5 +14,10 @@ class ConnectionFailed(CdcError):
     """The MySQL server could not be reached or refused the credentials."""
 
 
+class ServerUnavailable(ConnectionFailed):
+    """The server went away or cannot be reached right now (restart, failover, network cut, KILL of our
+    session): transient, so a read that was cut may be run again from its start once the server is back."""
+
+
 class ServerNotReady(CdcError):
     """The server is reachable but not configured for CDC (binlog settings, privileges)."""

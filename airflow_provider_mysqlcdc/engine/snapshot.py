@@ -34,8 +34,11 @@ def plan_tables(
     run_id: str | None = None,
 ) -> list[ChunkPlan]:
     """Plan every table the patterns match into a new plan generation (never mixing old boundaries)."""
+    from .check import require_ready
+
     with connect(settings) as conn:
         tables = list_tables(conn, patterns)
+    require_ready(settings, f"planning {', '.join(map(str, tables))}")
     plans = []
     for table in tables:
         generation = store.next_generation(str(table))

@@ -3,17 +3,20 @@
 Mapped over the plan task's groups with ``.partial(...).expand(chunk_group=...)``; the map index shows the
 group (``shop.orders g3 chunks 8-15``). Clearing one mapped task instance reruns exactly that group: the
 chunks are read again and replace their output atomically, and the stream treats them as HW = -inf until the
-rerun commits. Returns the group's chunk results (rows, LW, HW) as recorded in the chunk store.
+rerun commits. Returns the group's chunk results (rows, LW, HW) as recorded in the chunk store. A Spark
+driver that dies hard (no ``abort`` runs) has its chunks marked failed here once spark-submit has exited, so
+they never stay 'running' with nothing running them.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from ..assets import ASSET_ALIAS
 from ..engine.chunk_groups import ChunkGroup, format_chunk_ids
-from ..engine.chunk_store import COMMITTED, ChunkStore
+from ..engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from ..engine.errors import CdcError
 from ..hooks.mysqlcdc import MySqlCdcHook
 from ..spark.snapshot_options import CHUNK_STORE_ENV
@@ -100,11 +103,15 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.name = self.name if self.name and self.name != "arrow-spark" else f"mysqlcdc snapshot {group.name}"
         self.prepare_spark(hook, store_url, CHUNK_STORE_ENV)
         self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, len(group.chunk_ids))
+        before = {c["chunk_id"]: c["attempts"] for c in group_result(store_url, group)["chunks"]}
         failure: BaseException | None = None
         try:
             super().execute(context)
         except Exception as exc:  # noqa: BLE001 - the chunk store says what failed; report that
             failure = exc
+            if fail_dead_attempts(store_url, group, before, str(context["run_id"]), exc):
+                self.log.warning("%s: the Spark application ended mid-snapshot; its chunks are marked failed",
+                                 group.name)
         result = group_result(store_url, group)
         failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
         if failure is not None or failed:
@@ -146,6 +153,29 @@ def group_result(store_url: str, group: ChunkGroup) -> dict[str, Any]:
         "min_hw": str(min(hws)) if hws else None, "max_hw": str(max(hws)) if hws else None,
         "table_complete": bool(states) and all(c.status == COMMITTED for c in states),
     }
+
+
+def fail_dead_attempts(store_url: str, group: ChunkGroup, before: Mapping[int, int], run_id: str,
+                       failure: BaseException) -> list[int]:
+    """Record as failed the attempts this try started that are still 'running' after spark-submit exited.
+
+    A driver that dies hard (killed, out of memory, its node lost) runs no ``abort``: without this its chunks
+    would show 'running' until a retry supersedes them, and forever if no retry is left. Only attempts that
+    are provably this try's are touched (this run, exactly one attempt since the try began); ``fail_chunk``
+    with the attempt number leaves a newer attempt alone. The committed result stays in force.
+    """
+    code = re.search(r"Error code is: (-?\d+)", str(failure))
+    reason = f"spark-submit exit code {code.group(1)}" if code else type(failure).__name__
+    dead: list[int] = []
+    with ChunkStore(store_url) as store:
+        for state in store.chunks(group.table, group.generation):
+            if (state.chunk_id in before and state.status == RUNNING and state.run_id == run_id
+                    and state.attempts == before[state.chunk_id] + 1):
+                store.fail_chunk(group.table, group.generation, state.chunk_id,
+                                 f"the Spark application ended before this chunk committed ({reason})",
+                                 run_id=run_id, attempt=state.attempts)
+                dead.append(state.chunk_id)
+    return dead
 
 
 def reader_slot_base(map_index: int, group_size: int) -> int:

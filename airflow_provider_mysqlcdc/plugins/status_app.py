@@ -47,6 +47,8 @@ URL_PREFIX = "/mysqlcdc"
 NO_PIPELINE = "this DAG run has no MySQL CDC pipeline: its plan task has not run yet"
 # The page must answer even when MySQL does not: cap the wait for the server's binlog position (lag only).
 MYSQL_CONNECT_TIMEOUT_S = 5
+# A page answers 503 after a short wait for an unreachable chunk store, not after the tasks' outage budget.
+CHUNK_STORE_OUTAGE_S = 5.0
 
 app = FastAPI(
     title="MySQL CDC status",
@@ -135,7 +137,7 @@ def open_chunk_store(recorded: str) -> ChunkStore:
             "(or a shared database such as PostgreSQL) that the workers use",
         )
     try:
-        return ChunkStore(url)
+        return ChunkStore(url, outage_s=CHUNK_STORE_OUTAGE_S)
     except (CdcError, SQLAlchemyError) as exc:
         raise PageProblem(503, "Chunk store unavailable", _error_text(exc)) from None
 

@@ -19,6 +19,8 @@ Options (all strings; none of them is secret):
 ``max_bytes_per_batch`` binlog bytes per micro-batch (default 64 MiB), rounded to a transaction boundary
 ``server_id_slot``      which replica ``server_id`` of the configured range the reader uses (default 0)
 ``read_timeout``        seconds a batch read may take (default 600)
+``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
+                        fails (default 300); a read cut by it is run again from its start
 ``checkpoint``          where the stream writes its committed position (``mysqlcdc/stream_position.json``)
 
 The password travels to executors inside the pickled source, never in options, plans or logs.
@@ -45,6 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
 from ..engine.errors import ConfigurationError
 from ..engine.offsets import BinlogOffset
+from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from ..engine.positions import BinlogPosition
 from ..engine.tables import TableId
 
@@ -87,6 +90,7 @@ class BinlogSourceOptions:
     max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH
     server_id_slot: int = 0
     read_timeout: float = DEFAULT_READ_TIMEOUT
+    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
     checkpoint: str | None = None
 
     @classmethod
@@ -132,6 +136,7 @@ class BinlogSourceOptions:
                 else (int(max_bytes) or None),
                 server_id_slot=int(get("server_id_slot") or 0),
                 read_timeout=float(get("read_timeout") or DEFAULT_READ_TIMEOUT),
+                reconnect_timeout=float(get("reconnect_timeout") or DEFAULT_RECONNECT_TIMEOUT_S),
                 checkpoint=get("checkpoint"),
             )
         except ValueError as exc:
@@ -146,6 +151,7 @@ class BinlogSourceOptions:
             "max_bytes_per_batch": str(self.max_bytes_per_batch or 0),
             "server_id_slot": str(self.server_id_slot),
             "read_timeout": str(self.read_timeout),
+            "reconnect_timeout": str(self.reconnect_timeout),
         }
         if self.password_file:
             options["password_file"] = self.password_file
@@ -221,6 +227,17 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._conn.ping(reconnect=True)
         return self._conn
 
+    def _while_available(self, what: str, work: Any) -> Any:
+        """Run ``work`` (on the driver's session or a new one), waiting out an outage of the server."""
+        settings = self.settings()
+        return retry_while_unavailable(
+            work,
+            what=what,
+            where=f"{settings.host}:{settings.port}",
+            budget_s=self.config.reconnect_timeout,
+            on_retry=self.stop,
+        )
+
     # -- driver: offsets --
 
     def initialOffset(self) -> dict:
@@ -240,13 +257,16 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        status = self._while_available("reading the binlog end", self._binlog_status)
+        self.target = BinlogPosition(status.file, status.position)
+        log.info("available-now: catching up to %s", self.target)
+
+    def _binlog_status(self) -> Any:
         from ..engine.server import current_binlog_status, server_info
 
         conn = self._connection()
         self._server = self._server or server_info(conn)
-        status = current_binlog_status(conn, self._server)
-        self.target = BinlogPosition(status.file, status.position)
-        log.info("available-now: catching up to %s", self.target)
+        return current_binlog_status(conn, self._server)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         from .binlog_admission import next_batch_end
@@ -255,18 +275,17 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         if not isinstance(limit, (ReadMaxBytes, ReadAllAvailable)):
             max_bytes = self.config.max_bytes_per_batch  # row/file limits do not apply to a binlog
-        admission = next_batch_end(self._connection(), begin, max_bytes=max_bytes, until=self.target)
+        admission = self._while_available(
+            f"planning the batch after {begin}",
+            lambda: next_batch_end(self._connection(), begin, max_bytes=max_bytes, until=self.target),
+        )
         if admission.end.key == begin.key:
             return start
         log.info("next batch: %s -> %s (%d binlog bytes)", begin, admission.end, admission.bytes)
         return admission.end.to_dict()
 
     def reportLatestOffset(self) -> dict | None:
-        from ..engine.server import current_binlog_status, server_info
-
-        conn = self._connection()
-        self._server = self._server or server_info(conn)
-        status = current_binlog_status(conn, self._server)
+        status = self._while_available("reading the binlog end", self._binlog_status)
         return BinlogOffset(status.file, status.position).to_dict()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -307,18 +326,28 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"batch end {end} is not a transaction boundary: the checkpoint is corrupt"
             )
         settings = self.settings()
-        with ChunkStore(self.config.chunk_store) as store:
-            # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch apply.
-            stream = ChangeStream(
-                settings,
-                store,
-                list(self.config.tables),
-                allocate_server_id(settings, self.config.server_id_slot),
-            )
-            try:
-                batch = stream.read(start, end.position, timeout=self.config.read_timeout)
-            finally:
-                stream.close()
+
+        def read_range() -> Any:
+            # Nothing is yielded before the whole range is read, so a read cut by an outage simply runs again.
+            with ChunkStore(self.config.chunk_store) as store:
+                # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch apply.
+                stream = ChangeStream(
+                    settings,
+                    store,
+                    list(self.config.tables),
+                    allocate_server_id(settings, self.config.server_id_slot),
+                )
+                try:
+                    return stream.read(start, end.position, timeout=self.config.read_timeout)
+                finally:
+                    stream.close()
+
+        batch = retry_while_unavailable(
+            read_range,
+            what=f"reading the batch {start} -> {end}",
+            where=f"{settings.host}:{settings.port}",
+            budget_s=self.config.reconnect_timeout,
+        )
         log.info("read %s -> %s: %d row images, %d emitted", start, end, batch.rows_read, len(batch.records))
         yield from stream_batches(batch.records)
         yield range_batch(partition.start, partition.end)

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
+from ..engine.check import require_ready
 from ..engine.chunk_store import ChunkStore
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
 from ..engine.errors import CdcError, ConfigurationError
+from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from ..engine.output_layout import ensure_writable, read_json, write_json_atomic
 from ..engine.tables import TableId, TableSchema, list_tables, load_schema
 from .binlog_source import (
@@ -68,6 +70,7 @@ class StreamConfig:
     changelog_json: bool = False
     server_id_slot: int = 0
     read_timeout: float = 600.0
+    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage is waited out this long
     query_name: str | None = None
     lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
     break_lock: bool = False
@@ -192,6 +195,7 @@ def start_stream(
     settings = config.settings()
     schemas = resolve_tables(settings, config.tables)
     tables = sorted(schemas)
+    require_ready(settings, f"the stream of {', '.join(map(str, tables))}")
     with ChunkStore(config.chunk_store) as store:
         planned = set(store.tables())
     missing = [str(t) for t in tables if str(t) not in planned]
@@ -227,6 +231,7 @@ def start_stream(
             max_bytes_per_batch=config.max_bytes_per_batch,
             server_id_slot=config.server_id_slot,
             read_timeout=config.read_timeout,
+            reconnect_timeout=config.reconnect_timeout,
             checkpoint=config.checkpoint,
         )
         sink = ChangelogSink(

@@ -69,6 +69,7 @@ class MariaDBServer:
     basedir: Path | None = None
     port: int = 0
     process: subprocess.Popen | None = None
+    _args: list[str] = field(default_factory=list, repr=False)
 
     @property
     def admin_url(self) -> str:
@@ -109,12 +110,23 @@ class MariaDBServer:
             if name == "log-bin" and value:
                 value = str(datadir / str(value))
             args.append(f"--{name}" if value is None else f"--{name}={value}")
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
-        )
-        self._wait_ready()
+        self._args = args
+        self._launch()
         self._create_cdc_user()
         return self
+
+    def _launch(self) -> None:
+        self.process = subprocess.Popen(
+            self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+        )
+        self._wait_ready()
+
+    def restart(self, down_seconds: float = 0.0) -> None:
+        """A clean shutdown (what a maintenance restart does), ``down_seconds`` away, then the same server
+        again on the same port and datadir: clients see their sessions cut and connections refused."""
+        self._shutdown()
+        time.sleep(down_seconds)
+        self._launch()
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -139,7 +151,7 @@ class MariaDBServer:
             return "(no error log)"
         return "\n".join(path.read_text(errors="replace").splitlines()[-tail:])
 
-    def stop(self) -> None:
+    def _shutdown(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -148,6 +160,9 @@ class MariaDBServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+    def stop(self) -> None:
+        self._shutdown()
         if self.basedir is not None:
             shutil.rmtree(self.basedir, ignore_errors=True)
             self.basedir = None

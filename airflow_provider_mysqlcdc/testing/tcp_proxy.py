@@ -1,0 +1,139 @@
+"""A TCP proxy for fault tests: cut every connection (an outage, refused until restored), cut right after a
+marked client packet (a COMMIT whose reply is lost), or cut one connection after it carried some bytes to the
+client (a network cut in the middle of a binlog read)."""
+from __future__ import annotations
+
+import re
+import socket
+import threading
+
+_COM_BINLOG_DUMP = 0x12
+
+
+class CuttableProxy:
+    """Forwards 127.0.0.1:<port> to ``target``. ``cut()`` closes every live connection and the listener (new
+    connections are refused) until ``restore()``; ``cut_after(marker)`` cuts right after forwarding the
+    first client packet matching ``marker`` (the server gets it, the client never hears back)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self.cuts = 0
+        self.cut_done = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self._marker: re.Pattern[bytes] | None = None
+        self._frozen = False  # between the marked packet and the cut: drop what the server sends
+        self._hold: float | None = None
+        self._cut_after_bytes: int | None = None
+        self.connection_cuts = 0  # connections cut by cut_connection_after
+        self.restore()
+
+    def restore(self) -> None:
+        self._frozen = False
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        with self._lock:
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._sockets = self._sockets, set()
+            self.cuts += 1
+        for sock in ([listener] if listener else []) + list(sockets):
+            _close(sock)  # a listener shut down refuses connections
+        self.cut_done.set()
+
+    def cut_for(self, seconds: float) -> threading.Timer:
+        self.cut()
+        timer = threading.Timer(seconds, self.restore)
+        timer.start()
+        return timer
+
+    def cut_after(self, marker: re.Pattern[bytes], hold: float | None = None) -> None:
+        """Cut after the next client packet matching ``marker``; restore ``hold`` seconds later (if given)."""
+        self.cut_done.clear()
+        self._hold = hold
+        self._marker = marker
+
+    def cut_connection_after(self, downstream_bytes: int) -> None:
+        """Cut the next MySQL binlog dump connection (a client that sent COM_BINLOG_DUMP) once it carried
+        ``downstream_bytes`` to the client; only that one: the listener stays open, the client may reconnect."""
+        self._cut_after_bytes = downstream_bytes
+
+    @property
+    def armed(self) -> bool:
+        """A ``cut_connection_after`` is still waiting for its connection."""
+        return self._cut_after_bytes is not None
+
+    def close(self) -> None:
+        self.cut()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                _close(client)
+                continue
+            with self._lock:
+                if self._listener is not listener:  # cut meanwhile
+                    for sock in (client, server):
+                        _close(sock)
+                    continue
+                self._sockets |= {client, server}
+            dump = threading.Event()  # set once the client asked for a binlog dump
+            threading.Thread(target=self._pump, args=(client, server, True, dump), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False, dump), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool, dump: threading.Event) -> None:
+        carried = 0
+        try:
+            while data := source.recv(65536):
+                if upstream and len(data) > 4 and data[4] == _COM_BINLOG_DUMP:
+                    dump.set()
+                carried += len(data) if dump.is_set() else 0
+                limit = self._cut_after_bytes
+                if not upstream and limit is not None and carried >= limit:
+                    self._cut_after_bytes = None
+                    self.connection_cuts += 1
+                    sink.sendall(data[: max(0, len(data) - (carried - limit))])
+                    return  # finally closes both sides: the client sees its connection drop mid-read
+                marker = self._marker
+                if not upstream and self._frozen:
+                    continue  # the server's answer to the marked packet: the client never gets it
+                if upstream and marker is not None and marker.search(data):
+                    self._marker, self._frozen = None, True
+                    sink.sendall(data)
+                    if self._hold is None:
+                        self.cut()
+                    else:
+                        self.cut_for(self._hold)
+                    return
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                _close(sock)
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
