@@ -1,17 +1,24 @@
 """A binlog read whose connection is cut mid-read (the network drops it after some of the events arrived)
-resumes where it stopped and returns exactly what an uncut read returns: nothing skipped, nothing twice."""
+resumes where it stopped and returns exactly what an uncut read returns: nothing skipped, nothing twice; an
+outage is waited out for its budget only, and permanent errors are not waited on."""
 from __future__ import annotations
 
 import logging
+import time
+
+import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id
 from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.errors import ConnectionFailed, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.outages import retry_while_unavailable
 from airflow_provider_mysqlcdc.engine.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.engine.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.testing.mariadb import free_port
 from airflow_provider_mysqlcdc.testing.tcp_proxy import CuttableProxy
 
 
@@ -62,3 +69,17 @@ def test_binlog_read_cut_mid_read_resumes_exactly(mysql_server, mysql_db, tmp_pa
         assert caplog.text.count("binlog stream connection lost; reconnecting") >= 3, caplog.text[-2000:]
     finally:
         proxy.close()
+
+
+def test_outage_budget_and_permanent_errors(mysql_server):
+    """A server that stays away is waited out for the budget, then named; a wrong password fails at once."""
+    gone = MySQLSettings.from_url(f"mysql://cdc:cdc-secret-pw@127.0.0.1:{free_port()}/")
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=r"stayed unavailable for \d+ s while reading .*reconnect_timeout"):
+        retry_while_unavailable(lambda: connect(gone), what="reading", where="127.0.0.1", budget_s=2.0)
+    assert 1.0 <= time.monotonic() - started < 10
+    wrong = MySQLSettings.from_url(f"mysql://cdc:not-the-password@127.0.0.1:{mysql_server.port}/")
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed, match="refused the credentials") as info:
+        retry_while_unavailable(lambda: connect(wrong), what="reading", where="127.0.0.1", budget_s=60.0)
+    assert not isinstance(info.value, ServerUnavailable) and time.monotonic() - started < 5

@@ -66,9 +66,9 @@ def retry_while_unavailable(
             if waited + delay > budget_s:
                 raise ServerUnavailable(
                     f"MySQL at {where} stayed unavailable for {waited:.0f} s while {what} ({tries} tries; "
-                    f"last error: {_brief(exc)}); nothing after the last committed batch was written. Restart "
-                    "the job when the server is back: it resumes from its checkpoint (raise reconnect_timeout "
-                    "to wait longer)"
+                    f"last error: {_brief(exc)}); nothing after the last committed batch was written. "
+                    "Restart the job when the server is back: it resumes from its checkpoint (raise "
+                    "reconnect_timeout to wait longer)"
                 ) from None
             if on_retry is not None:
                 on_retry()

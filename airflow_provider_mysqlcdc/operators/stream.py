@@ -35,7 +35,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
         "output_path", "checkpoint",
-        "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running",
+        "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
     )
     ui_color = "#e6f5ea"
 
@@ -52,6 +52,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         changelog_json: bool = False,
         max_bytes_per_batch: int | str | None = None,
         skip_if_running: bool | str = True,
+        reconnect_timeout: float | str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -69,6 +70,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.changelog_json = changelog_json
         self.max_bytes_per_batch = max_bytes_per_batch
         self.skip_if_running = skip_if_running
+        self.reconnect_timeout = reconnect_timeout  # seconds a MySQL outage is waited out (default 300)
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -97,6 +99,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         ]
         if self.max_bytes_per_batch:
             self.application_args += ["--max-bytes-per-batch", str(int(self.max_bytes_per_batch))]
+        if self.reconnect_timeout not in (None, ""):
+            self.application_args += ["--reconnect-timeout", str(float(self.reconnect_timeout))]
         if self.changelog_json:
             self.application_args += ["--changelog-json"]
         for table, columns in (self.exclude_columns or {}).items():

@@ -64,7 +64,8 @@ class CuttableProxy:
 
     def cut_connection_after(self, downstream_bytes: int) -> None:
         """Cut the next MySQL binlog dump connection (a client that sent COM_BINLOG_DUMP) once it carried
-        ``downstream_bytes`` to the client; only that one: the listener stays open, the client may reconnect."""
+        ``downstream_bytes`` to the client; only that one: the listener stays open, the client may
+        reconnect."""
         self._cut_after_bytes = downstream_bytes
 
     @property
@@ -97,7 +98,9 @@ class CuttableProxy:
             threading.Thread(target=self._pump, args=(client, server, True, dump), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False, dump), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool, dump: threading.Event) -> None:
+    def _pump(
+        self, source: socket.socket, sink: socket.socket, upstream: bool, dump: threading.Event
+    ) -> None:
         carried = 0
         try:
             while data := source.recv(65536):
