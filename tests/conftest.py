@@ -109,6 +109,25 @@ def private_mariadb(server_flavor) -> Iterator[object]:
 
 
 @pytest.fixture
+def limited_user(mysql_server) -> Iterator:
+    """Makes users with only the given grants (password limited-pw-123); drops them afterwards."""
+    created = []
+
+    def make(name: str, grants: str) -> str:
+        with mysql_server.admin() as conn, conn.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
+            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY 'limited-pw-123'", (name,))
+            cur.execute(f"GRANT {grants} ON *.* TO %s@'%%'", (name,))
+        created.append(name)
+        return f"mysql://{name}:limited-pw-123@127.0.0.1:{mysql_server.port}/"
+
+    yield make
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        for name in created:
+            cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
+
+
+@pytest.fixture
 def mariadb_only(server_flavor) -> None:
     if server_flavor != "mariadb":
         pytest.skip("needs the MariaDB flavor (runtime-changeable variables differ on MySQL)")

@@ -85,24 +85,6 @@ def test_short_retention_warns(mysql_server, server_flavor):
     assert "binlog_expire_logs_seconds" in result.stdout
 
 
-@pytest.fixture
-def limited_user(mysql_server) -> Iterator:
-    created = []
-
-    def make(name: str, grants: str) -> str:
-        with mysql_server.admin() as conn, conn.cursor() as cur:
-            cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
-            cur.execute("CREATE USER %s@'%%' IDENTIFIED BY 'limited-pw-123'", (name,))
-            cur.execute(f"GRANT {grants} ON *.* TO %s@'%%'", (name,))
-        created.append(name)
-        return f"mysql://{name}:limited-pw-123@127.0.0.1:{mysql_server.port}/"
-
-    yield make
-    with mysql_server.admin() as conn, conn.cursor() as cur:
-        for name in created:
-            cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
-
-
 def test_missing_replication_client(limited_user):
     result = run_check(limited_user("cdc_noclient", "SELECT, REPLICATION SLAVE"))
     assert result.returncode == 1

@@ -16,7 +16,7 @@ from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
 from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, run_stream
 
 from .engine_harness import password_file
-from .test_check import MISCONFIGURATIONS, global_variable, limited_user  # noqa: F401 - fixture
+from .test_check import MISCONFIGURATIONS, global_variable
 
 
 @pytest.fixture
