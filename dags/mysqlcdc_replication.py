@@ -5,6 +5,10 @@ Copy this DAG and set its params (or pass them with ``airflow dags test mysqlcdc
 ``ssl``, ``server_id``, ``charset``) and ``spark_conn_id`` (type spark, master in the host, e.g. ``local[2]``
 or ``spark://master:7077``).
 
+Startup modes (param ``startup_mode``): ``initial`` snapshots, then streams; ``snapshot-only`` stops after the
+snapshot; ``latest-offset``, ``earliest-offset``, ``specific-offset:<file>:<pos>`` (or ``:gtid=<set>``) and
+``timestamp:<ISO 8601>`` take no snapshot and stream every change from that point (a new checkpoint only).
+
 Reruns: clear one mapped ``snapshot_phase.snapshot_chunk_group`` task to rerun exactly that chunk group; or
 trigger a run with ``redo_chunks`` (``"shop.orders=3,7"``) to re-snapshot only those chunks while the stream
 keeps running (that run's stream task then skips, as the running stream picks the new HWs up itself).
@@ -41,6 +45,10 @@ with DAG(
         "stream_trigger": Param("available-now", type="string",
                                 description="available-now (catch up, finish), continuous, or "
                                             "processing-time=10 seconds"),
+        "startup_mode": Param("initial", type="string",
+                              description="initial (snapshot, then stream) | snapshot-only | latest-offset | "
+                                          "earliest-offset | specific-offset:<file>:<pos> | "
+                                          "specific-offset:gtid=<set> | timestamp:<ISO 8601>"),
         "redo_chunks": Param("", type="string",
                              description="only re-snapshot these chunks, e.g. demo.orders=3,7 (no re-plan)"),
         "exclude_columns": Param({}, type="object",
@@ -64,6 +72,7 @@ with DAG(
         chunk_size="{{ params.chunk_size }}",
         chunks_per_group="{{ params.chunks_per_group }}",
         redo_chunks="{{ params.redo_chunks }}",
+        startup_mode="{{ params.startup_mode }}",
     )
     with TaskGroup("snapshot_phase", tooltip="one Spark application per chunk group") as snapshot_phase:
         MySqlCdcSnapshotOperator.partial(
@@ -89,5 +98,7 @@ with DAG(
         chunk_store="{{ params.chunk_store }}",
         trigger="{{ params.stream_trigger }}",
         exclude_columns="{{ params.exclude_columns }}",
+        startup_mode="{{ params.startup_mode }}",
+        trigger_rule="none_failed",  # a startup mode without a snapshot maps no snapshot task (skipped)
     )
     plan >> snapshot_phase >> stream

@@ -42,7 +42,7 @@ def pos(n: int, file: str = "mysql-bin.000001") -> BinlogPosition:
 # --- backends -----------------------------------------------------------------------------------------------
 
 
-def _server_database(admin_url: str, backend: str):
+def _server_database(admin_url: str, backend: str, name: str = TEST_DB):
     """Create a throwaway database on the server, yield its URL, drop it. Skip without server or driver."""
     url = sa.engine.make_url(admin_url)
     if url.drivername in ("mysql", "mariadb"):
@@ -51,17 +51,17 @@ def _server_database(admin_url: str, backend: str):
     try:
         admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", connect_args=connect_args)
         with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {TEST_DB}")
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
         pytest.skip(f"{backend}: driver not installed ({exc})")
     except sa.exc.DBAPIError as exc:
         pytest.skip(f"{backend} not reachable at {url.render_as_string(hide_password=True)}: {exc.orig}")
     try:
-        yield url.set(database=TEST_DB)
+        yield url.set(database=name)
     finally:
         with admin.connect() as conn:
             force = " WITH (FORCE)" if backend == "postgresql" else ""
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {TEST_DB}{force}")
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
         admin.dispose()
 
 

@@ -27,13 +27,11 @@ from airflow_provider_mysqlcdc.engine.positions import BinlogPosition
 from airflow_provider_mysqlcdc.testing.tcp_proxy import CuttableProxy
 
 from .engine_harness import Pipeline, assert_same_rows
+from .test_chunk_store import PG_ADMIN_URL, _server_database
 from .workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 TABLE = "shop.orders"
 CUT_S = 2.0
-PG_ADMIN_URL = os.environ.get(
-    "MYSQLCDC_TEST_STORE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 COMMIT = re.compile(rb"(?<![A-Za-z_])COMMIT(?![A-Za-z_])")  # the statement, not SET AUTOCOMMIT
 PASSWORD = "s3cret-outage-pw"  # trust auth ignores it; it must never show up in messages or logs
 
@@ -74,22 +72,7 @@ class Background:
 @pytest.fixture(scope="module")
 def pg_url() -> Any:
     """A throwaway PostgreSQL database (direct URL, not proxied); skipped without a server or driver."""
-    url = sa.engine.make_url(PG_ADMIN_URL)
-    name = f"mysqlcdc_outage_test_{os.getpid()}"
-    try:
-        admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    except (ImportError, sa.exc.NoSuchModuleError) as exc:
-        pytest.skip(f"postgresql driver not installed ({exc})")
-    except sa.exc.DBAPIError as exc:
-        pytest.skip(f"postgresql not reachable at {url.render_as_string(hide_password=True)}: {exc.orig}")
-    try:
-        yield url.set(database=name)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.dispose()
+    yield from _server_database(PG_ADMIN_URL, "postgresql", name=f"mysqlcdc_outage_test_{os.getpid()}")
 
 
 @pytest.fixture(scope="module")

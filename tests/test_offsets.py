@@ -32,11 +32,29 @@ def test_version_one_as_stored_today_is_read_forever():
 
 
 def test_newer_version_is_rejected_with_a_clear_error():
-    future = '{"version":2,"file":"mysql-bin.000007","pos":4,"skip_events":0,"skip_rows":0,"extra":"?"}'
+    future = '{"version":3,"file":"mysql-bin.000007","pos":4,"skip_events":0,"skip_rows":0,"extra":"?"}'
     with pytest.raises(OffsetFormatError, match="newer mysqlcdc release.*upgrade"):
         BinlogOffset.from_json(future)
     with pytest.raises(OffsetFormatError):
-        BinlogOffset("mysql-bin.000001", 4, version=2)
+        BinlogOffset("mysql-bin.000001", 4, version=3)
+
+
+def test_failover_fields_round_trip_and_only_a_file_number_base_needs_version_two():
+    """The server identity and GTID position ride along in version 1 (older releases ignore them); a file
+    number base (a stream that failed over) makes it version 2, which older releases refuse."""
+    same = BinlogOffset("mysql-bin.000003", 1234, server="mariadb:11", gtid_position="0-11-57")
+    assert same.to_dict()["version"] == 1
+    assert BinlogOffset.from_json(same.to_json()) == same
+    moved = BinlogOffset("mysql-bin.000001", 400, server="mariadb:12", gtid_position="0-11-57",
+                         file_number_base=4)
+    assert moved.to_dict()["version"] == 2
+    assert BinlogOffset.from_json(moved.to_json()) == moved
+    assert moved.key > same.key  # positions of the new server order after the old server's
+    assert moved.ordered_position == BinlogPosition("mysql-bin.000005", 400) > same.ordered_position
+    assert same.ordered_position == same.position
+    # version 1 never carries a base: a stray key is not read as one
+    stray = '{"version":1,"file":"mysql-bin.000001","pos":4,"file_number_base":9}'
+    assert BinlogOffset.from_json(stray).file_number_base == 0
 
 
 @pytest.mark.parametrize(
@@ -51,6 +69,9 @@ def test_newer_version_is_rejected_with_a_clear_error():
         '{"version":1,"file":"mysql-bin.000001","pos":4,"skip_rows":-1}',
         '{"version":1,"file":"mysql-bin","pos":4}',
         '{"version":1,"file":"mysql-bin.000001","pos":4,"gtid":5}',
+        '{"version":2,"file":"mysql-bin.000001","pos":4,"file_number_base":"1"}',
+        '{"version":2,"file":"mysql-bin.000001","pos":4,"file_number_base":-1}',
+        '{"version":1,"file":"mysql-bin.000001","pos":4,"server":11}',
     ],
 )
 def test_malformed_offsets_are_rejected(text):

@@ -5,6 +5,7 @@ the emitted records and the offset to resume from, which is exact (inside a tran
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -102,9 +103,13 @@ class ChangeStream:
         timeout: float | None = None,
         blocking: bool = False,
         on_batch: Callable[[list[Record]], None] | None = None,
+        file_number_base: int = 0,
     ) -> StreamBatch:
         """Read from ``start`` up to ``end`` (default: the current end of the binlog), at most ``max_rows``
-        row images (never cutting between the two images of an update)."""
+        row images (never cutting between the two images of an update).
+
+        ``file_number_base`` is added to the binlog file number of every row's position before the stream
+        filter sees it (a stream that failed over to another server: ``engine/failover.py``)."""
         assert self._filter is not None
         started = time.monotonic()
         reader = BinlogReader(self.settings, self.server_id, set(self.tables), self.schemas)
@@ -127,6 +132,8 @@ class ChangeStream:
             if reader.last_offset is not None:
                 offset = reader.last_offset
         dropped_before = self._filter.dropped
+        if file_number_base:
+            pending = [_rebased(change, file_number_base) for change in pending]
         records = self._filter.apply(pending)
         if on_batch is not None:
             on_batch(records)
@@ -138,3 +145,8 @@ class ChangeStream:
 
 def _open_update(pending: list[RowChange]) -> bool:
     return bool(pending) and pending[-1].op == UPDATE_BEFORE
+
+
+def _rebased(change: RowChange, base: int) -> RowChange:
+    number, pos, index, half = change.key
+    return dataclasses.replace(change, key=(base + number, pos, index, half))

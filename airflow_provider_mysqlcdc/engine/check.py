@@ -34,6 +34,7 @@ class CheckReport:
     server: ServerInfo | None = None
     binlog: BinlogStatus | None = None
     results: list[CheckResult] = field(default_factory=list)
+    retention_s: float | None = None  # binlog retention; 0 = binlogs never expire automatically
 
     @property
     def ok(self) -> bool:
@@ -94,6 +95,7 @@ def check_server(
         variables = global_variables(conn, names)
         report.results.extend(_check_binlog_settings(info, variables))
         report.results.append(_check_retention(variables, min_retention_hours))
+        report.retention_s = _retention_seconds(variables)
         client = _check_replication_client(conn, info)
         report.results.append(client[0])
         report.binlog = client[1]
@@ -115,6 +117,22 @@ def require_ready(settings: MySQLSettings, what: str) -> CheckReport:
             "Run `mysqlcdc check` after fixing it"
         )
     return report
+
+
+def retention_warning(retention_s: float | None, rows: int, rows_per_second: float) -> str | None:
+    """Binlogs that expire before the snapshot is done (with a margin of half again) take with them the
+    changes the stream needs from the smallest HW on: the pipeline would have to start over."""
+    if not retention_s or rows <= 0 or rows_per_second <= 0:
+        return None
+    estimate_s = rows / rows_per_second
+    if estimate_s * 1.5 < retention_s:
+        return None
+    return (
+        f"binlog retention ({retention_s / 3600:g} h) is shorter than the estimated snapshot time "
+        f"({estimate_s / 3600:.2g} h for ~{rows} rows at ~{rows_per_second:g} rows/s, plus half again): "
+        "binlogs the stream needs from the smallest HW on may be purged before it starts. Raise "
+        "binlog_expire_logs_seconds (or expire_logs_days) for the snapshot, or snapshot fewer tables at once"
+    )
 
 
 def _setting_fix(name: str, value: str) -> str:

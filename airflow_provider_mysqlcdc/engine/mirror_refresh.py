@@ -587,7 +587,7 @@ def _stream_position(
         return position, exact
     end = batches[-1].end_offset
     if end is not None:
-        return end.position, True
+        return end.ordered_position, True  # in the order of ``_position`` and HWs, also after a failover
     latest = max([p for p in (latest, *(b.last_position for b in batches)) if p], default=None)
     if latest is not None:
         estimate = position_of(latest, view.chunks[0].hw)

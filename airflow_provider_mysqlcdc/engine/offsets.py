@@ -13,20 +13,32 @@ MariaDB and on MySQL, or the BEGIN query event) and how much of it was already e
 ``gtid`` is informational: the GTID of the last transaction before ``pos`` that the reader saw (MariaDB
 ``domain-server-seq``, MySQL ``uuid:gno``), or None. Reading always resumes by file and position.
 
-Offsets are stored as versioned JSON. Every later release reads version 1; a release rejects versions newer
-than it knows, with a message saying so.
+Positions are only comparable within one server's binlog, so the stream's offsets also say where they belong
+(``engine/failover.py``):
+
+* ``server``: the identity of the server whose binlog ``file``/``pos`` name (``ServerIdentity.token``);
+* ``gtid_position``: the GTID position at ``pos`` (MariaDB: the last GTID of every domain), which names the
+  same point on every server of the replication topology: a stream resumes on another server from it;
+* ``file_number_base``: added to the binlog file *number* of every position the stream reports (changelog
+  ``_position``, filter and mirror comparisons). 0 on the server the snapshot read; after a failover it makes
+  every position of the new server order after every position of the old one (and after every chunk HW).
+
+Offsets are stored as versioned JSON. Every later release reads versions 1 and 2; a release rejects versions
+newer than it knows, with a message saying so. An offset is written as version 1 unless it has a
+``file_number_base`` (version 2): a release that does not know the base would report positions that order
+before the old server's, so it must refuse such an offset instead.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CdcError
 from .positions import BinlogPosition, file_number
 
-OFFSET_VERSION = 1
-SUPPORTED_VERSIONS = frozenset({1})
+OFFSET_VERSION = 2
+SUPPORTED_VERSIONS = frozenset({1, 2})
 
 
 class OffsetFormatError(CdcError):
@@ -42,11 +54,16 @@ class BinlogOffset:
     skip_events: int = 0
     skip_rows: int = 0
     gtid: str | None = None
-    version: int = OFFSET_VERSION
+    version: int = field(default=OFFSET_VERSION, compare=False)  # as read; written: ``format_version``
+    server: str | None = None  # the server whose binlog file/pos name (None: the one the stream talks to)
+    gtid_position: str | None = None  # the GTID position at ``pos``: this point on every topology member
+    file_number_base: int = 0  # added to the file number of every position the stream reports
 
     def __post_init__(self) -> None:
         if self.version not in SUPPORTED_VERSIONS:
             raise OffsetFormatError(_version_message(self.version))
+        if self.file_number_base < 0:
+            raise OffsetFormatError(f"binlog offset {self} has a negative file_number_base")
         try:
             file_number(self.file)
         except CdcError as exc:
@@ -69,23 +86,47 @@ class BinlogOffset:
         return BinlogPosition(self.file, self.pos)
 
     @property
+    def ordered_position(self) -> BinlogPosition:
+        """``position`` with the file number raised by ``file_number_base``: where this offset lies in the
+        stream's order, the order of changelog ``_position`` values and chunk HWs (the same as ``position``
+        until a failover). Compare with HWs through this; read the binlog through ``position``."""
+        if not self.file_number_base:
+            return self.position
+        stem, _, digits = self.file.rpartition(".")
+        number = self.file_number_base + file_number(self.file)
+        return BinlogPosition(f"{stem}.{number:0{len(digits)}d}", self.pos)
+
+    @property
     def at_boundary(self) -> bool:
         return self.skip_events == 0 and self.skip_rows == 0
 
     @property
     def key(self) -> tuple[int, int, int, int]:
-        """Orders offsets of one binlog: later offsets have emitted more."""
-        return file_number(self.file), self.pos, self.skip_events, self.skip_rows
+        """Orders the offsets of one stream: later offsets have emitted more (across failovers too, by the
+        file number base)."""
+        return self.file_number_base + file_number(self.file), self.pos, self.skip_events, self.skip_rows
+
+    @property
+    def format_version(self) -> int:
+        """The oldest version that holds this offset (older releases keep reading what they can)."""
+        return 2 if self.file_number_base else 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
+        data: dict[str, Any] = {
+            "version": self.format_version,
             "file": self.file,
             "pos": self.pos,
             "skip_events": self.skip_events,
             "skip_rows": self.skip_rows,
             "gtid": self.gtid,
         }
+        if self.server is not None:
+            data["server"] = self.server
+        if self.gtid_position is not None:
+            data["gtid_position"] = self.gtid_position
+        if self.file_number_base:
+            data["file_number_base"] = self.file_number_base
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -105,11 +146,16 @@ class BinlogOffset:
             gtid = data.get("gtid")
         except KeyError as exc:
             raise OffsetFormatError(f"binlog offset {data!r} lacks {exc.args[0]!r}") from None
-        if not isinstance(file, str) or not all(_is_int(v) for v in (pos, skip_events, skip_rows)):
+        server, gtid_position = data.get("server"), data.get("gtid_position")
+        base = data.get("file_number_base", 0) if version >= 2 else 0
+        if not isinstance(file, str) or not all(_is_int(v) for v in (pos, skip_events, skip_rows, base)):
             raise OffsetFormatError(f"binlog offset {data!r} has fields of the wrong type")
-        if gtid is not None and not isinstance(gtid, str):
-            raise OffsetFormatError(f"binlog offset {data!r} has a non-string gtid")
-        return cls(file, pos, skip_events, skip_rows, gtid, version)
+        if any(v is not None and not isinstance(v, str) for v in (gtid, server, gtid_position)):
+            raise OffsetFormatError(f"binlog offset {data!r} has a non-string gtid, server or gtid_position")
+        return cls(
+            file, pos, skip_events, skip_rows, gtid, version=version, server=server,
+            gtid_position=gtid_position, file_number_base=base,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "BinlogOffset":

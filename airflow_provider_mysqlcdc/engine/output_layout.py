@@ -39,6 +39,7 @@ SNAPSHOT_MANIFEST = "_snapshot_manifest.json"
 MIRROR_MANIFEST = "_manifest.json"
 COMMITTED = "_committed"
 STREAM_PROGRESS = "_mysqlcdc_stream_progress.json"  # in the output root: the latest committed batch
+STREAM_OWNER = "_mysqlcdc_stream.json"  # in the output root: the stream whose changelog it holds, its startup
 
 
 def segment(name: str) -> str:
@@ -74,6 +75,10 @@ def changelog_marker(root: str, table: TableId, batch_id: int) -> str:
 
 def stream_progress_path(root: str) -> str:
     return posixpath.join(root.rstrip("/"), STREAM_PROGRESS)
+
+
+def stream_owner_path(root: str) -> str:
+    return posixpath.join(root.rstrip("/"), STREAM_OWNER)
 
 
 def mirror_dir(root: str, table: TableId, chunk_id: int, version: str) -> str:

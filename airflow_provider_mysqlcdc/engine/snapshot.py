@@ -16,9 +16,13 @@ from .chunk_store import ChunkStore
 from .connection import MySQLSettings, connect
 from .errors import CdcError
 from .planner import ChunkPlan, plan_table
+from .source_limits import DEFAULT_MAX_CONCURRENT_READS
 from .tables import TableId, TableSchema, list_tables, load_schema
 
 log = logging.getLogger(__name__)
+# Rows per second a snapshot phase reads, for the retention warning: ~40k per chunk read as measured on two
+# cores (README benchmarks), times the default cap of concurrent reads.
+EXPECTED_SNAPSHOT_ROWS_PER_SECOND = 40_000.0 * DEFAULT_MAX_CONCURRENT_READS
 
 Writer = Callable[[Iterator[pa.RecordBatch]], str]
 
@@ -32,13 +36,18 @@ def plan_tables(
     chunk_keys: dict[str, str] | None = None,
     distribution_factor_bounds: tuple[float, float] = (0.05, 1000.0),
     run_id: str | None = None,
+    expected_rows_per_second: float = EXPECTED_SNAPSHOT_ROWS_PER_SECOND,
 ) -> list[ChunkPlan]:
-    """Plan every table the patterns match into a new plan generation (never mixing old boundaries)."""
-    from .check import require_ready
+    """Plan every table the patterns match into a new plan generation (never mixing old boundaries).
+
+    Warns when binlog retention is shorter than the snapshot is expected to take at
+    ``expected_rows_per_second`` (the whole snapshot phase, all groups together).
+    """
+    from .check import require_ready, retention_warning
 
     with connect(settings) as conn:
         tables = list_tables(conn, patterns)
-    require_ready(settings, f"planning {', '.join(map(str, tables))}")
+    report = require_ready(settings, f"planning {', '.join(map(str, tables))}")
     plans = []
     for table in tables:
         generation = store.next_generation(str(table))
@@ -54,6 +63,9 @@ def plan_tables(
             )
         log.info("planned %s: generation %s, %s chunks (%s split)", table, generation, len(plan.chunks), plan.split)
         plans.append(plan)
+    warning = retention_warning(report.retention_s, sum(p.row_estimate for p in plans), expected_rows_per_second)
+    if warning:
+        log.warning("%s", warning)
     return plans
 
 

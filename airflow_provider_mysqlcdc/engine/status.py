@@ -23,6 +23,7 @@ from .changelog_batches import committed_batch_ids, read_batch, read_stream_prog
 from .chunk_store import COMMITTED, FAILED, PLANNED, RUNNING, ChunkStore, UnknownChunk
 from .errors import CdcError
 from .mirror_manifest import MirrorManifest, consistent_as_of, is_consistent, position_of, read_manifest
+from .output_layout import read_json, stream_owner_path
 from .positions import BinlogPosition, file_number
 from .server import current_binlog_status, server_info
 from .tables import TableId
@@ -122,10 +123,12 @@ class StatusReport:
     server_position: BinlogPosition | None
     collected_at: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    startup_mode: str | None = None  # of the stream writing the output root (engine.startup)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "collected_at": self.collected_at,
+            "startup_mode": self.startup_mode,
             "server_position": None if self.server_position is None else str(self.server_position),
             "tables": [t.as_dict() for t in self.tables],
             "notes": list(self.notes),
@@ -230,14 +233,16 @@ def table_status(
     notes: list[str] = []
 
     manifest = read_manifest(root, table) if root else None
-    batch_id, position, exact, own_batch = _stream_progress(root, table, manifest, hws[0] if hws else None)
+    batch_id, position, exact, own_batch, on_server = _stream_progress(
+        root, table, manifest, hws[0] if hws else None
+    )
     all_committed = bool(states) and all(c.committed for c in states)
     phase = SNAPSHOT if not all_committed else (STREAM if batch_id is not None else SNAPSHOT_DONE)
 
     min_hw, max_hw = (min(view_hws), max(view_hws)) if view_hws else (None, None)
     consistent = is_consistent(min_hw, max_hw, position)
     lag_from, lag_bytes, lag_files = None, None, None
-    basis = position if position is not None else (min(hws) if hws else None)
+    basis = on_server if on_server is not None else (min(hws) if hws else None)
     if server is not None and basis is not None:
         lag_from = "stream" if position is not None else "min_hw"
         lag_bytes, lag_files = server.lag(basis)
@@ -342,30 +347,35 @@ def _pairs(view: Any, manifest: MirrorManifest) -> list[tuple[Any, Any]]:
 
 def _stream_progress(
     root: str | None, table: TableId, manifest: MirrorManifest | None, like: BinlogPosition | None
-) -> tuple[int | None, BinlogPosition | None, bool, int | None]:
-    """(latest committed batch covering the table, stream position, exact?, latest batch with changes of the
-    table). The position comes from the stream's progress file when the table has been idle since, else from
-    the latest marker's ``end_offset``, else it is estimated from its ``last_position`` or the mirror."""
+) -> tuple[int | None, BinlogPosition | None, bool, int | None, BinlogPosition | None]:
+    """(latest committed batch covering the table, stream position in the stream's order (what HWs compare
+    with), exact?, latest batch with changes of the table, the position on the server now (for lag)). The
+    position comes from the stream's progress file when the table has been idle since, else from the latest
+    marker's ``end_offset``, else it is estimated from its ``last_position`` or the mirror. The two positions
+    differ only after a failover (``BinlogOffset.ordered_position``)."""
     if not root:
-        return None, None, False, None
+        return None, None, False, None, None
     progress = read_stream_progress(root)
     if progress is not None and not progress.covers(table):
         progress = None
     ids = committed_batch_ids(root, table)
     own = ids[-1] if ids else None
     if progress is not None and (own is None or progress.batch_id >= own):
-        return progress.batch_id, progress.end_offset.position, True, own
+        end = progress.end_offset
+        return progress.batch_id, end.ordered_position, True, own, end.position
     if own is None:
-        return None, None, False, None
+        return None, None, False, None, None
     latest = read_batch(root, table, own)
     if latest.end_offset is not None:
-        return own, latest.end_offset.position, True, own
+        end = latest.end_offset
+        return own, end.ordered_position, True, own, end.position
     candidates: list[BinlogPosition] = []
     if latest.last_position and like is not None:
         candidates.append(position_of(latest.last_position, like))
     if manifest is not None and manifest.stream_position is not None:
         candidates.append(manifest.stream_position)
-    return own, max(candidates, default=None), False, own
+    estimate = max(candidates, default=None)
+    return own, estimate, False, own, estimate
 
 
 def collect_status(
@@ -389,11 +399,18 @@ def collect_status(
         except pymysql.err.MySQLError as exc:
             notes.append(f"server position unknown ({exc.args[-1]}): no lag")
     statuses = tuple(table_status(store, n, root, server, schemas.get(n)) for n in names)
+    startup = ((read_json(stream_owner_path(root)) or {}).get("startup") or {}) if root else {}
+    mode = startup.get("mode")
+    if mode:
+        start = startup.get("start")
+        where = f"{start.get('file')}:{start.get('pos')}" if isinstance(start, dict) else "the smallest chunk HW"
+        notes.append(f"stream startup mode {mode}: began at {where}")
     return StatusReport(
         statuses,
         server.position if server else None,
         datetime.now(timezone.utc).isoformat(timespec="seconds"),
         tuple(notes),
+        mode,
     )
 
 

@@ -1,7 +1,9 @@
 """Plan task: split the tables into chunks (a new plan generation) and return the chunk groups to map over.
 
 With ``redo_chunks`` it plans nothing: it returns groups holding only those chunk ids of each table's current
-plan generation, so a DAG run re-snapshots just them while the stream keeps running.
+plan generation, so a DAG run re-snapshots just them while the stream keeps running. A ``startup_mode`` that
+takes no snapshot (``latest-offset``, ``earliest-offset``, ``specific-offset:...``, ``timestamp:...``) plans
+nothing either: the mapped snapshot task expands to no instance, and the stream begins at that point.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from ..engine.chunk_store import ChunkStore, UnknownChunk
 from ..engine.errors import ConfigurationError
 from ..engine.planner import DEFAULT_CHUNK_SIZE, ChunkPlan
 from ..engine.snapshot import plan_tables
+from ..engine.startup import INITIAL, StartupMode
 from ..hooks.mysqlcdc import MySqlCdcHook
 from .pipeline_record import XCOM_KEY, PipelineRecord
 from .pipeline_settings import chunk_store_url, default_checkpoint, split_tables
@@ -29,7 +32,7 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "tables", "chunk_store", "output_path", "checkpoint", "chunk_size", "chunks_per_group", "chunk_keys",
-        "redo_chunks", "mysql_conn_id",
+        "redo_chunks", "mysql_conn_id", "startup_mode",
     )
     ui_color = "#e8f1fb"
 
@@ -45,6 +48,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         chunks_per_group: int | str = DEFAULT_CHUNKS_PER_GROUP,
         chunk_keys: Mapping[str, str] | None = None,
         redo_chunks: str | Mapping[str, Any] | None = None,
+        startup_mode: str = INITIAL,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -57,6 +61,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.chunks_per_group = chunks_per_group
         self.chunk_keys = chunk_keys
         self.redo_chunks = redo_chunks
+        self.startup_mode = startup_mode
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -64,9 +69,13 @@ class MySqlCdcPlanOperator(BaseOperator):
         store_url = chunk_store_url(self.chunk_store, self.output_path)
         size = int(self.chunks_per_group)
         redo = parse_redo_chunks(self.redo_chunks)
+        mode = StartupMode.parse(self.startup_mode)
         run_id = context["run_id"]
         with ChunkStore(store_url) as store:
-            if redo:
+            if not mode.snapshots and not redo:
+                groups, tables = [], [str(t) for t in resolve_patterns(hook.settings(), patterns)]
+                self.log.info("startup mode %s: no snapshot; the stream task begins at that point", mode)
+            elif redo:
                 groups = redo_groups(store, redo, size)
                 tables = sorted(redo)
             else:
@@ -89,6 +98,18 @@ class MySqlCdcPlanOperator(BaseOperator):
         for g in groups:
             self.log.info("chunk group: %s", g.name)
         return [g.to_dict() for g in groups]
+
+
+def resolve_patterns(settings: Any, patterns: Sequence[str]) -> list[Any]:
+    """The tables the patterns match now (no plan is made for them)."""
+    from ..engine.connection import connect
+    from ..engine.tables import list_tables
+
+    with connect(settings) as conn:
+        tables = list_tables(conn, patterns)
+    if not tables:
+        raise ConfigurationError(f"no table matches {list(patterns)}")
+    return tables
 
 
 def plan_groups(plans: Sequence[ChunkPlan], chunks_per_group: int, max_groups: int) -> list[ChunkGroup]:

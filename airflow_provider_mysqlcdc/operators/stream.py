@@ -16,6 +16,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from ..assets import ASSET_ALIAS
 from ..engine.chunk_store import ChunkStore
 from ..engine.errors import ConfigurationError
+from ..engine.startup import INITIAL, StartupMode
 from ..engine.status import collect_status
 from ..engine.tables import matching_tables
 from ..hooks.mysqlcdc import MySqlCdcHook
@@ -36,6 +37,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
         "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
+        "startup_mode",
     )
     ui_color = "#e6f5ea"
 
@@ -53,6 +55,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         max_bytes_per_batch: int | str | None = None,
         skip_if_running: bool | str = True,
         reconnect_timeout: float | str | None = None,
+        startup_mode: str = INITIAL,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -71,12 +74,16 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.max_bytes_per_batch = max_bytes_per_batch
         self.skip_if_running = skip_if_running
         self.reconnect_timeout = reconnect_timeout  # seconds a MySQL outage is waited out (default 300)
+        self.startup_mode = startup_mode  # engine.startup: where a new checkpoint's stream begins
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = MySqlCdcHook(self.mysql_conn_id)
         store_url = chunk_store_url(self.chunk_store, self.output_path)
         checkpoint = self.checkpoint or default_checkpoint(self.output_path)
         trigger = spark_trigger(self.trigger)
+        mode = StartupMode.parse(self.startup_mode)
+        if not mode.streams:
+            raise AirflowSkipException(f"startup mode {mode}: the tables are snapshotted, nothing is streamed")
         patterns = split_tables(self.tables)
         owner = StreamLock(checkpoint).read()
         if owner is not None and owner.stale_reason() is None:
@@ -95,7 +102,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.application_args = [
             "--mysql-url", hook.redacted_url(), "--tables", ",".join(patterns), "--output", self.output_path,
             "--checkpoint", checkpoint, "--trigger", trigger,
-            "--query-name", f"mysqlcdc-{context['dag'].dag_id}",
+            "--query-name", f"mysqlcdc-{context['dag'].dag_id}", "--startup-mode", str(mode),
         ]
         if self.max_bytes_per_batch:
             self.application_args += ["--max-bytes-per-batch", str(int(self.max_bytes_per_batch))]

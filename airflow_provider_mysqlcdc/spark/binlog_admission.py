@@ -1,20 +1,11 @@
 """Admission control for stream micro-batches: where the next batch ends, without decoding rows on the driver.
 
-A batch ends at a *transaction boundary* (an offset that never points into a transaction, so the batch's end
-is exact and a replay of the batch reads the very same changes). The driver finds boundaries with
-``SHOW BINLOG EVENTS`` (event headers and a short info text; the server decodes no rows for it), paging from
-the batch start:
-
-* the start of a group: a GTID event (MariaDB ``Gtid``; MySQL ``Gtid``/``Anonymous_Gtid``/``Gtid_tagged``)
-  and a ``Rotate`` event (a file ends only between groups);
-* the end of a group: an ``Xid`` or ``XA_prepare`` event, a ``COMMIT``/``ROLLBACK`` query, or the single
-  statement of a group that did not ``BEGIN`` (DDL). These make the last transaction of the binlog
-  admissible before another one follows it.
-
-The batch takes the last boundary within ``max_bytes`` of binlog from its start; a first transaction larger
-than the budget is admitted whole (a batch always makes progress). ``until`` bounds the batch end (the binlog
-end observed when an ``AvailableNow`` run started). The binlog reader re-checks every end it is given and
-fails loudly if one lies inside a transaction, so a wrong boundary can never drop rows silently.
+A batch ends at a *transaction boundary* (``engine.binlog_boundaries``: an offset that never points into a
+transaction), so the batch's end is exact and a replay of the batch reads the very same changes. The batch
+takes the last boundary within ``max_bytes`` of binlog from its start; a first transaction larger than the
+budget is admitted whole (a batch always makes progress). ``until`` bounds the batch end (the binlog end
+observed when an ``AvailableNow`` run started). The binlog reader re-checks every end it is given and fails
+loudly if one lies inside a transaction, so a wrong boundary can never drop rows silently.
 """
 
 from __future__ import annotations
@@ -23,13 +14,10 @@ from dataclasses import dataclass
 
 import pymysql
 
+from ..engine.binlog_boundaries import PAGE_EVENTS, binary_logs, iter_boundaries
 from ..engine.binlog_reader import BinlogPurged
 from ..engine.offsets import BinlogOffset
-from ..engine.positions import BinlogPosition, file_number
-
-GROUP_START_EVENTS = frozenset({"gtid", "anonymous_gtid", "gtid_tagged", "gtid_log_event"})
-GROUP_END_EVENTS = frozenset({"xid", "xa_prepare"})
-PAGE_EVENTS = 2000
+from ..engine.positions import BinlogPosition
 
 
 @dataclass(frozen=True)
@@ -38,13 +26,7 @@ class Admission:
 
     end: BinlogOffset
     bytes: int
-    events_scanned: int
-
-
-def binary_logs(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    boundaries_scanned: int
 
 
 def next_batch_end(
@@ -68,52 +50,25 @@ def next_batch_end(
         )
     sizes = dict(logs)
     best, best_bytes, found = start, 0, False
-    scanned = 0
     until_key = until.key if until is not None else None
-    begun = False  # inside a group that began with BEGIN (or XA START)
-    consumed_before = 0  # bytes of the files before the current one, counted from the start offset
-    index = names.index(start.file)
-    file, pos, file_base = start.file, start.pos, start.pos
-    while True:
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s", (file, pos, page_events))
-            rows = cur.fetchall()
-        number = file_number(file)
-        for _log, event_pos, event_type, _server, end_pos, info in rows:
-            scanned += 1
-            kind = str(event_type).lower()
-            candidates: list[int] = []
-            if kind in GROUP_START_EVENTS:
-                candidates.append(int(event_pos))
-                begun = str(info or "").upper().startswith("BEGIN")
-            elif kind in GROUP_END_EVENTS:
-                candidates.append(int(end_pos))
-                begun = False
-            elif kind == "query":
-                text = str(info or "").strip().upper()
-                if text == "BEGIN" or text.startswith("XA START"):
-                    begun = True
-                elif text.startswith("COMMIT") or text == "ROLLBACK" or not begun:
-                    candidates.append(int(end_pos))
-                    begun = False
-            elif kind == "rotate":
-                candidates.append(int(event_pos))
-            for candidate in candidates:
-                if file == start.file and candidate <= start.pos:
-                    continue
-                if until_key is not None and (number, candidate) > until_key:
-                    return Admission(best, best_bytes, scanned)
-                used = consumed_before + candidate - file_base
-                if max_bytes is not None and used > max_bytes and found:
-                    return Admission(best, best_bytes, scanned)
-                best, best_bytes, found = BinlogOffset(file, candidate), used, True
-                if max_bytes is not None and used >= max_bytes:
-                    return Admission(best, best_bytes, scanned)
-        if len(rows) >= page_events:
-            pos = int(rows[-1][4])  # the end of the last event: where the next one starts
+    scanned = 0
+    for boundary in iter_boundaries(conn, names, start.file, start.pos, page_events=page_events):
+        scanned += 1
+        if boundary.file == start.file and boundary.pos <= start.pos:
             continue
-        if index + 1 >= len(names):
-            return Admission(best, best_bytes, scanned)  # the current end of the binlog
-        consumed_before += sizes[file] - file_base
-        index += 1
-        file, pos, file_base = names[index], 4, 0
+        if until_key is not None and boundary.key > until_key:
+            break
+        used = _bytes_between(names, sizes, start, boundary)
+        if max_bytes is not None and used > max_bytes and found:
+            break
+        best, best_bytes, found = BinlogOffset.at(boundary), used, True
+        if max_bytes is not None and used >= max_bytes:
+            break
+    return Admission(best, best_bytes, scanned)
+
+
+def _bytes_between(names: list[str], sizes: dict[str, int], start: BinlogOffset, end: BinlogPosition) -> int:
+    if end.file == start.file:
+        return end.pos - start.pos
+    first, last = names.index(start.file), names.index(end.file)
+    return sizes[start.file] - start.pos + sum(sizes[n] for n in names[first + 1:last]) + end.pos

@@ -22,12 +22,15 @@ Options (all strings; none of them is secret):
 ``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
                         fails (default 300); a read cut by it is run again from its start
 ``checkpoint``          where the stream writes its committed position (``mysqlcdc/stream_position.json``)
+``starting_offset``     a new checkpoint's first offset (JSON of a ``BinlogOffset``; startup modes that take no
+                        snapshot); without it, the smallest chunk HW
 
 The password travels to executors inside the pickled source, never in options, plans or logs.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import posixpath
@@ -46,7 +49,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
 from ..engine.errors import ConfigurationError
-from ..engine.offsets import BinlogOffset
+from ..engine.offsets import BinlogOffset, OffsetFormatError
 from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from ..engine.positions import BinlogPosition
 from ..engine.tables import TableId
@@ -92,6 +95,7 @@ class BinlogSourceOptions:
     read_timeout: float = DEFAULT_READ_TIMEOUT
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
     checkpoint: str | None = None
+    starting_offset: BinlogOffset | None = None
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "BinlogSourceOptions":
@@ -138,6 +142,7 @@ class BinlogSourceOptions:
                 read_timeout=float(get("read_timeout") or DEFAULT_READ_TIMEOUT),
                 reconnect_timeout=float(get("reconnect_timeout") or DEFAULT_RECONNECT_TIMEOUT_S),
                 checkpoint=get("checkpoint"),
+                starting_offset=_offset_option(get("starting_offset")),
             )
         except ValueError as exc:
             raise ConfigurationError(f"{SOURCE_NAME}: invalid numeric option: {exc}") from None
@@ -157,12 +162,23 @@ class BinlogSourceOptions:
             options["password_file"] = self.password_file
         if self.checkpoint:
             options["checkpoint"] = self.checkpoint
+        if self.starting_offset is not None:
+            options["starting_offset"] = json.dumps(self.starting_offset.to_dict())
         return options
 
     def resolve_password(self) -> str:
         if self.password_file:
             return read_password_file(self.password_file)
         return os.environ.get(self.password_env, "")
+
+
+def _offset_option(text: str | None) -> BinlogOffset | None:
+    if text is None:
+        return None
+    try:
+        return BinlogOffset.from_dict(json.loads(text))
+    except (ValueError, TypeError, OffsetFormatError) as exc:
+        raise ConfigurationError(f"{SOURCE_NAME}: option starting_offset is not a binlog offset: {exc}") from None
 
 
 @dataclass
@@ -209,6 +225,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     target: BinlogPosition | None = None  # AvailableNow: the binlog end observed at the start of the run
     _conn: Any = field(default=None, repr=False, compare=False)
     _server: Any = field(default=None, repr=False, compare=False)  # engine.server.ServerInfo, once
+    _resolved: dict = field(default_factory=dict, repr=False, compare=False)  # see _resolve_offsets
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -241,8 +258,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- driver: offsets --
 
     def initialOffset(self) -> dict:
-        """min(HW) over the committed chunks of the captured tables (``ChangeStream.start_offset``)."""
+        """The startup mode's offset, else min(HW) over the committed chunks of the captured tables
+        (``ChangeStream.start_offset``)."""
         from ..engine.chunk_store import ChunkStore
+
+        if self.config.starting_offset is not None:
+            log.info("stream starts at the startup offset %s", self.config.starting_offset)
+            return self.config.starting_offset.to_dict()
         from ..engine.stream_filter import stream_start
 
         with ChunkStore(self.config.chunk_store) as store:
@@ -269,29 +291,73 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return current_binlog_status(conn, self._server)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The next batch end, planned on the server the stream talks to now: ``start`` is first resolved
+        to that server (``engine.failover``: the same server, or a move by GTID position after a failover);
+        the end records that server and its GTID position."""
+        from ..engine.failover import end_offset
         from .binlog_admission import next_batch_end
 
-        begin = BinlogOffset.from_dict(start)
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         if not isinstance(limit, (ReadMaxBytes, ReadAllAvailable)):
             max_bytes = self.config.max_bytes_per_batch  # row/file limits do not apply to a binlog
-        admission = self._while_available(
-            f"planning the batch after {begin}",
-            lambda: next_batch_end(self._connection(), begin, max_bytes=max_bytes, until=self.target),
+
+        def plan() -> tuple[BinlogOffset, BinlogOffset | None, int]:
+            conn = self._connection()
+            identity, (begin,) = self._resolve_offsets(conn, start)
+            admission = next_batch_end(conn, begin, max_bytes=max_bytes, until=self.target)
+            if admission.end.position == begin.position:
+                return begin, None, 0
+            return begin, end_offset(conn, admission.end, begin, identity), admission.bytes
+
+        begin, end, size = self._while_available(
+            f"planning the batch after {BinlogOffset.from_dict(start)}", plan
         )
-        if admission.end.key == begin.key:
+        if end is None:
             return start
-        log.info("next batch: %s -> %s (%d binlog bytes)", begin, admission.end, admission.bytes)
-        return admission.end.to_dict()
+        log.info("next batch: %s -> %s (%d binlog bytes)", begin, end, size)
+        return end.to_dict()
+
+    def _resolve_offsets(self, conn: Any, *offsets: dict) -> tuple[Any, list[BinlogOffset]]:
+        """The offsets as offsets of the server behind ``conn`` (``engine.failover.resolve_offset``), and that
+        server's identity. Memoized per offset and server: a move by GTID scans binlog events, and gives the
+        same answer every time (so a replayed batch reads the same range), but need not run every trigger."""
+        from ..engine.failover import resolve_offset, server_identity
+
+        identity = server_identity(conn)
+        out = []
+        for offset in offsets:
+            key = (json.dumps(offset, sort_keys=True), identity.token)
+            resolved = self._resolved.get(key)
+            if resolved is None:
+                resolved = resolve_offset(conn, BinlogOffset.from_dict(offset), identity, self._table_views)
+                if len(self._resolved) >= 64:
+                    self._resolved.clear()
+                self._resolved[key] = resolved
+            out.append(resolved)
+        return identity, out
+
+    def _table_views(self) -> Any:
+        from ..engine.chunk_store import ChunkStore
+
+        with ChunkStore(self.config.chunk_store) as store:
+            return store.stream_view([str(t) for t in self.config.tables])
 
     def reportLatestOffset(self) -> dict | None:
         status = self._while_available("reading the binlog end", self._binlog_status)
         return BinlogOffset(status.file, status.position).to_dict()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One partition for the batch ``[start, end)``, both resolved to the server the stream talks to now
+        (a batch planned before a failover and replayed after it reads the same transactions there)."""
         if BinlogOffset.from_dict(start).key == BinlogOffset.from_dict(end).key:
             return []
-        return [BinlogPartition(start, end)]
+        first, last = self._while_available(
+            f"resolving the batch {BinlogOffset.from_dict(start)} -> {BinlogOffset.from_dict(end)}",
+            lambda: self._resolve_offsets(self._connection(), start, end)[1],
+        )
+        if first.position == last.position:
+            return []
+        return [BinlogPartition(first.to_dict(), last.to_dict())]
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: record the stream's position for ``status``."""
@@ -330,6 +396,9 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def read_range() -> Any:
             # Nothing is yielded before the whole range is read, so a read cut by an outage simply runs again.
             with ChunkStore(self.config.chunk_store) as store:
+                # The server behind the URL may have changed since the driver planned the batch (a failover
+                # behind a virtual IP): the range is resolved again on the server this read talks to.
+                first, last = _on_server_read(settings, store, self.config.tables, start, end)
                 # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch apply.
                 stream = ChangeStream(
                     settings,
@@ -338,16 +407,38 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     allocate_server_id(settings, self.config.server_id_slot),
                 )
                 try:
-                    return stream.read(start, end.position, timeout=self.config.read_timeout)
+                    batch = stream.read(
+                        first, last.position, timeout=self.config.read_timeout,
+                        file_number_base=last.file_number_base,
+                    )
+                    return first, last, batch
                 finally:
                     stream.close()
 
-        batch = retry_while_unavailable(
+        first, last, batch = retry_while_unavailable(
             read_range,
             what=f"reading the batch {start} -> {end}",
             where=f"{settings.host}:{settings.port}",
             budget_s=self.config.reconnect_timeout,
         )
-        log.info("read %s -> %s: %d row images, %d emitted", start, end, batch.rows_read, len(batch.records))
+        log.info("read %s -> %s: %d row images, %d emitted", first, last, batch.rows_read, len(batch.records))
         yield from stream_batches(batch.records)
-        yield range_batch(partition.start, partition.end)
+        yield range_batch(first.to_dict(), last.to_dict())
+
+
+def _on_server_read(
+    settings: MySQLSettings, store: Any, tables: Sequence[TableId], start: BinlogOffset, end: BinlogOffset
+) -> tuple[BinlogOffset, BinlogOffset]:
+    """A batch's range as offsets of the server a read reaches (``engine.failover.resolve_offset``): the
+    planned range as it is on the server the driver planned it on, else moved there by GTID position."""
+    from ..engine.failover import resolve_offset, server_identity
+
+    def views() -> Any:
+        return store.stream_view([str(t) for t in tables])
+
+    with connect(settings.with_database(None)) as conn:
+        identity = server_identity(conn)
+        return (
+            resolve_offset(conn, start, identity, views),
+            resolve_offset(conn, end, identity, views),
+        )

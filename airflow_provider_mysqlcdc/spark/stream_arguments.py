@@ -11,6 +11,7 @@ from typing import Any
 from ..engine.connection import PASSWORD_ENV, URL_ENV
 from ..engine.errors import ConfigurationError
 from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S
+from ..engine.startup import INITIAL, StartupMode
 from .binlog_source import DEFAULT_MAX_BYTES_PER_BATCH
 from .snapshot_options import CHUNK_STORE_ENV
 from .stream_job import StreamConfig, parse_exclude_columns
@@ -42,6 +43,8 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reconnect-timeout", type=float, default=DEFAULT_RECONNECT_TIMEOUT_S,
                         help="seconds to wait out a MySQL outage (restart, failover, network cut) before the "
                         "stream stops (default %(default)s)")
+    parser.add_argument("--startup-mode", default=INITIAL, metavar="MODE",
+                        help=f"where a new checkpoint's stream begins: {StartupMode.HELP} (default %(default)s)")
     parser.add_argument("--lock-lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS,
                         help="the checkpoint lock expires this long after its holder's last heartbeat")
     parser.add_argument("--break-lock", action="store_true",
@@ -66,6 +69,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         changelog_json=args.changelog_json,
         server_id_slot=args.server_id_slot,
         reconnect_timeout=args.reconnect_timeout,
+        startup_mode=str(StartupMode.parse(args.startup_mode)),
         lock_lease_seconds=args.lock_lease_seconds,
         break_lock=args.break_lock,
         exclude_columns=parse_exclude_columns(args.exclude_columns or []),

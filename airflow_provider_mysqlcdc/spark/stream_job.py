@@ -33,10 +33,13 @@ from ..engine.chunk_store import ChunkStore
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
 from ..engine.errors import CdcError, ConfigurationError
 from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S
-from ..engine.output_layout import ensure_writable, read_json, write_json_atomic
+from ..engine.offsets import BinlogOffset
+from ..engine.output_layout import ensure_writable, read_json, stream_owner_path, write_json_atomic
+from ..engine.startup import INITIAL, StartupMode, resolve_start
 from ..engine.tables import TableId, TableSchema, list_tables, load_schema
 from .binlog_source import (
     DEFAULT_MAX_BYTES_PER_BATCH,
+    POSITION_FILE,
     BinlogSource,
     BinlogSourceOptions,
     read_password_file,
@@ -49,7 +52,7 @@ log = logging.getLogger(__name__)
 
 AVAILABLE_NOW = "available-now"
 STREAM_ID_FILE = "mysqlcdc/stream_id.json"  # in the checkpoint: this stream's identity
-OUTPUT_OWNER_FILE = "_mysqlcdc_stream.json"  # in the output root: the stream whose changelog it holds
+STARTUP_FILE = "mysqlcdc/startup.json"  # in the checkpoint: its startup mode and resolved start
 _PROCESSING_TIME = re.compile(r"^processing-time=(.+)$")
 
 
@@ -71,6 +74,7 @@ class StreamConfig:
     server_id_slot: int = 0
     read_timeout: float = 600.0
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage is waited out this long
+    startup_mode: str = INITIAL  # engine.startup: where a new checkpoint's stream begins
     query_name: str | None = None
     lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
     break_lock: bool = False
@@ -143,18 +147,20 @@ class StreamRun:
             self.lock.release()
 
 
-def claim_output(checkpoint: str, output: str) -> str:
+def claim_output(checkpoint: str, output: str, startup: dict[str, Any] | None = None) -> str:
     """Tie the output root to this stream: batch ids restart at 0 in a new checkpoint, so a second stream
-    writing into the same output would overwrite the first one's changelog batches. Returns the stream id."""
+    writing into the same output would overwrite the first one's changelog batches. Records the stream's
+    ``startup`` (mode and start, for ``status``). Returns the stream id."""
     identity_path = posixpath.join(checkpoint.rstrip("/"), STREAM_ID_FILE)
     identity = read_json(identity_path)
     if identity is None:
         identity = {"stream_id": uuid.uuid4().hex, "created_at": datetime.now(timezone.utc).isoformat()}
         write_json_atomic(identity_path, identity)
-    owner_path = posixpath.join(output.rstrip("/"), OUTPUT_OWNER_FILE)
+    owner_path = stream_owner_path(output)
     owner = read_json(owner_path)
-    if owner is None:
-        write_json_atomic(owner_path, {"stream_id": identity["stream_id"], "checkpoint": checkpoint})
+    if owner is None or (owner.get("stream_id") == identity["stream_id"] and startup and "startup" not in owner):
+        write_json_atomic(owner_path, {"stream_id": identity["stream_id"], "checkpoint": checkpoint,
+                                       **({"startup": startup} if startup else {})})
     elif owner.get("stream_id") != identity["stream_id"]:
         raise ConfigurationError(
             f"the output {output} already holds the changelog of another stream (checkpoint "
@@ -196,14 +202,21 @@ def start_stream(
     schemas = resolve_tables(settings, config.tables)
     tables = sorted(schemas)
     require_ready(settings, f"the stream of {', '.join(map(str, tables))}")
+    mode = StartupMode.parse(config.startup_mode)
+    if not mode.streams:
+        raise ConfigurationError(
+            f"startup mode {mode} snapshots the tables and takes no stream: run the snapshot only, or choose "
+            "another mode"
+        )
     with ChunkStore(config.chunk_store) as store:
         planned = set(store.tables())
     missing = [str(t) for t in tables if str(t) not in planned]
-    if missing:
+    if missing and not mode.from_offset:
         raise ConfigurationError(
             f"table(s) {missing} have no plan in the chunk store {config.chunk_store}: plan and snapshot "
             "them "
-            "before streaming (mysqlcdc plan / snapshot)"
+            "before streaming (mysqlcdc plan / snapshot), or stream without a snapshot (startup mode "
+            "latest-offset, earliest-offset, specific-offset or timestamp)"
         )
     lost: list[str] = []
     holder: dict[str, Any] = {}
@@ -222,7 +235,8 @@ def start_stream(
     )
     lock.acquire(break_lock=config.break_lock)
     try:
-        claim_output(config.checkpoint, config.output)
+        starting = startup_offset(config.checkpoint, settings, mode)
+        claim_output(config.checkpoint, config.output, read_json(posixpath.join(config.checkpoint, STARTUP_FILE)))
         source = BinlogSourceOptions(
             mysql_url=config.mysql_url,
             tables=tuple(tables),
@@ -233,6 +247,7 @@ def start_stream(
             read_timeout=config.read_timeout,
             reconnect_timeout=config.reconnect_timeout,
             checkpoint=config.checkpoint,
+            starting_offset=starting,
         )
         sink = ChangelogSink(
             root=config.output,
@@ -260,6 +275,27 @@ def start_stream(
         "stream started on %s for %d table(s), trigger %s", config.checkpoint, len(tables), config.trigger
     )
     return StreamRun(query=query, lock=lock, config=config, tables=tables, lost_lock=lost)
+
+
+def startup_offset(checkpoint: str, settings: MySQLSettings, mode: StartupMode) -> BinlogOffset | None:
+    """Where a new checkpoint's stream begins (None: the chunks' smallest HW), resolved once and recorded in the
+    checkpoint (``mysqlcdc/startup.json``), so a restart, or a retry of a failed start, begins at the very same
+    point; a checkpoint that already streamed keeps its own start (the mode applies to new checkpoints)."""
+    path = posixpath.join(checkpoint.rstrip("/"), STARTUP_FILE)
+    recorded = read_json(path)
+    if recorded is not None:
+        if recorded.get("mode") != str(mode):
+            log.warning("checkpoint %s began with startup mode %s; it resumes from its own position (%s "
+                        "applies to new checkpoints only)", checkpoint, recorded.get("mode"), mode)
+        start = recorded.get("start")
+        return BinlogOffset.from_dict(start) if start else None
+    started = read_json(posixpath.join(checkpoint.rstrip("/"), POSITION_FILE))
+    offset = resolve_start(settings, mode) if mode.from_offset and started is None else None
+    if offset is not None:
+        log.info("startup mode %s: the stream begins at %s", mode, offset)
+    write_json_atomic(path, {"mode": str(mode), "start": offset.to_dict() if offset else None,
+                             "resolved_at": datetime.now(timezone.utc).isoformat()})
+    return offset
 
 
 def run_stream(
