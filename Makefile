@@ -10,12 +10,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 setup: system-deps $(STAMP)
 
-# Debian packages the project needs: a MariaDB server binary for the throwaway test/demo servers, Java 17
-# for Spark, Chromium with its driver for the UI plugin's browser test, and openssl for the TLS test's
-# certificates. Installed only when missing.
+# Debian packages the project needs: a MariaDB server binary for the throwaway test/demo servers (and its
+# client's mariadb-binlog, the independent decoder of the binlog audit), Java 17 for Spark, Chromium with its
+# driver for the UI plugin's browser test, and openssl for the TLS test's certificates. Installed only when
+# missing.
 system-deps:
 	@need=""; \
 	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need="$$need mariadb-server"; \
+	command -v mariadb-binlog >/dev/null || need="$$need mariadb-client"; \
 	command -v java >/dev/null || need="$$need openjdk-17-jre-headless"; \
 	[ -x /usr/bin/chromium ] || need="$$need chromium"; \
 	[ -x /usr/bin/chromedriver ] || need="$$need chromium-driver"; \
