@@ -4,6 +4,7 @@ outage is waited out for its budget only, and permanent errors are not waited on
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
@@ -83,3 +84,40 @@ def test_outage_budget_and_permanent_errors(mysql_server):
     with pytest.raises(ConnectionFailed, match="refused the credentials") as info:
         retry_while_unavailable(lambda: connect(wrong), what="reading", where="127.0.0.1", budget_s=60.0)
     assert not isinstance(info.value, ServerUnavailable) and time.monotonic() - started < 5
+
+
+def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mysql_db, tmp_path, monkeypatch):
+    """A NAT or firewall that forgot the driver's session drops its traffic without closing it: the driver's
+    read times out (its ping reconnects, or the outage retry opens a new session) and the batch is planned."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from airflow_provider_mysqlcdc.spark import binlog_source
+    from airflow_provider_mysqlcdc.spark.binlog_source import BinlogSourceOptions, BinlogStreamReader
+
+    monkeypatch.setattr(binlog_source, "DRIVER_READ_TIMEOUT_S", 2.0)
+    proxy = CuttableProxy(("127.0.0.1", mysql_server.port))
+    try:
+        settings = MySQLSettings.from_url(mysql_server.cdc_url)
+        url = settings.redacted_url().replace(f":{mysql_server.port}", f":{proxy.port}")
+        options = BinlogSourceOptions(mysql_url=url, tables=(TableId(mysql_db, "t"),),
+                                      chunk_store=str(tmp_path / "chunks.db"), reconnect_timeout=60.0)
+        reader = BinlogStreamReader(options, settings.password)
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+            start = BinlogOffset.at(_binlog_end(conn))
+            first = reader.latestOffset(start.to_dict(), ReadAllAvailable())  # opens the driver's session
+            cur.execute("INSERT INTO t VALUES (1)")
+            end = _binlog_end(conn)
+        assert proxy.blackhole_live() == 1
+        result: dict = {}
+        planner = threading.Thread(target=lambda: result.update(end=reader.latestOffset(first, ReadAllAvailable())),
+                                   daemon=True)
+        started = time.monotonic()
+        planner.start()
+        planner.join(timeout=30)
+        assert not planner.is_alive(), "the driver hangs on its dead session"
+        assert time.monotonic() - started >= 2.0, "the dead session was not even tried"
+        assert BinlogOffset.from_dict(result["end"]).position == end
+        reader.stop()
+    finally:
+        proxy.close()

@@ -67,6 +67,7 @@ CHUNK_STORE_URL_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 600.0
 POSITION_FILE = "mysqlcdc/stream_position.json"
+DRIVER_READ_TIMEOUT_S = 120.0  # the driver's MySQL session: a silent network is an outage after this long
 
 
 def url_has_password(url: str) -> bool:
@@ -239,7 +240,10 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _connection(self) -> Any:
         if self._conn is None:
-            self._conn = connect(self.settings().with_database(None))
+            # Only short statements run here (binlog status, pages of SHOW BINLOG EVENTS): a reply that takes
+            # minutes means a dead network path, which would otherwise hang the stream without an error.
+            self._conn = connect(self.settings().with_database(None), read_timeout=DRIVER_READ_TIMEOUT_S,
+                                 write_timeout=DRIVER_READ_TIMEOUT_S)
         else:
             self._conn.ping(reconnect=True)
         return self._conn

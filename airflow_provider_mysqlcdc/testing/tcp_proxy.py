@@ -1,6 +1,7 @@
 """A TCP proxy for fault tests: cut every connection (an outage, refused until restored), cut right after a
-marked client packet (a COMMIT whose reply is lost), or cut one connection after it carried some bytes to the
-client (a network cut in the middle of a binlog read)."""
+marked client packet (a COMMIT whose reply is lost), cut one connection after it carried some bytes to the
+client (a network cut in the middle of a binlog read), or black-hole the live connections (a NAT or firewall
+that forgot them: nothing arrives, nothing closes) while new ones work."""
 from __future__ import annotations
 
 import re
@@ -28,6 +29,8 @@ class CuttableProxy:
         self._hold: float | None = None
         self._cut_after_bytes: int | None = None
         self.connection_cuts = 0  # connections cut by cut_connection_after
+        self._blackholed: set[int] = set()  # client sockets whose traffic is dropped, both ways
+        self._clients: set[int] = set()
         self.restore()
 
     def restore(self) -> None:
@@ -68,6 +71,12 @@ class CuttableProxy:
         reconnect."""
         self._cut_after_bytes = downstream_bytes
 
+    def blackhole_live(self) -> int:
+        """Silently drop all traffic of the connections open now (they stay open); returns how many."""
+        with self._lock:
+            self._blackholed |= self._clients
+            return len(self._clients)
+
     @property
     def armed(self) -> bool:
         """A ``cut_connection_after`` is still waiting for its connection."""
@@ -94,16 +103,20 @@ class CuttableProxy:
                         _close(sock)
                     continue
                 self._sockets |= {client, server}
+                self._clients.add(id(client))
             dump = threading.Event()  # set once the client asked for a binlog dump
-            threading.Thread(target=self._pump, args=(client, server, True, dump), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False, dump), daemon=True).start()
+            key = id(client)
+            threading.Thread(target=self._pump, args=(client, server, True, dump, key), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False, dump, key), daemon=True).start()
 
     def _pump(
-        self, source: socket.socket, sink: socket.socket, upstream: bool, dump: threading.Event
+        self, source: socket.socket, sink: socket.socket, upstream: bool, dump: threading.Event, key: int
     ) -> None:
         carried = 0
         try:
             while data := source.recv(65536):
+                if key in self._blackholed:
+                    continue
                 if upstream and len(data) > 4 and data[4] == _COM_BINLOG_DUMP:
                     dump.set()
                 carried += len(data) if dump.is_set() else 0
