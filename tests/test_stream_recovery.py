@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.output_layout import read_json
@@ -34,7 +33,6 @@ from airflow_provider_mysqlcdc.spark.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
 from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, mirror_refresh, run_stream
-
 from airflow_provider_mysqlcdc.testing.binlog_audit import assert_clean
 from airflow_provider_mysqlcdc.testing.tcp_proxy import CuttableProxy
 
