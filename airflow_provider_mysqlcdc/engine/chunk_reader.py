@@ -9,6 +9,7 @@ at-least-once chunk filtered at its LW instead.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import time
 from collections import Counter
@@ -40,7 +41,10 @@ from .server import server_info
 from .source_limits import RateLimiter, SourceLimits, is_query_timeout, read_slot, set_query_timeout
 from .tables import TableId, TableSchema, load_schema
 
+log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096
+TABLE_DEF_CHANGED = 1412  # "Table definition has changed, please retry transaction"
+DDL_REREADS = 3  # how often a chunk is read again in a fresh read view after DDL changed its table
 # lost connection, server gone away, connection KILLed, server shutting down
 
 
@@ -104,6 +108,10 @@ class ChunkReadResult:
         }
 
 
+class TableChangedDuringRead(CdcError):
+    """DDL rebuilt the table after the chunk's read view opened (the server refuses that view)."""
+
+
 class ChunkRead:
     """One chunk read. Iterate ``batches()`` once; ``result`` is complete when the iterator is exhausted."""
 
@@ -142,14 +150,23 @@ class ChunkRead:
     # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
 
     def _read_consistent(self, conn: Any, started: float) -> Iterator[pa.RecordBatch]:
-        position = open_consistent_snapshot(conn)
-        self.result.low_watermark = self.result.high_watermark = position
-        try:
-            for rows in self._select(conn):
-                self.result.rows += len(rows)
-                yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
-        finally:
-            _end_read_view(conn)
+        for attempt in range(DDL_REREADS + 1):
+            position = open_consistent_snapshot(conn)
+            self.result.low_watermark = self.result.high_watermark = position
+            try:
+                for rows in self._select(conn):
+                    self.result.rows += len(rows)
+                    yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
+                break
+            except TableChangedDuringRead:
+                # DDL that rebuilt the table committed after the read view opened: the server refuses the
+                # old view before any row is sent, so the chunk is read again in a fresh one (a later HW).
+                if self.result.rows or attempt == DDL_REREADS:
+                    raise
+                log.warning("%s chunk %s: the table's definition changed after the read view opened; "
+                            "reading the chunk again in a new read view", self.schema.table, self.chunk.chunk_id)
+            finally:
+                _end_read_view(conn)
         self.result.timings["read_s"] = time.monotonic() - started
 
     def _select(self, conn: Any) -> Iterator[list[tuple]]:
@@ -173,6 +190,12 @@ class ChunkRead:
                     f"time limit ({self.options.limits.query_timeout_s:g}s, query_timeout) and the server "
                     "stopped it; nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
                     "(chunk_size), then rerun the chunk"
+                ) from None
+            if getattr(exc, "args", (None,))[0] == TABLE_DEF_CHANGED:
+                raise TableChangedDuringRead(
+                    f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was "
+                    f"read ({exc.args[-1]}) and kept changing it over {DDL_REREADS + 1} read views; nothing of "
+                    "this chunk was committed: rerun it once the schema change is done"
                 ) from None
             if getattr(exc, "args", (None,))[0] in LOST_CONNECTION_ERRORS:
                 raise ServerUnavailable(
