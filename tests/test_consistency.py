@@ -30,6 +30,17 @@ def _pipeline(mysql_server, mysql_db, tmp_path, **kw) -> Pipeline:
     return Pipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, **kw)
 
 
+def _seeded_with_writers(mysql_server, mysql_db, tmp_path, names: tuple[str, ...], rows: int, seed: int,
+                         writers: int) -> tuple[Pipeline, Workload]:
+    """Tables ``names`` seeded with ``rows`` rows each, a pipeline on them and running writers (fixed seed)."""
+    specs = [s for s in TABLE_SPECS if s.name in names]
+    with mysql_server.admin() as conn:
+        create_tables(conn, mysql_db, specs)
+        seed_rows(conn, mysql_db, rows_per_table=rows, seed=seed, specs=specs)
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=seed, writers=writers, specs=specs)
+    return _pipeline(mysql_server, mysql_db, tmp_path), workload.start()
+
+
 @pytest.mark.parametrize("seed", [101, 202])
 def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server, mysql_db, tmp_path, seed):
     rng = random.Random(seed)
@@ -62,12 +73,8 @@ def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server
 def test_binlog_audit_catches_a_broken_changelog(mysql_server, mysql_db, tmp_path):
     """The audit of a real run is clean, also over a statement the server split into several rows events;
     with one record dropped, one duplicated, one invented and one value changed, it reports exactly those."""
-    specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci")]
-    with mysql_server.admin() as conn:
-        create_tables(conn, mysql_db, specs)
-        seed_rows(conn, mysql_db, rows_per_table=300, seed=11, specs=specs)
-    pipe = _pipeline(mysql_server, mysql_db, tmp_path)
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=11, writers=1, specs=specs).start()
+    pipe, workload = _seeded_with_writers(mysql_server, mysql_db, tmp_path, ("t_int", "t_ci"), 300, seed=11,
+                                          writers=1)
     try:
         plans = pipe.plan([f"{mysql_db}.t_int", f"{mysql_db}.t_ci"])
         for plan in plans:
@@ -131,12 +138,8 @@ def test_binlog_audit_refuses_rows_it_cannot_place():
 def test_chunk_rerun_while_streaming_keeps_mirror_exact(mysql_server, mysql_db, tmp_path):
     """Reruns whose new HW is ahead of the stream, and reruns the stream overtakes before they commit."""
     rng = random.Random(7)
-    specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci", "t_comp")]
-    with mysql_server.admin() as conn:
-        create_tables(conn, mysql_db, specs)
-        seed_rows(conn, mysql_db, rows_per_table=600, seed=7, specs=specs)
-    pipe = _pipeline(mysql_server, mysql_db, tmp_path)
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=7, writers=2, specs=specs).start()
+    pipe, workload = _seeded_with_writers(mysql_server, mysql_db, tmp_path, ("t_int", "t_ci", "t_comp"), 600,
+                                          seed=7, writers=2)
     try:
         plans = pipe.plan([f"{mysql_db}.t_int", f"{mysql_db}.t_ci", f"{mysql_db}.t_comp"])
         for plan in plans:
