@@ -17,7 +17,7 @@ from .connection import MySQLSettings, connect
 from .errors import CdcError
 from .planner import ChunkPlan, plan_table
 from .source_limits import DEFAULT_MAX_CONCURRENT_READS
-from .tables import TableId, TableSchema, list_tables, load_schema
+from .tables import TableId, TableSchema, find_tables, load_schema
 
 log = logging.getLogger(__name__)
 # Rows per second a snapshot phase reads, for the retention warning: ~40k per chunk read as measured on two
@@ -45,8 +45,7 @@ def plan_tables(
     """
     from .check import require_ready, retention_warning
 
-    with connect(settings) as conn:
-        tables = list_tables(conn, patterns)
+    tables = find_tables(settings, patterns)
     report = require_ready(settings, f"planning {', '.join(map(str, tables))}")
     plans = []
     for table in tables:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import pymysql
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .connection import MySQLSettings
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 DECIMAL_TYPES = {"decimal", "numeric"}
@@ -107,6 +110,14 @@ class TableSchema:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+
+def find_tables(settings: "MySQLSettings", patterns: Iterable[str]) -> list[TableId]:
+    """``list_tables`` on a session of its own."""
+    from .connection import connect
+
+    with connect(settings) as conn:
+        return list_tables(conn, patterns)
 
 
 def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -> list[TableId]:

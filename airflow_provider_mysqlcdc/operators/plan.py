@@ -18,6 +18,7 @@ from ..engine.errors import ConfigurationError
 from ..engine.planner import DEFAULT_CHUNK_SIZE, ChunkPlan
 from ..engine.snapshot import plan_tables
 from ..engine.startup import INITIAL, StartupMode
+from ..engine.tables import find_tables
 from ..hooks.mysqlcdc import MySqlCdcHook
 from .pipeline_record import XCOM_KEY, PipelineRecord
 from .pipeline_settings import chunk_store_url, default_checkpoint, split_tables
@@ -73,7 +74,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         run_id = context["run_id"]
         with ChunkStore(store_url) as store:
             if not mode.snapshots and not redo:
-                groups, tables = [], [str(t) for t in resolve_patterns(hook.settings(), patterns)]
+                groups, tables = [], [str(t) for t in find_tables(hook.settings(), patterns)]
                 self.log.info("startup mode %s: no snapshot; the stream task begins at that point", mode)
             elif redo:
                 groups = redo_groups(store, redo, size)
@@ -98,18 +99,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         for g in groups:
             self.log.info("chunk group: %s", g.name)
         return [g.to_dict() for g in groups]
-
-
-def resolve_patterns(settings: Any, patterns: Sequence[str]) -> list[Any]:
-    """The tables the patterns match now (no plan is made for them)."""
-    from ..engine.connection import connect
-    from ..engine.tables import list_tables
-
-    with connect(settings) as conn:
-        tables = list_tables(conn, patterns)
-    if not tables:
-        raise ConfigurationError(f"no table matches {list(patterns)}")
-    return tables
 
 
 def plan_groups(plans: Sequence[ChunkPlan], chunks_per_group: int, max_groups: int) -> list[ChunkGroup]:
