@@ -145,3 +145,37 @@ def test_streams_without_a_snapshot_on_spark(private_mariadb, settings, spark, t
     with pytest.raises(ConfigurationError, match="snapshot-only snapshots the tables and takes no stream"):
         run_stream(spark, only)
     assert not Path(tmp_path / "ckpt2" / "offsets").exists()
+
+
+class _TaskInstance:
+    """Collects what the plan task pushes to XCom (the operator is run directly, outside a DAG run)."""
+
+    def __init__(self) -> None:
+        self.pushed: dict = {}
+
+    def xcom_push(self, key: str, value) -> None:
+        self.pushed[key] = value
+
+
+def test_operators_follow_the_startup_mode(private_mariadb, settings, tmp_path, monkeypatch):
+    """A mode without a snapshot plans nothing (the mapped snapshot task gets no instance) and records the
+    tables for the stream; snapshot-only makes the stream task skip."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_provider_mysqlcdc.operators.pipeline_record import XCOM_KEY
+    from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
+    from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_MODES_SRC", private_mariadb.cdc_url)
+    store = str(tmp_path / "chunks.db")
+    plan = MySqlCdcPlanOperator(task_id="plan", tables="modes.*", output_path=str(tmp_path / "lake"),
+                                chunk_store=store, mysql_conn_id="modes_src", startup_mode="latest-offset")
+    ti = _TaskInstance()
+    assert plan.execute({"run_id": "manual__modes", "ti": ti}) == []
+    assert ti.pushed[XCOM_KEY]["tables"] == ["modes.t"]
+    with ChunkStore(store) as chunk_store:
+        assert chunk_store.tables() == [], "nothing may be planned"
+    stream = MySqlCdcStreamOperator(task_id="stream", tables="modes.*", output_path=str(tmp_path / "lake"),
+                                    chunk_store=store, mysql_conn_id="modes_src", startup_mode="snapshot-only")
+    with pytest.raises(AirflowSkipException, match="snapshot-only"):
+        stream.execute({"run_id": "manual__modes"})
