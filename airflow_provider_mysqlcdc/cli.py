@@ -1,4 +1,4 @@
-"""``mysqlcdc``: the engine without Airflow: check, plan, snapshot, stream, status, mirror.
+"""``mysqlcdc``: the engine without Airflow: check, plan, remove-table, snapshot, stream, status, mirror.
 
 Exit codes: 0 success, 1 a check failed, 2 bad input or an error the message explains.
 """
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(func=_cmd_check)
     _add_plan_command(sub)
+    _add_remove_table_command(sub)
     _add_snapshot_command(sub)
     from .cli_status import add_parsers as add_status_parsers
     from .cli_stream import add_parser as add_stream_parser
@@ -86,9 +87,33 @@ def _add_plan_command(sub: argparse._SubParsersAction) -> None:
                       help="chunk by this column instead of the primary key (repeatable)")
     plan.add_argument("--chunks-per-group", type=int, default=DEFAULT_CHUNKS_PER_GROUP,
                       help="chunks per Spark job / mapped Airflow task (default %(default)s)")
+    plan.add_argument("--only-new", action="store_true",
+                      help="plan only tables that are not in the pipeline yet (no plan, or removed); every "
+                           "other table keeps its plan and snapshot")
     plan.add_argument("--run-id", help="recorded with the plan in the chunk store")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=_cmd_plan)
+
+
+def _add_remove_table_command(sub: argparse._SubParsersAction) -> None:
+    from .spark.snapshot_options import CHUNK_STORE_ENV
+
+    remove = sub.add_parser(
+        "remove-table",
+        help="take planned tables out of the pipeline: the stream stops capturing them, their output stays",
+        description="Take planned tables out of the pipeline. The running stream stops capturing them "
+                    "(from its next micro-batch); their snapshot, changelog and mirror stay as they are (the "
+                    "mirror stops advancing). Planning a table again by its exact name puts it back (a new "
+                    "generation, snapshotted again); a wildcard pattern never does. Idempotent.",
+    )
+    remove.add_argument("tables", nargs="+", metavar="DB.TABLE",
+                        help="planned db.table or pattern (db.tmp_*); comma-separated or several")
+    remove.add_argument("--chunk-store", default=os.environ.get(CHUNK_STORE_ENV),
+                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})")
+    remove.add_argument("--reason", help="recorded with the removal in the chunk store")
+    remove.add_argument("--run-id", help="recorded with the removal in the chunk store")
+    remove.add_argument("--json", action="store_true", help="print the result as JSON")
+    remove.set_defaults(func=_cmd_remove_table)
 
 
 def _add_snapshot_command(sub: argparse._SubParsersAction) -> None:
@@ -137,7 +162,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     settings = MySQLSettings.from_url(args.mysql_url, password=read_password_file(args.password_file))
     with ChunkStore(args.chunk_store) as store:
         plans = plan_tables(settings, store, _split_list(args.tables), chunk_size=args.chunk_size,
-                            chunk_keys=_pairs(args.chunk_key, "--chunk-key"), run_id=args.run_id)
+                            chunk_keys=_pairs(args.chunk_key, "--chunk-key"), run_id=args.run_id,
+                            only_new=args.only_new)
     report = [
         {"table": str(p.table), "generation": p.generation, "split": p.split, "key_columns": list(p.key_columns),
          "chunk_size": p.chunk_size, "row_estimate": p.row_estimate, "chunk_count": len(p.chunks),
@@ -147,11 +173,40 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"tables": report}, indent=2))
         return 0
+    if not report:
+        print("nothing planned: the matching tables are in the pipeline already" if args.only_new
+              else "nothing planned: the matching tables were removed from the pipeline (name one exactly to "
+                   "put it back)")
     for t in report:
         print(f"{t['table']}: generation {t['generation']}, {t['chunk_count']} chunk(s) of ~{t['chunk_size']} rows "
               f"({t['split']} split on {', '.join(t['key_columns'])}; ~{t['row_estimate']} rows)")
         for i, group in enumerate(t["chunk_groups"]):
             print(f"  group {i}: {group['name']} ({len(group['chunk_ids'])} chunk(s))")
+    return 0
+
+
+def _cmd_remove_table(args: argparse.Namespace) -> int:
+    from .engine.chunk_store import ChunkStore
+    from .engine.snapshot import remove_tables
+    from .spark.snapshot_options import CHUNK_STORE_ENV
+
+    if not args.chunk_store:
+        raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_ENV}")
+    with ChunkStore(args.chunk_store) as store:
+        results = remove_tables(store, _split_list(args.tables), args.run_id, reason=args.reason)
+        entries = {e.table: e for e in store.table_entries()}
+    rows = []
+    for table, removed_now in results:
+        entry = entries[table]
+        rows.append({"table": table, "removed_now": removed_now, "generation": entry.latest_generation,
+                     "removed_at": entry.removed_at.isoformat() if entry.removed_at else None})
+    if args.json:
+        print(json.dumps({"tables": rows}, indent=2))
+        return 0
+    for r in rows:
+        what = "removed from the pipeline" if r["removed_now"] else "was removed from the pipeline already"
+        print(f"{r['table']}: {what} at {r['removed_at']} (generation {r['generation']} and its output stay "
+              "as they are; the stream no longer captures it)")
     return 0
 
 
@@ -180,12 +235,16 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
         print(f"mysqlcdc snapshot: warning: a password in --mysql-url shows in process lists; prefer "
               f"${PASSWORD_ENV} or --password-file (it reaches local executors only)", file=sys.stderr)
     with ChunkStore(args.chunk_store) as store:
-        planned = store.tables()
+        planned = store.active_tables()  # a removed table is out of the pipeline: plan it again first
+        removed = store.removed_tables()
     patterns = _split_list(args.tables)
     tables = [str(t) for t in matching_tables(planned, patterns)]
     unmatched = [p for p in patterns if not matching_tables(planned, [p])]
     if unmatched:
-        raise ConfigurationError(f"no planned table matches {unmatched}: run mysqlcdc plan first")
+        gone = [str(t) for t in matching_tables(removed, unmatched)]
+        hint = (f" ({', '.join(gone)} was removed from the pipeline: plan it again to put it back)"
+                if gone else "")
+        raise ConfigurationError(f"no planned table matches {unmatched}: run mysqlcdc plan first{hint}")
     chunk_ids = parse_chunk_ids(args.chunks) if args.chunks else None
     if chunk_ids is not None and len(tables) != 1:
         raise ConfigurationError(f"--chunks needs exactly one table, {len(tables)} match: {tables}")

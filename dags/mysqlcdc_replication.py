@@ -9,6 +9,12 @@ Startup modes (param ``startup_mode``): ``initial`` snapshots, then streams; ``s
 snapshot; ``latest-offset``, ``earliest-offset``, ``specific-offset:<file>:<pos>`` (or ``:gtid=<set>``) and
 ``timestamp:<ISO 8601>`` take no snapshot and stream every change from that point (a new checkpoint only).
 
+Adding and removing tables while the stream runs: add a table to ``tables`` (or create one a pattern
+matches) and trigger the DAG again: only the new table is planned and snapshotted (``only_new``, the default),
+the other tables keep their snapshot and the running stream captures the new one from then on. Remove one by
+taking it out of ``tables`` and triggering a run with ``remove_tables`` (``"shop.old"``): the stream stops
+capturing it, its output stays as it is. ``only_new=false`` re-plans and re-snapshots every table.
+
 Reruns: clear one mapped ``snapshot_phase.snapshot_chunk_group`` task to rerun exactly that chunk group; or
 trigger a run with ``redo_chunks`` (``"shop.orders=3,7"``) to re-snapshot only those chunks while the stream
 keeps running (that run's stream task then skips, as the running stream picks the new HWs up itself).
@@ -51,6 +57,12 @@ with DAG(
                                           "specific-offset:gtid=<set> | timestamp:<ISO 8601>"),
         "redo_chunks": Param("", type="string",
                              description="only re-snapshot these chunks, e.g. demo.orders=3,7 (no re-plan)"),
+        "only_new": Param(True, type="boolean",
+                          description="plan and snapshot only tables not in the pipeline yet (false: re-plan "
+                                      "and re-snapshot every table)"),
+        "remove_tables": Param("", type="string",
+                               description="take these planned tables (names or patterns, comma-separated) "
+                                           "out of the pipeline; their output stays"),
         "exclude_columns": Param({}, type="object",
                                  description='columns never written, e.g. {"shop.users": ["password_hash"]}'),
         "max_concurrent_reads": Param(4, type="integer", minimum=0,
@@ -73,6 +85,8 @@ with DAG(
         chunks_per_group="{{ params.chunks_per_group }}",
         redo_chunks="{{ params.redo_chunks }}",
         startup_mode="{{ params.startup_mode }}",
+        only_new="{{ params.only_new }}",
+        remove_tables="{{ params.remove_tables }}",
     )
     with TaskGroup("snapshot_phase", tooltip="one Spark application per chunk group") as snapshot_phase:
         MySqlCdcSnapshotOperator.partial(

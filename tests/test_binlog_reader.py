@@ -19,7 +19,9 @@ from airflow_provider_mysqlcdc.engine.binlog_reader import (
     Heartbeat,
     OffsetMismatch,
     ReadTimeout,
+    ResnapshotRequired,
     RowChange,
+    SchemaChange,
     SchemaChangeError,
     UnsupportedEvent,
     allocate_server_id,
@@ -348,15 +350,15 @@ def test_ddl_on_other_tables_is_ignored(mysql_server, mysql_db):
 @pytest.mark.parametrize(
     "ddl",
     [
-        "ALTER TABLE cap ADD COLUMN extra INT",
         "TRUNCATE TABLE cap",
         "RENAME TABLE cap TO cap_old",
         "DROP TABLE cap",
-        "CREATE INDEX i ON cap (v)",
         "ALTER TABLE other EXCHANGE PARTITION p0 WITH TABLE cap",
+        "ALTER TABLE cap ADD COLUMN ts TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP",
+        "ALTER TABLE cap MODIFY id BIGINT",
     ],
 )
-def test_ddl_on_a_captured_table_fails_loudly(mysql_server, mysql_db, ddl):
+def test_ddl_that_changes_rows_without_row_events_needs_a_new_snapshot(mysql_server, mysql_db, ddl):
     with mysql_server.admin(mysql_db) as admin:
         execute(
             admin,
@@ -368,29 +370,68 @@ def test_ddl_on_a_captured_table_fails_loudly(mysql_server, mysql_db, ddl):
         execute(admin, "INSERT INTO cap VALUES (1, 1)")
         before_ddl = status(admin)
         reader = reader_for(mysql_server, mysql_db, ["cap"])  # the schema as snapshotted, before the DDL
+        covered = reader_for(mysql_server, mysql_db, ["cap"])
         execute(admin, ddl)
+        after_ddl = status(admin)
+        if not ddl.startswith(("DROP", "RENAME", "TRUNCATE")) and "EXCHANGE" not in ddl:
+            execute(admin, "INSERT INTO cap (id, v) VALUES (2, 2)")
         end = status(admin)
     got = []
-    with pytest.raises(SchemaChangeError) as info:
+    with pytest.raises(ResnapshotRequired) as info:
         for change in reader.read(BinlogOffset.at(start), end):
             got.append(change)
     message = str(info.value)
     assert [c.values["id"] for c in got] == [1]  # everything before the DDL was emitted
     assert f"{mysql_db}.cap" in message and f"{before_ddl.file}:{before_ddl.pos}" in message
-    assert "not supported yet" in message and "re-snapshot" in message.lower() and ddl.split()[0] in message
+    assert "snapshotted again" in message and "mysqlcdc plan --tables" in message and ddl.split()[0] in message
+    assert info.value.table.table == "cap" and info.value.position == after_ddl
     assert reader.last_offset.position == before_ddl
+    # A plan made at or after the DDL covers it: the stream passes it (and decodes what follows).
+    covered.replanned = {info.value.table: after_ddl}
+    items = list(covered.read_with_heartbeats(BinlogOffset.at(start), end))
+    ddl_items = [i for i in items if isinstance(i, SchemaChange)]
+    assert len(ddl_items) == 1 and ddl_items[0].ddl.resnapshot
+    assert [c.values["id"] for c in items if isinstance(c, RowChange)][0] == 1
 
 
-def test_table_map_that_differs_from_the_schema_fails(mysql_server, mysql_db):
+def test_column_ddl_is_followed_with_the_schema_of_each_event(mysql_server, mysql_db):
     with mysql_server.admin(mysql_db) as admin:
-        execute(admin, "CREATE TABLE cap (id INT PRIMARY KEY)")
-        reader = reader_for(mysql_server, mysql_db, ["cap"])  # schema taken before the change
-        execute(admin, "ALTER TABLE cap ADD COLUMN late INT")
+        execute(admin, "CREATE TABLE cap (id INT PRIMARY KEY, v INT, w VARCHAR(10))")
+        reader = reader_for(mysql_server, mysql_db, ["cap"])  # schema taken before every change
         start = status(admin)
-        execute(admin, "INSERT INTO cap VALUES (1, 2)")
+        execute(
+            admin,
+            "INSERT INTO cap VALUES (1, 1, 'a')",
+            "ALTER TABLE cap ADD COLUMN five INT NOT NULL DEFAULT 5 AFTER id",
+            "INSERT INTO cap VALUES (2, 7, 2, 'b')",
+            "ALTER TABLE cap ADD COLUMN first_col VARCHAR(3) FIRST",
+            "UPDATE cap SET first_col = 'x' WHERE id = 1",
+            "ALTER TABLE cap DROP COLUMN v",
+            "ALTER TABLE cap RENAME COLUMN w TO w2, MODIFY five BIGINT NOT NULL DEFAULT 5",
+            "INSERT INTO cap VALUES ('y', 3, 9000000000, 'c')",
+            "CREATE INDEX i_w2 ON cap (w2)",
+            "DELETE FROM cap WHERE id = 2",
+        )
         end = status(admin)
-    with pytest.raises(SchemaChangeError, match=r"columns \['id', 'late'\].*re-snapshot"):
-        list(reader.read(BinlogOffset.at(start), end))
+    items = list(reader.read_with_heartbeats(BinlogOffset.at(start), end))
+    changes = [i for i in items if isinstance(i, RowChange)]
+    ddl = [i for i in items if isinstance(i, SchemaChange)]
+    assert [list(c.values) for c in changes] == [
+        ["id", "v", "w"],
+        ["id", "five", "v", "w"],
+        ["first_col", "id", "five", "v", "w"], ["first_col", "id", "five", "v", "w"],
+        ["first_col", "id", "five", "w2"],
+        ["first_col", "id", "five", "w2"],
+    ]
+    assert changes[1].values == {"id": 2, "five": 7, "v": 2, "w": "b"}
+    assert changes[4].values == {"first_col": "y", "id": 3, "five": 9000000000, "w2": "c"}
+    assert changes[4].schema.column("five").data_type == "bigint"
+    assert len({c.schema.schema_id for c in changes}) == 4
+    assert [d.ddl.changes.added for d in ddl[:2]] == [{"five": "5"}, {"first_col": None}]
+    assert ddl[2].ddl.changes.dropped == ("v",)
+    assert ddl[3].ddl.changes.renamed == {"w": "w2"} and ddl[3].ddl.changes.modified == ("five",)
+    assert all(d.ddl.resnapshot is None for d in ddl) and len(ddl) == 5
+    assert [d.key for d in ddl] == sorted(d.key for d in ddl)
 
 
 # --- XA -----------------------------------------------------------------------------------------------------

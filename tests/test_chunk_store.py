@@ -372,6 +372,114 @@ def test_stream_and_mirror_views_across_generations(store):
     assert store.history(TABLE, 0, g2)[-1].detail == "ALTER TABLE inside [LW, HW]"
 
 
+# --- pipeline membership: removing tables and adding them back ----------------------------------------------
+
+
+def test_remove_table_keeps_its_rows_and_is_idempotent(store):
+    other = "shop.items"
+    g = new_plan(store)
+    new_plan(store, other, n=2)
+    for chunk_id in range(3):
+        commit(store, g, chunk_id, 10 * chunk_id, 10 * chunk_id + 5, f"v{chunk_id}")
+    assert store.active_tables() == [other, TABLE] and store.removed_tables() == []
+    assert store.table_entry(TABLE).active and store.table_entry("shop.never") is None
+
+    assert store.remove_table(TABLE, "remove_run", reason="table dropped upstream") is True
+    assert store.active_tables() == [other] and store.removed_tables() == [TABLE]
+    assert store.tables() == [other, TABLE], "tables() still lists every planned table"
+    entry = store.table_entry(TABLE)
+    assert (entry.active, entry.removed_run_id, entry.removed_reason, entry.latest_generation) == (
+        False, "remove_run", "table dropped upstream", g)
+    # removing again changes nothing (not even who removed it, or when)
+    assert store.remove_table(TABLE, "another_run", reason="again") is False
+    assert store.table_entry(TABLE) == entry
+    assert [e.table for e in store.table_entries()] == [other, TABLE]
+    # its plan, chunks and committed snapshot stay readable as they were
+    assert store.plan(TABLE).generation == g
+    assert [c.output_version for c in store.chunks(TABLE)] == ["v0", "v1", "v2"]
+    assert store.mirror_view(TABLE).generation == g
+    with pytest.raises(UnknownChunk, match="shop.never"):
+        store.remove_table("shop.never")
+    with pytest.raises(ConfigurationError, match="database.table"):
+        store.remove_table("no_dot")
+
+
+def test_planning_a_removed_table_again_puts_it_back_with_a_new_generation(store):
+    g1 = new_plan(store)
+    for chunk_id in range(3):
+        commit(store, g1, chunk_id, 10 * chunk_id, 10 * chunk_id + 5, f"g1-{chunk_id}")
+    store.remove_table(TABLE, "remove_run")
+    g2 = new_plan(store, n=2, run_id="readd_run")
+    assert g2 == g1 + 1
+    entry = store.table_entry(TABLE)
+    assert entry.active and entry.added_generation == g2 and entry.removed_run_id is None
+    assert store.active_tables() == [TABLE] and store.removed_tables() == []
+    # the snapshot from before the removal no longer counts: the changes while it was removed were not
+    # captured. Until the new generation commits there is no mirror, and the stream emits every change.
+    assert store.mirror_view(TABLE) is None
+    view = store.stream_view([TABLE])[TABLE]
+    assert view.committed_generation is None and [g.generation for g in view.generations] == [g2]
+    assert [c.hw for c in view.generations[0].chunks] == [None, None] and view.min_hw is None
+    commit(store, g2, 0, 100, 110, "g2-0")
+    assert store.mirror_view(TABLE) is None
+    commit(store, g2, 1, 100, 120, "g2-1")
+    assert store.mirror_view(TABLE).generation == g2
+    assert store.stream_view([TABLE])[TABLE].committed_generation == g2
+    # a re-plan of a table that was never removed keeps using its committed generation until the new one
+    # commits (as before)
+    g3 = new_plan(store, n=2)
+    assert store.mirror_view(TABLE).generation == g2 and store.table_entry(TABLE).added_generation == g2
+    assert [g.generation for g in store.stream_view([TABLE])[TABLE].generations] == [g3, g2]
+
+
+def _downgrade_to_version_1(url: str) -> None:
+    """Turn a store into what release 1 wrote: no membership columns, schema_version 1."""
+    engine = sa.create_engine(cs.normalize_url(url))
+    try:
+        with engine.begin() as conn:
+            for column in ("removed_at", "removed_run_id", "removed_reason", "added_generation"):
+                conn.exec_driver_sql(f"ALTER TABLE mysqlcdc_tables DROP COLUMN {column}")
+            conn.execute(sa.update(cs.meta_table).where(cs.meta_table.c.name == "schema_version")
+                         .values(value="1"))
+        assert "removed_at" not in {c["name"] for c in sa.inspect(engine).get_columns("mysqlcdc_tables")}
+    finally:
+        engine.dispose()
+
+
+def test_a_version_1_store_is_migrated_when_opened(fresh_store_url):
+    with ChunkStore(fresh_store_url) as first:
+        g = new_plan(first)
+        commit(first, g, 0, 10, 20, "v0")
+        before = first.chunks(TABLE)
+    _downgrade_to_version_1(fresh_store_url)
+    workers = 3  # several tasks open the old store at once: one migrates, none fails
+    barrier = threading.Barrier(workers, timeout=60)
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            barrier.wait()
+            ChunkStore(fresh_store_url).close()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_store) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with ChunkStore(fresh_store_url) as store:
+        assert store.schema_version() == cs.SCHEMA_VERSION == 2
+        assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
+        entry = store.table_entry(TABLE)
+        assert entry.active and entry.added_generation is None and entry.removed_at is None
+        assert store.active_tables() == [TABLE]
+        assert store.stream_view([TABLE])[TABLE].latest_generation == g
+        assert store.remove_table(TABLE, "r") is True and store.active_tables() == []
+        assert new_plan(store) == g + 1 and store.active_tables() == [TABLE]
+
+
 # --- durability and versioning ------------------------------------------------------------------------------
 
 
@@ -390,12 +498,14 @@ def test_reopen_reads_the_same_state_and_open_is_idempotent(fresh_store_url):
 
 
 def test_newer_schema_version_is_refused(fresh_store_url):
+    newer = cs.SCHEMA_VERSION + 1
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == 1
+        assert store.schema_version() == cs.SCHEMA_VERSION
         with store.transaction() as conn:
             conn.execute(sa.update(cs.meta_table).where(cs.meta_table.c.name == "schema_version")
-                         .values(value="2"))
-    with pytest.raises(ChunkStoreVersionError, match="schema version 2.*reads versions up to 1.*Upgrade"):
+                         .values(value=str(newer)))
+    with pytest.raises(ChunkStoreVersionError,
+                       match=f"schema version {newer}.*reads versions up to {cs.SCHEMA_VERSION}.*Upgrade"):
         ChunkStore(fresh_store_url)
 
 
@@ -488,7 +598,7 @@ def test_racing_opens_of_a_fresh_store_and_racing_plans(fresh_store_url):
     assert not errors, errors
     assert sorted(generations) == list(range(1, workers + 1))
     with ChunkStore(fresh_store_url) as store:
-        assert store.latest_generation(TABLE) == workers and store.schema_version() == 1
+        assert store.latest_generation(TABLE) == workers and store.schema_version() == cs.SCHEMA_VERSION
         assert all(len(store.chunks(TABLE, g)) == 2 for g in generations)
         with store.transaction() as conn:
             assert conn.execute(sa.select(sa.func.count()).select_from(cs.meta_table)).scalar() == 2

@@ -205,6 +205,23 @@ def test_lost_commit_replies_and_a_cut_are_waited_out_without_double_writes(serv
     store.close()
 
 
+def test_a_removal_whose_commit_reply_is_lost_is_recognized(server_url, server_direct, server_proxy):
+    """remove_table's COMMIT reaches the server, its answer does not: the retry finds its own removal (this
+    call removed the table) instead of reporting that someone else had."""
+    direct, proxy = server_direct, server_proxy
+    store = ChunkStore(proxied(server_url, proxy), outage_s=30)
+    new_plan(store)
+    proxy.cut_after(COMMIT, hold=CUT_S)
+    assert store.remove_table(TABLE, "r1", reason="lost reply") is True
+    assert proxy.cuts == 1
+    t = cs.tables_table.c
+    with direct.connect() as conn:
+        row = conn.execute(sa.select(t.removed_run_id, t.removed_reason).where(t.table_name == TABLE)).one()
+    assert tuple(row) == ("r1", "lost reply")
+    assert store.remove_table(TABLE, "r2") is False and store.active_tables() == []
+    store.close()
+
+
 def test_engine_snapshot_and_stream_across_cuts_keep_the_mirror_exact(mysql_server, mysql_db, pg_url, direct,
                                                                       proxy):
     seed = 4242

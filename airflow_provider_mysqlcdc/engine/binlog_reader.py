@@ -19,8 +19,11 @@ What we do not understand, we refuse (``No silent skips`` in DESIGN.md):
 
 * event types we do not know, compressed events (MariaDB ``log_bin_compress``, MySQL
   ``binlog_transaction_compression``), statement-based changes and incidents: ``UnsupportedEvent``;
-* DDL that touches a captured table, and a TABLE_MAP whose columns differ from the schema we were given:
-  ``SchemaChangeError`` (the table must be re-snapshotted);
+* DDL on a captured table that changes rows without row events (TRUNCATE, RENAME, partition DROP/EXCHANGE,
+  ...; ``engine.ddl``) and that no plan of the table made after it covers: ``ResnapshotRequired``. Column DDL
+  is followed: a ``SchemaChange`` item, and every rows event is decoded with the columns its TABLE_MAP names
+  (``binlog_schema``); a TABLE_MAP without column names (no ``binlog_row_metadata=FULL``):
+  ``SchemaChangeError``;
 * a start file the server purged: ``BinlogPurged``;
 * XA transactions with rows of captured tables. Their rows sit in the XA PREPARE group but take effect at the
   XA COMMIT, which may come many transactions later; a resume offset (one transaction start plus skip counts)
@@ -35,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -74,13 +76,17 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
+from .binlog_schema import schema_from_table_map, table_map_signature
 from .connection import (
     LOST_CONNECTION_ERRORS,
     UNREACHABLE_ERRORS,
-    Connection as _Connection,
     MySQLSettings,
     connect,
 )
+from .connection import (
+    Connection as _Connection,
+)
+from .ddl import DDL_VERBS, DML_VERBS, TableDdl, TableRef, statement_tables, table_ddl
 from .errors import CdcError, ConfigurationError, ServerNotReady, ServerUnavailable
 from .offsets import BinlogOffset
 from .positions import AFTER, BEFORE, BinlogPosition, RowKey, file_number, row_key
@@ -130,7 +136,16 @@ class CompressedEvent(UnsupportedEvent):
 
 
 class SchemaChangeError(BinlogReadError):
-    """DDL on a captured table, or a TABLE_MAP that no longer matches the table's schema: re-snapshot."""
+    """A schema change of a captured table the stream cannot follow."""
+
+
+class ResnapshotRequired(SchemaChangeError):
+    """DDL that changed a captured table's rows without row events (or in a way the changelog cannot show):
+    the table must be snapshotted again, planned at or after ``position``."""
+
+    def __init__(self, message: str, table: TableId, position: BinlogPosition, reason: str, statement: str):
+        super().__init__(message)
+        self.table, self.position, self.reason, self.statement = table, position, reason, statement
 
 
 class BinlogPurged(BinlogReadError):
@@ -217,12 +232,27 @@ class RowChange:
     binlog_file: str
     commit_ts: datetime  # UTC, from the transaction's commit (XID) event
     offset_after: BinlogOffset
+    schema: TableSchema | None = None  # the table's schema when the event was written (its TABLE_MAP)
 
     def to_record(self) -> Record:
         return Record(
             table=str(self.table), op=self.op, phase="stream", key=self.key, values=self.values,
             commit_ts=self.commit_ts, binlog_file=self.binlog_file,
+            schema_id=self.schema.schema_id if self.schema is not None else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaChange:
+    """DDL on a captured table the changelog follows (``ddl.resnapshot`` is None), or one a new plan of the
+    table made at or after it covers; ``offset`` is right after the statement."""
+
+    table: TableId
+    key: RowKey  # (binlog file number, end of the DDL event, 0, 0): ordered with the row changes
+    binlog_file: str
+    commit_ts: datetime
+    ddl: TableDdl
+    offset: BinlogOffset
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,175 +260,6 @@ class Heartbeat:
     """The binlog moved on without a change of a captured table: a caller may commit ``offset``."""
 
     offset: BinlogOffset
-
-
-# --- DDL detection ------------------------------------------------------------------------------------------
-
-_TOKEN = re.compile(
-    r"""
-    (?P<ws>\s+)
-  | (?P<comment>/\*(?!!|M!).*?\*/|--(?=\s)[^\n]*|\#[^\n]*)
-  | (?P<exec>/\*M?!\d*|\*/)
-  | (?P<bq>`(?:[^`]|``)*`)
-  | (?P<str>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")
-  | (?P<word>[\w$\u0080-\U0010ffff]+)
-  | (?P<punct>.)
-    """,
-    re.S | re.X,
-)
-
-_DDL_VERBS = {"ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE"}
-_DML_VERBS = {"INSERT", "UPDATE", "DELETE", "REPLACE", "LOAD"}
-
-TableRef = tuple[str | None, str | None]  # (database or None for the default, table or None for "all")
-
-
-@dataclass
-class _Tokens:
-    items: list[tuple[str, str]]  # (kind, text): "id" quoted name, "kw" bare word, "s" string, "p" punctuation
-    i: int = 0
-
-    @classmethod
-    def parse(cls, sql: str) -> "_Tokens":
-        items: list[tuple[str, str]] = []
-        for m in _TOKEN.finditer(sql):
-            kind = m.lastgroup
-            text = m.group()
-            if kind == "bq":
-                items.append(("id", text[1:-1].replace("``", "`")))
-            elif kind == "word":
-                items.append(("kw", text))
-            elif kind == "punct":
-                items.append(("p", text))
-            elif kind == "str":
-                items.append(("s", text))
-        return cls(items)
-
-    def peek(self, offset: int = 0) -> str:
-        j = self.i + offset
-        if j >= len(self.items):
-            return ""
-        kind, text = self.items[j]
-        return text.upper() if kind == "kw" else ("" if kind in ("id", "s") else text)
-
-    def accept(self, *words: str) -> bool:
-        if self.peek() in words:
-            self.i += 1
-            return True
-        return False
-
-    def accept_seq(self, *words: str) -> bool:
-        if all(self.peek(n) == w for n, w in enumerate(words)):
-            self.i += len(words)
-            return True
-        return False
-
-    def name(self) -> TableRef | None:
-        """``ident`` or ``ident.ident`` at the cursor."""
-        first = self._ident()
-        if first is None:
-            return None
-        if self.peek() == "." and self.i + 1 < len(self.items):
-            self.i += 1
-            second = self._ident()
-            return (first, second) if second is not None else (None, first)
-        return None, first
-
-    def _ident(self) -> str | None:
-        if self.i >= len(self.items):
-            return None
-        kind, text = self.items[self.i]
-        if kind in ("id", "kw"):
-            self.i += 1
-            return text
-        return None
-
-    def all_names(self) -> list[TableRef]:
-        names: list[TableRef] = []
-        while self.i < len(self.items):
-            if self.items[self.i][0] in ("id", "kw"):
-                ref = self.name()
-                if ref:
-                    names.append(ref)
-            else:
-                self.i += 1
-        return names
-
-
-def statement_tables(sql: str) -> tuple[str, list[TableRef]]:
-    """The verb of a statement and the tables whose data or definition it changes.
-
-    DDL: the table it alters, creates, drops, renames or truncates (``(db, None)`` for DROP DATABASE).
-    DML (statement-based logging): every name in the statement, conservatively. Other statements: none.
-    """
-    t = _Tokens.parse(sql)
-    verb = t.peek()
-    t.accept(verb)
-    refs: list[TableRef] = []
-    if verb in _DML_VERBS:
-        return verb, t.all_names()
-    if verb == "ALTER":
-        t.accept("ONLINE", "OFFLINE")
-        t.accept("IGNORE")
-        if t.accept("TABLE"):
-            t.accept_seq("IF", "EXISTS")
-            if (ref := t.name()) is not None:
-                refs.append(ref)
-            while t.i < len(t.items):  # RENAME TO x, EXCHANGE PARTITION p WITH TABLE x
-                if t.accept("RENAME"):
-                    if t.peek() in ("COLUMN", "INDEX", "KEY", "CONSTRAINT"):
-                        continue
-                    t.accept("TO", "AS")
-                    if (ref := t.name()) is not None:
-                        refs.append(ref)
-                elif t.accept_seq("WITH", "TABLE"):
-                    if (ref := t.name()) is not None:
-                        refs.append(ref)
-                else:
-                    t.i += 1
-    elif verb == "CREATE":
-        t.accept_seq("OR", "REPLACE")
-        t.accept("TEMPORARY")
-        t.accept("ONLINE", "OFFLINE")
-        t.accept("UNIQUE", "FULLTEXT", "SPATIAL")
-        if t.accept("TABLE"):
-            t.accept_seq("IF", "NOT", "EXISTS")
-            if (ref := t.name()) is not None:
-                refs.append(ref)
-        elif t.accept("INDEX"):
-            refs.extend(_index_target(t))
-    elif verb == "DROP":
-        t.accept("TEMPORARY")
-        if t.accept("TABLE", "TABLES"):
-            t.accept_seq("IF", "EXISTS")
-            while (ref := t.name()) is not None:
-                refs.append(ref)
-                if not t.accept(","):
-                    break
-        elif t.accept("INDEX"):
-            refs.extend(_index_target(t))
-        elif t.accept("DATABASE", "SCHEMA"):
-            t.accept_seq("IF", "EXISTS")
-            if (ref := t.name()) is not None:
-                refs.append((ref[1], None))
-    elif verb == "RENAME":
-        if t.accept("TABLE", "TABLES"):
-            keywords = ("TO", "WAIT", "NOWAIT")
-            refs = [r for r in t.all_names() if r[0] is not None or (r[1] or "").upper() not in keywords]
-    elif verb == "TRUNCATE":
-        t.accept("TABLE")
-        if (ref := t.name()) is not None:
-            refs.append(ref)
-    return verb, refs
-
-
-def _index_target(t: _Tokens) -> list[TableRef]:
-    while t.i < len(t.items):
-        if t.accept("ON"):
-            ref = t.name()
-            return [ref] if ref is not None else []
-        t.i += 1
-    return []
 
 
 # --- the reader ---------------------------------------------------------------------------------------------
@@ -412,6 +273,10 @@ class _Captured:
     column_names: list[str]
 
 
+def _captured(schema: TableSchema) -> _Captured:
+    return _Captured(schema.table, schema, binlog_normalizer(schema), schema.column_names)
+
+
 @dataclass
 class _Txn:
     """The transaction being read: where it starts, what it holds so far."""
@@ -422,7 +287,8 @@ class _Txn:
     rows_events: int = 0  # rows events seen, of every table (the unit of skip_events)
     captured: bool = False  # holds rows events of a captured table (emitted or skipped)
     # (table, op, values, key, file, offset after this image) of the captured rows, in binlog order
-    buffer: list[tuple[TableId, Op, dict, RowKey, str, BinlogOffset]] = field(default_factory=list)
+    buffer: list[tuple[TableId, Op, dict, RowKey, str, BinlogOffset, TableSchema]] = field(default_factory=list)
+    ddl: list[tuple[TableId, TableDdl]] = field(default_factory=list)  # DDL of captured tables in this group
 
 
 class BinlogReader:
@@ -434,17 +300,20 @@ class BinlogReader:
         server_id: int,
         tables: set[TableId] | None,
         schemas: dict[TableId, TableSchema],
+        replanned: dict[TableId, BinlogPosition] | None = None,
     ) -> None:
+        """``schemas``: each captured table's schema as known (the TABLE_MAPs say what it was at each event).
+        ``replanned``: where a table's current plan was made; DDL before that position is covered by it."""
         self.settings = settings
         self.server_id = server_id
         captured = set(schemas) if tables is None else set(tables)
         missing = sorted(str(t) for t in captured if t not in schemas)
         if missing:
             raise ConfigurationError(f"no schema given for captured table(s) {missing}")
-        self._captured = {
-            t: _Captured(t, schemas[t], binlog_normalizer(schemas[t]), schemas[t].column_names)
-            for t in captured
-        }
+        self._captured = {t: _captured(schemas[t]) for t in captured}
+        self._versions: dict[tuple[TableId, tuple], _Captured] = {}
+        self.replanned = dict(replanned or {})
+        self._pending_ddl: list[tuple[TableId, TableDdl]] = []
         self._captured_ci = {(t.database.lower(), t.table.lower()): t for t in captured}
         self.last_offset: BinlogOffset | None = None
         self._control: pymysql.connections.Connection | None = None
@@ -481,12 +350,13 @@ class BinlogReader:
         blocking: bool = False,
         timeout: float | None = None,
         sync_to_transaction: bool = False,
-    ) -> Iterator[RowChange | Heartbeat]:
+    ) -> Iterator[RowChange | Heartbeat | SchemaChange]:
         """Like ``read``, plus a Heartbeat after each transaction (or file rotation) that emitted nothing.
 
         ``sync_to_transaction``: ``start`` is a position read from ``SHOW MASTER STATUS``, which on MariaDB
         can lie between a transaction's rows and its commit event; skip to the next transaction start.
         Only for scans that need nothing before their first full transaction (watermark markers).
+        DDL on a captured table yields a SchemaChange (after which nothing else of its group is yielded).
         """
         self.last_offset = start
         if end is not None and start.at_boundary and start.position.key >= end.key:
@@ -524,7 +394,7 @@ class BinlogReader:
         end: BinlogPosition | None,
         deadline: float | None,
         sync_to_transaction: bool = False,
-    ) -> Iterator[RowChange | Heartbeat]:
+    ) -> Iterator[RowChange | Heartbeat | SchemaChange]:
         end_key = end.key if end is not None else None
         syncing = sync_to_transaction
         cur_file = start.file
@@ -638,6 +508,9 @@ class BinlogReader:
                 kind = self._query(event, txn, cur_file, event_start)
                 if txn is None:
                     txn = _Txn(BinlogPosition(cur_file, event_start), None, began=False)
+                if self._pending_ddl:
+                    txn.ddl.extend(self._pending_ddl)
+                    self._pending_ddl = []
                 if kind == "begin":
                     txn.began = True
                 else:  # COMMIT, ROLLBACK without captured rows, or the single statement of a group
@@ -729,7 +602,7 @@ class BinlogReader:
         for c in range(skip, count):
             op, values, key = images[c]
             after = next_event if c == count - 1 else BinlogOffset(file, start_pos, index, c + 1, gtid_before)
-            buffer.append((table, op, values, key, cur_file, after))
+            buffer.append((table, op, values, key, cur_file, after, target.schema))
 
     def _commit(  # the end of a group: its rows get the commit time; a group without our rows, a Heartbeat
         self,
@@ -739,7 +612,7 @@ class BinlogReader:
         end_pos: int,
         gtid_before: str | None,
         skipped_from: BinlogOffset | None,
-    ) -> Iterator[RowChange | Heartbeat]:
+    ) -> Iterator[RowChange | Heartbeat | SchemaChange]:
         if skipped_from is not None and (
             txn.rows_events < skipped_from.skip_events
             or (txn.rows_events == skipped_from.skip_events and skipped_from.skip_rows > 0)
@@ -751,32 +624,46 @@ class BinlogReader:
         commit_ts = datetime.fromtimestamp(packet.timestamp, _UTC)
         boundary = BinlogOffset(cur_file, end_pos, gtid=txn.gtid or gtid_before)
         buffer = txn.buffer
+        if txn.ddl:
+            key = (file_number(cur_file), end_pos, 0, 0)
+            self.last_offset = boundary
+            for table, ddl in txn.ddl:
+                yield SchemaChange(table, key, cur_file, commit_ts, ddl, boundary)
+            txn.ddl = []
         if not buffer:
             self.last_offset = boundary
             yield Heartbeat(boundary)
             return
         last = len(buffer) - 1
-        for n, (table, op, values, key, file, after) in enumerate(buffer):
-            change = RowChange(table, op, values, key, file, commit_ts, boundary if n == last else after)
+        for n, (table, op, values, key, file, after, schema) in enumerate(buffer):
+            change = RowChange(table, op, values, key, file, commit_ts, boundary if n == last else after, schema)
             self.last_offset = change.offset_after
             yield change
         txn.buffer = []
 
     def _table_map(self, event: TableMapEvent, cur_file: str, event_start: int) -> _Captured | None:
-        target = self._captured.get(TableId(event.schema, event.table))
-        if target is None:
+        """The captured table's schema as this TABLE_MAP gives it: the one in force at its rows events."""
+        table = TableId(event.schema, event.table)
+        known = self._captured.get(table)
+        if known is None:
             return None
+        signature = table_map_signature(event)
+        version = self._versions.get((table, signature))
+        if version is not None:
+            return version
         names = [c.name for c in event.columns]
-        if names != target.column_names:
-            hint = ""
-            if any(not n or str(n).startswith("UNKNOWN_COL") for n in names):
-                hint = " (the binlog has no column names: set binlog_row_metadata=FULL on the server)"
+        if names == known.column_names and all(n for n in names):
+            derived = schema_from_table_map(event, table, known.schema)
+            version = known if derived.schema_id == known.schema.schema_id else _captured(derived)
+        elif any(not n or str(n).startswith("UNKNOWN_COL") for n in names):
             raise SchemaChangeError(
-                f"the binlog at {cur_file}:{event_start} has columns {names} for captured table "
-                f"{target.table}, but its schema has {target.column_names}{hint}: the table changed since it "
-                "was snapshotted; schema changes are not supported yet: re-snapshot the table"
+                f"the binlog at {cur_file}:{event_start} has no column names for captured table {table}: set "
+                "binlog_row_metadata=FULL on the server (mysqlcdc check says how), then re-snapshot the table"
             )
-        return target
+        else:
+            version = _captured(schema_from_table_map(event, table, known.schema))
+        self._versions[(table, signature)] = version
+        return version
 
     def _query(self, event: QueryEvent, txn: _Txn | None, cur_file: str, event_start: int) -> str:
         """Classify a query event: "begin", "commit", "end" (the group ends, nothing to emit), "continue"."""
@@ -808,13 +695,24 @@ class BinlogReader:
         if isinstance(default_db, bytes):
             default_db = default_db.decode("utf-8", "replace")
         hits = self._captured_refs(refs, default_db)
-        if hits and verb in _DDL_VERBS:
-            raise SchemaChangeError(
-                f"schema changes are not supported yet: {verb} on captured table(s) "
-                f"{', '.join(sorted(map(str, hits)))} at {where}: {sql[:300]!r}. "
-                "Re-snapshot the table(s) (the stream cannot continue past this statement for them)"
-            )
-        if hits and verb in _DML_VERBS:
+        if hits and verb in DDL_VERBS:
+            end = BinlogPosition(cur_file, event.packet.log_pos)
+            for table in sorted(hits):
+                ddl = table_ddl(sql, self._captured[table].schema.primary_key)
+                planned = self.replanned.get(table)
+                if ddl.resnapshot and (planned is None or planned.key < end.key):
+                    raise ResnapshotRequired(
+                        f"{verb} on captured table {table} at {where} (ending at {end}): {ddl.resnapshot}; "
+                        f"{sql[:300]!r}. The changelog cannot follow this change: the table must be "
+                        "snapshotted again. The stream does that by itself unless resnapshot is turned off; "
+                        f"otherwise plan and snapshot {table} again (mysqlcdc plan --tables {table}, then "
+                        "mysqlcdc snapshot; or rerun the DAG's plan and snapshot tasks for it) and restart the "
+                        f"stream: it continues past this statement once the new plan exists "
+                        f"[resnapshot table={table} position={end}]",
+                        table, end, ddl.resnapshot, sql,
+                    )
+                self._pending_ddl.append((table, ddl))
+        if hits and verb in DML_VERBS:
             raise UnsupportedEvent(
                 f"statement-based change of captured table(s) {', '.join(sorted(map(str, hits)))} at "
                 f"{where}: {sql[:300]!r}; mysqlcdc needs binlog_format=ROW for every session. "

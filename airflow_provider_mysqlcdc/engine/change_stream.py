@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .binlog_reader import BinlogReader, Heartbeat, RowChange
+from .binlog_reader import BinlogReader, Heartbeat, RowChange, SchemaChange
 from .chunk_store import ChunkStore, TableView
 from .connection import MySQLSettings, connect
 from .keys import ChunkLocator, KeyOrder
@@ -30,6 +30,8 @@ class StreamBatch:
     rows_read: int = 0
     seconds: float = 0.0
     dropped: int = 0
+    schemas: dict[str, TableSchema] = field(default_factory=dict)  # schema_id -> schema, of the records
+    schema_changes: list[SchemaChange] = field(default_factory=list)  # DDL of captured tables, in order
 
 
 @dataclass
@@ -48,6 +50,7 @@ class ChangeStream:
     _locators: dict[tuple[TableId, int], _Locators] = field(default_factory=dict, repr=False)
     _filter: StreamFilter | None = field(default=None, repr=False)
     _views: dict[str, TableView] = field(default_factory=dict, repr=False)
+    _replanned: dict[TableId, BinlogPosition] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.schemas:
@@ -84,6 +87,8 @@ class ChangeStream:
                 order = KeyOrder(lambda: connect(self.settings), schema, plan.key_columns)
                 locators = _Locators(order, ChunkLocator(plan, order))
                 self._locators[(table, gen_view.generation)] = locators
+            if plan.planned_at is not None and gen_view.generation == max(g.generation for g in view.generations):
+                self._replanned[table] = plan.planned_at
             hws = {c.chunk_id: c.hw for c in gen_view.chunks}
             generations.append(GenerationFilter(gen_view.generation, plan.key_columns, locators.locator, hws))
         return TableFilter(schema, generations)
@@ -112,11 +117,16 @@ class ChangeStream:
         filter sees it (a stream that failed over to another server: ``engine/failover.py``)."""
         assert self._filter is not None
         started = time.monotonic()
-        reader = BinlogReader(self.settings, self.server_id, set(self.tables), self.schemas)
+        reader = BinlogReader(self.settings, self.server_id, set(self.tables), self.schemas, self._replanned)
         pending: list[RowChange] = []
+        ddl: list[SchemaChange] = []
         offset = start
         rows = 0
         for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout):
+            if type(item) is SchemaChange:
+                ddl.append(item)
+                offset = item.offset
+                continue
             if isinstance(item, Heartbeat):
                 offset = item.offset
                 if max_rows is not None and rows >= max_rows and not _open_update(pending):
@@ -134,12 +144,14 @@ class ChangeStream:
         dropped_before = self._filter.dropped
         if file_number_base:
             pending = [_rebased(change, file_number_base) for change in pending]
+            ddl = [dataclasses.replace(d, key=(file_number_base + d.key[0], *d.key[1:])) for d in ddl]
+        schemas = {c.schema.schema_id: c.schema for c in pending if c.schema is not None}
         records = self._filter.apply(pending)
         if on_batch is not None:
             on_batch(records)
         return StreamBatch(
             records=records, start=start, end=offset, rows_read=rows, seconds=time.monotonic() - started,
-            dropped=self._filter.dropped - dropped_before,
+            dropped=self._filter.dropped - dropped_before, schemas=schemas, schema_changes=ddl,
         )
 
 

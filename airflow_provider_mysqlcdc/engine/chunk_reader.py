@@ -5,12 +5,18 @@ records (``+I``) at HW. In ``consistent_snapshot`` mode LW == HW and no binlog i
 bounded memory. In ``watermark_table`` mode the chunk is buffered (bounded by the chunk size) and corrected
 with the binlog events (LW, HW] of this table whose row images fall in the chunk. ``skip_backfill`` gives an
 at-least-once chunk filtered at its LW instead.
+
+DDL during a chunk read makes the chunk be read again in a fresh read view (at most ``DDL_REREADS`` times):
+DDL that rebuilt the table after the view opened (the server refuses the view), and DDL that changed the
+table's columns after the schema the read uses was loaded but before HW (an instant ADD/DROP/RENAME COLUMN
+leaves the view valid, so only comparing the columns after HW is fixed finds it: ``schema_changed``). So a
+chunk's records always have the table's columns as of HW (or later), and their values. DDL that changed the
+primary key or the chunk key fails the chunk (``ChunkKeyChanged``): the table must be re-planned.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
-
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,7 +26,7 @@ import pyarrow as pa
 import pymysql.cursors
 
 from . import values
-from .binlog_reader import BinlogReader, RowChange
+from .binlog_reader import BinlogReader, ResnapshotRequired, RowChange
 from .connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
 from .errors import CdcError, ServerUnavailable
 from .key_changes import identity_columns, split_key_changes
@@ -35,8 +41,8 @@ from .read_view import (
     resolve_mode,
     write_marker,
 )
-from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from .record_batches import snapshot_batch
+from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from .server import server_info
 from .source_limits import RateLimiter, SourceLimits, is_query_timeout, read_slot, set_query_timeout
 from .tables import TableId, TableSchema, load_schema
@@ -44,7 +50,9 @@ from .tables import TableId, TableSchema, load_schema
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096
 TABLE_DEF_CHANGED = 1412  # "Table definition has changed, please retry transaction"
+BAD_FIELD = 1054  # "Unknown column": a column the SELECT names was dropped or renamed since the schema loaded
 DDL_REREADS = 3  # how often a chunk is read again in a fresh read view after DDL changed its table
+COLUMNS_CHANGED = "after its schema was loaded (its columns differ at the chunk's high watermark)"
 # lost connection, server gone away, connection KILLed, server shutting down
 
 
@@ -109,7 +117,45 @@ class ChunkReadResult:
 
 
 class TableChangedDuringRead(CdcError):
-    """DDL rebuilt the table after the chunk's read view opened (the server refuses that view)."""
+    """DDL changed the table during the chunk's read, over every read view the reread budget allows: it
+    rebuilt the table after a view opened (the server refuses that view), or changed its columns after the
+    schema the read uses was loaded."""
+
+
+class ChunkKeyChanged(CdcError):
+    """DDL changed the primary key or the chunk key of a planned table: the plan's boundaries no longer apply."""
+
+
+def _column_signature(name: Any, column_type: Any, nullable: bool, collation: Any, key: bool) -> tuple:
+    return (str(name), str(column_type), bool(nullable), None if collation is None else str(collation), key)
+
+
+def schema_changed(conn: Any, schema: TableSchema) -> TableSchema | None:
+    """The table's schema now if its columns differ from ``schema``, else None.
+
+    Compares, in column order, name, COLUMN_TYPE (length, precision, unsigned, enum values), nullability,
+    collation and primary key membership: one information_schema query when nothing changed (the usual case),
+    the full ``load_schema`` only when something did. information_schema is not versioned by the read view: it
+    shows the table's definition now, i.e. at or after any watermark taken before this call.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLLATION_NAME, COLUMN_KEY "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (schema.table.database, schema.table.table),
+        )
+        now = [_column_signature(name, type_, nullable == "YES", collation, key == "PRI")
+               for name, type_, nullable, collation, key in cur.fetchall()]
+    primary = set(schema.primary_key)
+    loaded = [_column_signature(c.name, c.column_type, c.nullable, c.collation, c.name in primary)
+              for c in schema.columns]
+    if now == loaded:
+        return None
+    # COLUMN_KEY may say PRI for a NOT NULL unique key of a table without a primary key: load and compare whole.
+    current = load_schema(conn, schema.table)
+    if current.columns == schema.columns and current.primary_key == schema.primary_key:
+        return None
+    return current
 
 
 class ChunkRead:
@@ -120,6 +166,7 @@ class ChunkRead:
         options: ChunkReadOptions | None = None,
     ) -> None:
         self.settings, self.schema, self.plan, self.chunk = settings, schema, plan, chunk
+        self._given_schema = schema  # ``self.schema`` is what the read uses: reloaded when DDL changed the table
         self.options = options or ChunkReadOptions()
         self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id, mode=self.options.mode)
         self._used = False
@@ -150,24 +197,75 @@ class ChunkRead:
     # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
 
     def _read_consistent(self, conn: Any, started: float) -> Iterator[pa.RecordBatch]:
+        stale = False  # the previous view was refused after DDL: reload the schema before the next one
         for attempt in range(DDL_REREADS + 1):
+            if stale:
+                self._adopt(schema_changed(conn, self.schema))
+                stale = False
             position = open_consistent_snapshot(conn)
             self.result.low_watermark = self.result.high_watermark = position
             try:
+                # HW is fixed now: it is this view's binlog point. DDL that committed after the schema was
+                # loaded and before HW changed the columns of the table as of HW, without invalidating the
+                # view (instant ADD/DROP/RENAME COLUMN, widening MODIFY): read again with the new columns. DDL
+                # after HW but before the SELECT is seen here too (a harmless extra reread) or, if it dropped
+                # or renamed a column, fails the SELECT (BAD_FIELD); once the SELECT runs, its metadata lock
+                # holds DDL off until the view ends. Nothing is yielded before this check.
+                if self._adopt(schema_changed(conn, self.schema)):
+                    self._reread(attempt, COLUMNS_CHANGED)
+                    continue
                 for rows in self._select(conn):
                     self.result.rows += len(rows)
                     yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
                 break
             except TableChangedDuringRead:
-                # DDL that rebuilt the table committed after the read view opened: the server refuses the
-                # old view before any row is sent, so the chunk is read again in a fresh one (a later HW).
+                # DDL that rebuilt the table (or dropped a column the SELECT names) committed after the read
+                # view opened: the server refuses the SELECT before any row is sent, so the chunk is read again
+                # in a fresh view (a later HW).
                 if self.result.rows or attempt == DDL_REREADS:
                     raise
-                log.warning("%s chunk %s: the table's definition changed after the read view opened; "
-                            "reading the chunk again in a new read view", self.schema.table, self.chunk.chunk_id)
+                self._reread(attempt, "after the read view opened")
+                stale = True
             finally:
                 _end_read_view(conn)
         self.result.timings["read_s"] = time.monotonic() - started
+
+    def _adopt(self, current: TableSchema | None) -> bool:
+        """Read with ``current`` from now on (if the table changed); fail if its keys changed (re-plan)."""
+        if current is None:
+            return False
+        planned = self._given_schema
+        keys = list(dict.fromkeys([*planned.primary_key, *self.plan.key_columns]))
+
+        def key_type(schema: TableSchema, name: str) -> tuple | None:
+            c = schema.column_by_name.get(name)
+            return None if c is None else (c.column_type, c.nullable, c.collation)
+
+        changed = [k for k in keys if key_type(current, k) != key_type(planned, k)]
+        if changed or current.primary_key != planned.primary_key:
+            what = (f"key column(s) {changed} were dropped, renamed or changed type" if changed else
+                    f"the primary key changed from {list(planned.primary_key)} to {list(current.primary_key)}")
+            raise ChunkKeyChanged(
+                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table's chunk key or primary key "
+                f"while the chunk was read ({what}); the chunk boundaries of plan generation "
+                f"{self.plan.generation} no longer apply and nothing of this chunk was committed: the table must "
+                "be re-planned (run `mysqlcdc plan` for it again, or rerun the plan task) and then snapshotted"
+            )
+        log.info("%s chunk %s: the table's columns changed (DDL): now %s", self.schema.table, self.chunk.chunk_id,
+                 [f"{c.name} {c.column_type}" for c in current.columns])
+        self.schema = current
+        return True
+
+    def _reread(self, attempt: int, why: str) -> None:
+        """Count one reread against DDL_REREADS; fail clearly when DDL keeps coming."""
+        if attempt == DDL_REREADS:
+            raise TableChangedDuringRead(
+                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was read "
+                f"({why}) and kept changing it over {DDL_REREADS + 1} read views; nothing of this chunk was "
+                "committed: rerun it once the schema change is done"
+            )
+        log.warning("%s chunk %s: the table's definition changed %s; reading the chunk again in a new read view",
+                    self.schema.table, self.chunk.chunk_id, why)
 
     def _select(self, conn: Any) -> Iterator[list[tuple]]:
         where, params = plan_predicate(self.plan, self.schema, self.chunk)
@@ -191,7 +289,8 @@ class ChunkRead:
                     "stopped it; nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
                     "(chunk_size), then rerun the chunk"
                 ) from None
-            if getattr(exc, "args", (None,))[0] == TABLE_DEF_CHANGED:
+            if getattr(exc, "args", (None,))[0] in (TABLE_DEF_CHANGED, BAD_FIELD):
+                # BAD_FIELD: a column the SELECT names was dropped or renamed (DDL after the schema check)
                 raise TableChangedDuringRead(
                     f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was "
                     f"read ({exc.args[-1]}) and kept changing it over {DDL_REREADS + 1} read views; nothing of "
@@ -212,27 +311,52 @@ class ChunkRead:
     def _read_with_watermarks(self, conn: Any, info: Any, started: float) -> Iterator[pa.RecordBatch]:
         table = self.options.watermark_table
         assert table is not None
-        low = write_marker(conn, info, table, self.options.marker_slot)
-        open_plain_snapshot(conn)
-        try:
-            buffer = ChunkBuffer(self.schema)
-            for rows in self._select(conn):
-                buffer.load(rows)
-        finally:
-            _end_read_view(conn)
-        read_done = time.monotonic()
-        self.result.timings["read_s"] = read_done - started
-        if self.options.skip_backfill:
-            # At-least-once: no binlog correction; the chunk counts as of its LW (found from the marker).
+        stale = False  # the previous view was refused after DDL: reload the schema before the next one
+        for attempt in range(DDL_REREADS + 1):
+            if stale:
+                self._adopt(schema_changed(conn, self.schema))
+                stale = False
+            low = write_marker(conn, info, table, self.options.marker_slot)
+            open_plain_snapshot(conn)
+            try:
+                buffer = ChunkBuffer(self.schema)
+                for rows in self._select(conn):
+                    buffer.load(rows)
+            except TableChangedDuringRead:
+                if attempt == DDL_REREADS:
+                    raise
+                self._reread(attempt, "after the read view opened")
+                stale = True
+                continue
+            finally:
+                _end_read_view(conn)
             high = write_marker(conn, info, table, self.options.marker_slot)
-            lw, _hw, _events = self._locate_markers(low, high, table, apply_to=None)
-            self.result.low_watermark = self.result.high_watermark = lw
-        else:
-            high = write_marker(conn, info, table, self.options.marker_slot)
-            lw, hw, events = self._locate_markers(low, high, table, apply_to=buffer)
-            self.result.low_watermark, self.result.high_watermark = lw, hw
-            self.result.backfill_events = events
-        self.result.timings["backfill_s"] = time.monotonic() - read_done
+            # HW is fixed now (the high marker committed): DDL that committed after the schema was loaded and
+            # before HW changed the table's columns as of HW without invalidating the view. Read again, from a
+            # new LW marker, with the new columns (nothing has been yielded yet).
+            if self._adopt(schema_changed(conn, self.schema)):
+                self._reread(attempt, COLUMNS_CHANGED)
+                continue
+            read_done = time.monotonic()
+            self.result.timings["read_s"] = read_done - started
+            try:
+                if self.options.skip_backfill:
+                    # At-least-once: no binlog correction; the chunk counts as of its LW (found from the marker).
+                    lw, _hw, _events = self._locate_markers(low, high, table, apply_to=None)
+                    self.result.low_watermark = self.result.high_watermark = lw
+                else:
+                    lw, hw, events = self._locate_markers(low, high, table, apply_to=buffer)
+                    self.result.low_watermark, self.result.high_watermark = lw, hw
+                    self.result.backfill_events = events
+            except ResnapshotRequired:
+                # DDL between the watermarks changed rows without row events (TRUNCATE, a partition DROP):
+                # the buffer cannot be corrected, so the chunk is read again after it
+                if attempt == DDL_REREADS:
+                    raise
+                self._reread(attempt, "between its watermarks (TRUNCATE or a partition operation)")
+                continue
+            self.result.timings["backfill_s"] = time.monotonic() - read_done
+            break
         hw_position = self.result.high_watermark
         assert hw_position is not None
         rows = buffer.rows()

@@ -3,6 +3,12 @@
 One row per plan ``(table, generation)`` and one row per chunk ``(table, generation, chunk id)``, in a
 SQLite file (the default), MySQL/MariaDB or PostgreSQL, chosen by URL (SQLAlchemy Core; no ORM).
 
+Pipeline membership: a table joins the pipeline when it is first planned. :meth:`ChunkStore.remove_table`
+takes it out (``removed_at`` on its ``mysqlcdc_tables`` row; its plans, chunks and output stay as they are);
+planning it again puts it back with a new generation, and only generations from that one on count
+(``added_generation``): a snapshot from before the removal is never combined with the changes after it, which
+nobody captured. :meth:`ChunkStore.active_tables` lists the tables in the pipeline (planned, not removed).
+
 What each chunk row carries, and who reads it:
 
 * the *committed result* -- ``rows``, LW, HW, ``output_version`` (the versioned output directory holding the
@@ -19,8 +25,9 @@ What each chunk row carries, and who reads it:
 Chunk bounds (``start_key``/``end_key``) and the plan (``plan_json``) are opaque JSON text produced by the
 planner and its key codec, which version their own formats; the store never interprets them. The store's own
 JSON columns (``timings_json``, ``extra_json``) carry ``"v": 1``. The schema carries a version in
-``mysqlcdc_meta``: a store written by a newer release is refused with a clear error, and later releases read
-today's rows.
+``mysqlcdc_meta``: a store written by a newer release is refused with a clear error, and an older store is
+migrated in place when it is opened (version 1 -> 2: the membership columns of ``mysqlcdc_tables``, NULL for
+existing rows, which means "in the pipeline, every generation counts").
 
 Concurrency: every write is one short transaction (SQLite: WAL, ``BEGIN IMMEDIATE`` and a busy timeout;
 MySQL/PostgreSQL: row locks), so Spark and Airflow tasks in several processes may commit different chunks at
@@ -61,7 +68,7 @@ from .positions import BinlogPosition
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: the first release; 2: table membership (removed_*, added_generation)
 JSON_VERSION = 1  # "v" of the store's own JSON columns (timings_json, extra_json)
 
 PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed"
@@ -149,7 +156,19 @@ tables_table = sa.Table(
     sa.Column("latest_generation", sa.Integer, nullable=False),
     sa.Column("created_at", _TS, nullable=False),
     sa.Column("updated_at", _TS, nullable=False),
+    # schema version 2: pipeline membership (all NULL: in the pipeline since its first generation)
+    sa.Column("removed_at", _TS, nullable=True),  # set: removed from the pipeline (remove_table)
+    sa.Column("removed_run_id", _RUN_ID, nullable=True),
+    sa.Column("removed_reason", sa.Text, nullable=True),
+    sa.Column("added_generation", sa.Integer, nullable=True),  # first generation of the current membership
     **_MYSQL_OPTS,
+)
+# Columns later schema versions added to existing tables: (version, table, column), applied in order.
+_ADDED_COLUMNS = (
+    (2, tables_table, tables_table.c.removed_at),
+    (2, tables_table, tables_table.c.removed_run_id),
+    (2, tables_table, tables_table.c.removed_reason),
+    (2, tables_table, tables_table.c.added_generation),
 )
 
 plans_table = sa.Table(
@@ -245,6 +264,26 @@ class PlanInfo:
     created_at: datetime
     run_id: str | None
     plan: dict[str, Any]  # the planner's plan, as given to create_plan
+
+
+@dataclass(frozen=True)
+class TableEntry:
+    """A table's membership in the pipeline (its ``mysqlcdc_tables`` row)."""
+
+    table: str
+    latest_generation: int
+    added_generation: int | None  # the first generation that counts (None: all; a removed table planned
+    # again starts over at the generation that re-added it)
+    created_at: datetime
+    updated_at: datetime
+    removed_at: datetime | None
+    removed_run_id: str | None
+    removed_reason: str | None
+
+    @property
+    def active(self) -> bool:
+        """In the pipeline: planned and not removed since."""
+        return self.removed_at is None
 
 
 @dataclass(frozen=True)
@@ -735,14 +774,17 @@ class ChunkStore:
 
     def _ensure_schema(self, conn: Connection) -> None:
         inspector = sa.inspect(conn)
+        version: int | None = None
         if inspector.has_table(meta_table.name):
-            self._check_version(conn)
+            version = self._check_version(conn)
         elif inspector.has_table(chunks_table.name):
             raise ChunkStoreVersionError(
                 f"chunk store {self.display_url} has a {chunks_table.name} table but no {meta_table.name}: "
                 "it was not written by airflow-provider-mysqlcdc, or it is damaged"
             )
         metadata.create_all(conn, checkfirst=True)
+        if version is not None and version < SCHEMA_VERSION:
+            self._migrate(conn, version)
         found = conn.execute(_VERSION_QUERY).scalar()
         if found is None:
             from .. import __version__
@@ -755,10 +797,10 @@ class ChunkStore:
                 ],
             )
 
-    def _check_version(self, conn: Connection) -> None:
+    def _check_version(self, conn: Connection) -> int | None:
         raw = conn.execute(_VERSION_QUERY).scalar()
         if raw is None:
-            return  # created by a process that has not written its version row yet
+            return None  # created by a process that has not written its version row yet
         try:
             version = int(raw)
         except ValueError:
@@ -771,7 +813,29 @@ class ChunkStore:
                 f"airflow-provider-mysqlcdc; this release reads versions up to {SCHEMA_VERSION}. Upgrade "
                 "airflow-provider-mysqlcdc everywhere that uses this store (Airflow workers and Spark)."
             )
-        # version < SCHEMA_VERSION: migrations of future releases go here.
+        return version  # older: _migrate brings it up to date
+
+    def _migrate(self, conn: Connection, version: int) -> None:
+        """Bring a store of an older schema version up to :data:`SCHEMA_VERSION`, in place: add the columns
+        later versions added (NULL in existing rows), then record the new version.
+
+        Idempotent, so two processes opening an old store at once are fine: a column another process added
+        meanwhile is skipped (if both add it, the loser's "duplicate column" error makes ``_open`` retry, and
+        its retry finds the column). On MySQL each ``ALTER TABLE`` commits on its own.
+        """
+        quote = conn.dialect.identifier_preparer.quote
+        for added_in, table, column in _ADDED_COLUMNS:
+            if added_in <= version:
+                continue
+            present = {c["name"] for c in sa.inspect(conn).get_columns(table.name)}
+            if column.name in present:
+                continue
+            spec = sa.schema.CreateColumn(column).compile(dialect=conn.dialect)
+            conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {spec}")
+        conn.execute(sa.update(meta_table).where(meta_table.c.name == "schema_version")
+                     .values(value=str(SCHEMA_VERSION)))
+        log.warning("chunk store %s: schema migrated from version %d to %d (releases before this one can no "
+                    "longer open it)", self.display_url, version, SCHEMA_VERSION)
 
     def schema_version(self) -> int:
         return self._read_tx(lambda conn: int(conn.execute(_VERSION_QUERY).scalar_one()))
@@ -779,8 +843,81 @@ class ChunkStore:
     # --- plans ----------------------------------------------------------------------------------------------
 
     def tables(self) -> list[str]:
+        """Every table that was ever planned, removed ones included (see :meth:`active_tables`), by name."""
         return self._read_tx(lambda conn: list(conn.execute(
             sa.select(tables_table.c.table_name).order_by(tables_table.c.table_name)).scalars()))
+
+    # --- pipeline membership --------------------------------------------------------------------------------
+
+    def active_tables(self) -> list[str]:
+        """The tables in the pipeline: planned and not removed since, by name. One indexed read of the small
+        ``mysqlcdc_tables`` table (cheap enough for every stream micro-batch)."""
+        t = tables_table.c
+        return self._read_tx(lambda conn: list(conn.execute(
+            sa.select(t.table_name).where(t.removed_at.is_(None)).order_by(t.table_name)).scalars()))
+
+    def removed_tables(self) -> list[str]:
+        """The tables removed from the pipeline (and not planned again since), by name."""
+        t = tables_table.c
+        return self._read_tx(lambda conn: list(conn.execute(
+            sa.select(t.table_name).where(t.removed_at.is_not(None)).order_by(t.table_name)).scalars()))
+
+    def table_entries(self) -> list[TableEntry]:
+        """Every planned table's membership (active or removed, since when, by which run, why), by name."""
+        return [_table_entry(r) for r in self._read_tx(lambda conn: conn.execute(
+            sa.select(tables_table).order_by(tables_table.c.table_name)).mappings().all())]
+
+    def table_entry(self, table: Any) -> TableEntry | None:
+        """One table's membership; None if it was never planned."""
+        name = _table_name(table)
+        row = self._read_tx(lambda conn: conn.execute(
+            sa.select(tables_table).where(tables_table.c.table_name == name)).mappings().first())
+        return None if row is None else _table_entry(row)
+
+    def remove_table(self, table: Any, run_id: str | None = None, *, reason: str | None = None) -> bool:
+        """Take a planned table out of the pipeline; True if this call removed it, False if it already was.
+
+        Only the membership changes (``removed_at``, ``removed_run_id``, ``removed_reason``): the table's
+        plans, chunk rows and output stay as they are, so its snapshot and mirror remain readable as of where the
+        stream left them. Planning the table again (:meth:`create_plan`) puts it back with a new generation.
+        :class:`UnknownChunk` if it was never planned. Idempotent, also across a retry after a lost COMMIT
+        (the write's identity is its ``removed_at`` stamp, see ``_retrying``).
+        """
+        name = _table_name(table)
+        text = None if reason is None else str(reason)[:MAX_ERROR_CHARS]
+        now = _stamp()
+        t = tables_table.c
+
+        def work(conn: Connection, retry: bool) -> tuple[bool, Mapping[str, Any]]:
+            row = conn.execute(self._lock(sa.select(tables_table).where(t.table_name == name))
+                               ).mappings().first()
+            if row is None:
+                raise UnknownChunk(f"chunk store has no plan for {name}: it is not part of the pipeline")
+            if row["removed_at"] is not None:
+                ours = retry and row["removed_at"] == now and row["removed_run_id"] == run_id
+                return ours, row
+            conn.execute(sa.update(tables_table).where(t.table_name == name).values(
+                removed_at=now, removed_run_id=run_id, removed_reason=text, updated_at=now))
+            return True, conn.execute(sa.select(tables_table).where(t.table_name == name)).mappings().one()
+
+        removed, row = self._write(work)
+        if removed:
+            log.warning("chunk store: %s removed from the pipeline (run %s%s); its plan generation %d and "
+                        "its output stay as they are, the stream no longer captures it", name, run_id or "-",
+                        f", reason: {text}" if text else "", row["latest_generation"])
+        else:
+            log.info("chunk store: %s was already removed from the pipeline at %s (run %s): nothing to do",
+                     name, _aware(row["removed_at"]), row["removed_run_id"] or "-")
+        return removed
+
+    def run_plans(self, run_id: str) -> dict[str, int]:
+        """The plan generations a run created, by table (the latest one if it planned a table twice): e.g. to
+        resume that run's snapshot after its plan task is run again."""
+        p = plans_table.c
+        return dict(self._read_tx(lambda conn: conn.execute(
+            sa.select(p.table_name, p.generation).where(p.run_id == run_id)
+            .order_by(p.table_name, p.generation)
+        ).all()))
 
     def latest_generation(self, table: Any) -> int | None:
         name = _table_name(table)
@@ -828,8 +965,10 @@ class ChunkStore:
         size = chunk_size if chunk_size is not None else plan.get("chunk_size")
 
         now = _stamp()  # this plan's identity: a retry after a lost COMMIT finds it (see _retrying)
+        readded: list[datetime] = []  # when the table had been removed, if this plan puts it back
 
         def work(conn: Connection, retry: bool) -> int:
+            readded.clear()
             latest = conn.execute(self._lock(_latest_query(name))).scalar()
             if retry and latest is not None:
                 earlier = conn.execute(sa.select(plans_table.c.generation).where(
@@ -842,10 +981,18 @@ class ChunkStore:
             generation = (latest or 0) + 1
             if latest is None:
                 conn.execute(sa.insert(tables_table).values(
-                    table_name=name, latest_generation=generation, created_at=now, updated_at=now))
+                    table_name=name, latest_generation=generation, created_at=now, updated_at=now,
+                    added_generation=generation))
             else:
+                removed = conn.execute(sa.select(tables_table.c.removed_at)
+                                       .where(tables_table.c.table_name == name)).scalar()
+                back = {} if removed is None else {
+                    "removed_at": None, "removed_run_id": None, "removed_reason": None,
+                    "added_generation": generation}  # back in the pipeline: older generations no longer count
+                if back:
+                    readded.append(removed)
                 conn.execute(sa.update(tables_table).where(tables_table.c.table_name == name).values(
-                    latest_generation=generation, updated_at=now))
+                    latest_generation=generation, updated_at=now, **back))
             stored = {**plan, "generation": generation} if "generation" in plan else dict(plan)
             plan_text = json.dumps(stored, sort_keys=True, allow_nan=False)
             conn.execute(sa.insert(plans_table).values(
@@ -863,6 +1010,10 @@ class ChunkStore:
 
         generation = self._write(work)
         log.info("chunk store: %s plan generation %d with %d chunks", name, generation, len(specs))
+        if readded:
+            log.warning("chunk store: %s had been removed from the pipeline at %s; this plan puts it back "
+                        "(generation %d; older generations no longer count)", name, _aware(readded[0]),
+                        generation)
         return generation
 
     def plan(self, table: Any, generation: int | None = None) -> PlanInfo:
@@ -1169,13 +1320,18 @@ class ChunkStore:
 
     @staticmethod
     def _committed_generations(conn: Connection, tables: Sequence[str]) -> dict[str, int]:
-        """Latest generation whose every chunk has a committed snapshot, per table."""
-        c = chunks_table.c
+        """Latest generation whose every chunk has a committed snapshot, per table; only generations of the
+        table's current membership count (a removed table planned again: from its re-adding generation on)."""
+        c, t = chunks_table.c, tables_table.c
+        floors = dict(conn.execute(sa.select(t.table_name, t.added_generation).where(
+            t.table_name.in_(tables), t.added_generation.is_not(None))).all())
         result: dict[str, int] = {}
         for table, generation in conn.execute(
             sa.select(c.table_name, c.generation).where(c.table_name.in_(tables))
             .group_by(c.table_name, c.generation).having(sa.func.count() == sa.func.count(c.hw_pos))
         ):
+            if generation < floors.get(table, 0):
+                continue
             result[table] = max(generation, result.get(table, generation))
         return result
 
@@ -1206,6 +1362,16 @@ class ChunkStore:
 def _batches(items: Sequence[str], size: int) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield list(items[i:i + size])
+
+
+def _table_entry(row: Mapping[str, Any]) -> TableEntry:
+    added = row["added_generation"]
+    return TableEntry(
+        table=row["table_name"], latest_generation=int(row["latest_generation"]),
+        added_generation=None if added is None else int(added), created_at=_aware(row["created_at"]),
+        updated_at=_aware(row["updated_at"]), removed_at=_aware(row["removed_at"]),
+        removed_run_id=row["removed_run_id"], removed_reason=row["removed_reason"],
+    )
 
 
 def _chunk_state(row: Mapping[str, Any]) -> ChunkState:

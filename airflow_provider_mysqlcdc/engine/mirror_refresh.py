@@ -23,6 +23,7 @@ file enforces it; on object stores the caller must (the stream's driver is the n
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import logging
@@ -58,6 +59,14 @@ from .output_layout import MIRROR, filesystem, mirror_dir, new_version, snapshot
 from .planner import ChunkPlan
 from .positions import BinlogPosition
 from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from .schema_history import (
+    SchemaEvent,
+    columns_after,
+    conform,
+    events_after,
+    read_schema_history,
+    schema_version,
+)
 from .tables import TableId, TableSchema, load_schema
 
 log = logging.getLogger(__name__)
@@ -249,6 +258,7 @@ class MirrorRefresher:
     conn_factory: ConnFactory | None = None
     schemas: dict[TableId, TableSchema] = field(default_factory=dict)
     _assigners: dict[tuple[TableId, int], ChunkAssigner] = field(default_factory=dict, repr=False)
+    _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.conn_factory is None and self.settings is not None:
@@ -315,7 +325,16 @@ class MirrorRefresher:
                 "yet: the mirror is built once every chunk of a plan has a committed snapshot",
             )
         plan = ChunkPlan.from_dict(self.store.plan(str(table), view.generation).plan)
+        history = read_schema_history(self.root, table)
+        schema_mark = history[-1].position if history else None
+        if self._schema_marks.get(table, schema_mark) != schema_mark:
+            self.schemas.pop(table, None)  # the stream followed DDL since: the table's newest columns
+        self._schema_marks[table] = schema_mark
         schema = self._schema(table)
+        if old is not None and old.extra.get("schema_position") != schema_mark:
+            old_ids_all = True  # the columns changed: every chunk is built again from its snapshot
+        else:
+            old_ids_all = False
 
         # batches: the committed ones not applied yet (up to the caller's latest); older ones for rebuilds
         committed = committed_batch_ids(self.root, table)
@@ -330,11 +349,11 @@ class MirrorRefresher:
         # previous files
         previous = (
             {c.chunk_id: c for c in old.chunks}
-            if old is not None and old.generation == view.generation
+            if old is not None and old.generation == view.generation and not old_ids_all
             else {}
         )
         rebuild = {c.chunk_id for c in view.chunks if _needs_rebuild(previous.get(c.chunk_id), c)}
-        data_schema = self._data_schema(table, schema, view, old if previous else None)
+        data_schema = self._data_schema(table, schema, view, old if previous else None, history)
         primary_key = tuple(schema.primary_key)
         missing = [c for c in (*primary_key, *plan.key_columns) if c not in data_schema.names]
         if missing:
@@ -343,13 +362,13 @@ class MirrorRefresher:
             )
 
         new_batches = [read_batch(self.root, table, b) for b in new_ids]
-        changes = self._records(table, plan, schema, view, data_schema, new_batches, old_ids, rebuild)
+        changes = self._records(table, plan, schema, view, data_schema, new_batches, old_ids, rebuild, history)
         entries: list[MirrorChunkEntry] = []
         rewritten: list[int] = []
         for chunk in view.chunks:
             cid = chunk.chunk_id
             if cid in rebuild:
-                state = self._snapshot(table, view, chunk, data_schema)
+                state = self._snapshot(table, view, chunk, data_schema, history)
             elif cid in changes.per_chunk:
                 state = _read_files(
                     [posixpath.join(table_dir(self.root, table), f) for f in previous[cid].files], data_schema
@@ -379,6 +398,7 @@ class MirrorRefresher:
             stream_position=position,
             stream_position_exact=exact,
             refreshed_at=now_text(),
+            extra={"schema_position": schema_mark, "schema_version": schema_version(history)} if history else {},
         )
         if rewritten or old is None or _header_changed(old, manifest):
             write_manifest(self.root, table, manifest)
@@ -406,19 +426,21 @@ class MirrorRefresher:
         new_batches: list[CommittedBatch],
         old_ids: list[int],
         rebuild: set[int],
+        history: list[SchemaEvent],
     ) -> "_ChunkRecords":
         """Records after their chunk's HW, per chunk: of the new batches for every chunk, and of the batches
         applied before only for the chunks being rebuilt."""
         assigner = self._assigner(table, plan, schema)
         hws = {c.chunk_id: c.hw for c in view.chunks}
-        new = _read_changes([f for b in new_batches for f in b.files], data_schema, min(hws.values()))
+        new = _read_changes([f for b in new_batches for f in b.files], data_schema, min(hws.values()), history,
+                            str(table))
         latest = pc.max(new.column(POSITION)).as_py() if new.num_rows else None
         per_new = dict(_slices(self._assign(assigner, new, plan, hws)))
         read = new.num_rows
         per_old: dict[int, pa.Table] = {}
         if rebuild and old_ids:
             files = [f for b in old_ids for f in read_batch(self.root, table, b).files]
-            old = _read_changes(files, data_schema, min(hws[c] for c in rebuild))
+            old = _read_changes(files, data_schema, min(hws[c] for c in rebuild), history, str(table))
             read += old.num_rows
             per_old = dict(_slices(_only_chunks(self._assign(assigner, old, plan, hws), rebuild)))
         per_chunk = {cid: t for cid, t in per_new.items() if t.num_rows}
@@ -457,9 +479,12 @@ class MirrorRefresher:
         return tagged.sort_by([(CHUNK, "ascending"), (POSITION, "ascending")])
 
     def _data_schema(
-        self, table: TableId, schema: TableSchema, view: MirrorView, old: MirrorManifest | None
+        self, table: TableId, schema: TableSchema, view: MirrorView, old: MirrorManifest | None,
+        history: list[SchemaEvent],
     ) -> pa.Schema:
-        """The mirror's columns: the table's, as far as the snapshot files hold them (some excluded)."""
+        """The mirror's columns: the table's, as far as the snapshot files hold them (some excluded), after
+        the DDL the stream followed since (a column the source has but the stream has not reached yet is
+        left out until it does)."""
         full = values.arrow_schema(schema)
         if old is not None:
             names = set(old.columns)
@@ -469,7 +494,8 @@ class MirrorRefresher:
                 files = self._snapshot_files(table, view.generation, chunk)
                 if files:
                     fs, inner = filesystem(files[0])
-                    names = set(pq.read_schema(inner, filesystem=fs).names)
+                    found = pq.read_schema(inner, filesystem=fs).names
+                    names = set(columns_after(found, events_after(history, after_bound(chunk.hw))))
                     break
         return full if names is None else pa.schema([f for f in full if f.name in names])
 
@@ -482,10 +508,16 @@ class MirrorRefresher:
         return parquet_files(snapshot_dir(self.root, table, generation, chunk.chunk_id, version))
 
     def _snapshot(
-        self, table: TableId, view: MirrorView, chunk: MirrorChunk, data_schema: pa.Schema
+        self, table: TableId, view: MirrorView, chunk: MirrorChunk, data_schema: pa.Schema,
+        history: list[SchemaEvent],
     ) -> pa.Table:
         files = self._snapshot_files(table, view.generation, chunk)
-        state = _read_files(files, data_schema)
+        events = events_after(history, after_bound(chunk.hw))
+        if events:  # the chunk was read before some DDL: its rows in the newer columns
+            parts = [conform(_read_file(f), events, data_schema, str(table)) for f in files]
+            state = pa.concat_tables(parts) if parts else data_schema.empty_table()
+        else:
+            state = _read_files(files, data_schema)
         if state.num_rows != chunk.rows:
             version = chunk.output_version or "?"
             where = (
@@ -532,19 +564,50 @@ def _change_schema(data_schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(OP, pa.string()), pa.field(POSITION, pa.string()), *data_schema])
 
 
-def _read_changes(files: list[str], data_schema: pa.Schema, after: BinlogPosition) -> pa.Table:
-    """``_op``, ``_position`` and the table columns of the records in ``files`` after ``after``.
+def _read_changes(
+    files: list[str], data_schema: pa.Schema, after: BinlogPosition, history: list[SchemaEvent] | None = None,
+    name: str = "",
+) -> pa.Table:
+    """``_op``, ``_position`` and the table columns of the records in ``files`` after ``after``, in the
+    newest columns (``schema_history``) when the table's columns changed while the stream ran.
 
     The filter prunes row groups by their ``_position`` statistics, so batches wholly before the watermark
     cost a footer read."""
     schema = _change_schema(data_schema)
     if not files:
         return schema.empty_table()
+    if history:
+        parts = []
+        for f in files:
+            fs, inner = filesystem(f)
+            part = ds.dataset(inner, format="parquet", filesystem=fs).to_table(
+                filter=pc.field(POSITION) > after_bound(after)
+            )
+            if part.num_rows:
+                parts.extend(_conformed_changes(part, history, data_schema, name))
+        return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()
     fs, _ = filesystem(files[0])
     dataset = ds.dataset(
         [filesystem(f)[1] for f in files], schema=schema, format="parquet", filesystem=fs, partitioning=None
     )
     return dataset.to_table(filter=pc.field(POSITION) > after_bound(after))
+
+
+def _conformed_changes(
+    part: pa.Table, history: list[SchemaEvent], data_schema: pa.Schema, name: str
+) -> Iterator[pa.Table]:
+    """The records of one file in the newest columns: each record gets the DDL that came after it."""
+    marks = [e.position for e in history]
+    positions = part.column(POSITION).to_pylist()
+    buckets = np.fromiter((bisect.bisect_right(marks, p) for p in positions), dtype=np.int64, count=len(positions))
+    for i in np.unique(buckets):
+        rows = part.filter(pa.array(buckets == i))
+        yield conform(rows, history[int(i):], data_schema, name, keep=(OP, POSITION))
+
+
+def _read_file(path: str) -> pa.Table:
+    fs, inner = filesystem(path)
+    return pq.read_table(inner, filesystem=fs)
 
 
 def _read_files(files: list[str], schema: pa.Schema) -> pa.Table:

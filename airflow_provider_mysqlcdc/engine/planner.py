@@ -28,6 +28,8 @@ from .keys import (
     tuple_compare_sql,
     validate_chunk_key,
 )
+from .positions import BinlogPosition
+from .server import current_binlog_status, server_info
 from .tables import Column, TableId, TableSchema, load_schema
 
 DEFAULT_CHUNK_SIZE = 8096
@@ -83,6 +85,9 @@ class ChunkPlan:
     split: str  # "even" | "uneven"
     chunk_size: int
     row_estimate: int
+    # The binlog end when the plan was made: DDL of the table before it (a TRUNCATE, a RENAME) is covered by
+    # this plan's snapshot, so the stream may pass it (engine/ddl.py). None for plans made before 0.x.
+    planned_at: BinlogPosition | None = None
 
     def chunk(self, chunk_id: int) -> Chunk:
         for c in self.chunks:
@@ -101,6 +106,7 @@ class ChunkPlan:
             "chunk_size": self.chunk_size,
             "row_estimate": self.row_estimate,
             "chunks": [c.to_dict() for c in self.chunks],
+            **({"planned_at": self.planned_at.to_dict()} if self.planned_at is not None else {}),
         }
 
     @classmethod
@@ -120,6 +126,7 @@ class ChunkPlan:
             split=str(data["split"]),
             chunk_size=int(data["chunk_size"]),
             row_estimate=int(data["row_estimate"]),
+            planned_at=BinlogPosition.from_dict(data["planned_at"]) if data.get("planned_at") else None,
         )
 
 
@@ -166,6 +173,8 @@ def plan_table(
         )
     conn = conn_factory()
     try:
+        status = current_binlog_status(conn, server_info(conn))
+        planned_at = BinlogPosition(status.file, status.position)
         schema = load_schema(conn, table)
         key_columns = choose_chunk_key(schema, chunk_key)
         columns = [schema.column(c) for c in key_columns]
@@ -190,6 +199,7 @@ def plan_table(
         split=split,
         chunk_size=chunk_size,
         row_estimate=rows,
+        planned_at=planned_at,
     )
 
 

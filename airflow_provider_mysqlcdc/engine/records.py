@@ -28,6 +28,7 @@ class Record:
     chunk_id: int | None = None  # snapshot records: the chunk that produced it
     generation: int | None = None  # snapshot records: the plan generation of that chunk
     binlog_file: str | None = None  # stream records: file of the event (the key holds its number)
+    schema_id: str | None = None  # stream records: the table's schema version at the event (TableSchema.schema_id)
 
     @property
     def position(self) -> str:

@@ -7,14 +7,14 @@ record the HW. The Spark layer splits the same steps across executors (read) and
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
 from .chunk_reader import ChunkRead, ChunkReadOptions, ChunkReadResult
 from .chunk_store import ChunkStore
 from .connection import MySQLSettings, connect
-from .errors import CdcError
+from .errors import CdcError, ConfigurationError
 from .planner import ChunkPlan, plan_table
 from .source_limits import DEFAULT_MAX_CONCURRENT_READS
 from .tables import TableId, TableSchema, find_tables, load_schema
@@ -37,15 +37,26 @@ def plan_tables(
     distribution_factor_bounds: tuple[float, float] = (0.05, 1000.0),
     run_id: str | None = None,
     expected_rows_per_second: float = EXPECTED_SNAPSHOT_ROWS_PER_SECOND,
+    only_new: bool = False,
 ) -> list[ChunkPlan]:
     """Plan every table the patterns match into a new plan generation (never mixing old boundaries).
+
+    ``only_new``: plan only the matched tables that are not in the pipeline yet (no plan in the store, or
+    removed); every other table's plan stays as it is, and the result holds only the new plans (possibly
+    none: then nothing is checked or written). A removed table is planned again (put back into the
+    pipeline) only when a pattern names it exactly, never through a wildcard (see :func:`tables_to_plan`).
 
     Warns when binlog retention is shorter than the snapshot is expected to take at
     ``expected_rows_per_second`` (the whole snapshot phase, all groups together).
     """
     from .check import require_ready, retention_warning
 
-    tables = find_tables(settings, patterns)
+    patterns = list(patterns)
+    tables = tables_to_plan(store, find_tables(settings, patterns), patterns, only_new=only_new)
+    if not tables:
+        log.info("nothing to plan: the tables matching %s are in the pipeline already (or were removed)",
+                 ", ".join(patterns))
+        return []
     report = require_ready(settings, f"planning {', '.join(map(str, tables))}")
     plans = []
     for table in tables:
@@ -66,6 +77,62 @@ def plan_tables(
     if warning:
         log.warning("%s", warning)
     return plans
+
+
+def tables_to_plan(store: ChunkStore, tables: Sequence[TableId], patterns: Sequence[str], *,
+                   only_new: bool = False) -> list[TableId]:
+    """Which of the matched ``tables`` a plan step plans.
+
+    A table removed from the pipeline stays out unless a pattern names it exactly (``shop.orders``, not
+    ``shop.*``): a wildcard that still covers it must not undo the removal. With ``only_new``, tables in
+    the pipeline (an active plan) are left alone too.
+    """
+    entries = {e.table: e for e in store.table_entries()}
+    named = {p.strip() for p in patterns if not is_pattern(p)}
+    selected, kept = [], []
+    for table in tables:
+        entry = entries.get(str(table))
+        if entry is not None and not entry.active:
+            if str(table) not in named:
+                log.info("%s matches %s but was removed from the pipeline at %s (run %s): not planned; name "
+                         "it exactly to put it back", table, ", ".join(patterns), entry.removed_at,
+                         entry.removed_run_id or "-")
+                continue
+        elif entry is not None and only_new:
+            kept.append(f"{table} (generation {entry.latest_generation})")
+            continue
+        selected.append(table)
+    if kept:
+        log.info("in the pipeline already, their plans stay: %s", ", ".join(kept))
+    return selected
+
+
+def remove_tables(store: ChunkStore, patterns: Iterable[str], run_id: str | None = None, *,
+                  reason: str | None = None) -> list[tuple[str, bool]]:
+    """Take the planned tables the names or patterns match out of the pipeline
+    (:meth:`ChunkStore.remove_table`): ``[(table, removed_now), ...]``, ``removed_now`` False for a table that
+    already was. A name or pattern that matches no planned table is an error naming it (nothing is removed
+    then)."""
+    from .tables import matching_tables
+
+    wanted = [p.strip() for p in patterns if p.strip()]
+    planned = store.tables()
+    tables: list[str] = []
+    for pattern in wanted:
+        matches = [str(t) for t in matching_tables(planned, [pattern])]
+        if not matches:
+            raise ConfigurationError(
+                f"no planned table matches {pattern!r} in the chunk store {store.display_url}: nothing "
+                "removed (planned tables: " + (", ".join(planned[:20]) + (" ..." if len(planned) > 20 else "")
+                                               if planned else "none") + ")"
+            )
+        tables.extend(t for t in matches if t not in tables)
+    return [(t, store.remove_table(t, run_id, reason=reason)) for t in tables]
+
+
+def is_pattern(text: str) -> bool:
+    """A table pattern with wildcards (``*``, ``?``, ``[...]``), not one exact ``db.table`` name."""
+    return any(ch in text for ch in "*?[")
 
 
 def load_plan(store: ChunkStore, table: TableId, generation: int | None = None) -> ChunkPlan:

@@ -107,13 +107,14 @@ def publish_snapshot_manifest(conn: Connection, root: str, table: TableId) -> Sn
         conn.execute(sa.select(tables_table.c.table_name).where(tables_table.c.table_name == name)
                      .with_for_update())
     c = chunks_table.c
-    latest = conn.execute(sa.select(tables_table.c.latest_generation)
-                          .where(tables_table.c.table_name == name)).scalar()
+    latest, floor = conn.execute(sa.select(tables_table.c.latest_generation, tables_table.c.added_generation)
+                                 .where(tables_table.c.table_name == name)).one_or_none() or (None, None)
     counts = conn.execute(
         sa.select(c.generation, sa.func.count(), sa.func.count(c.hw_pos)).where(c.table_name == name)
         .group_by(c.generation)
     ).all()
-    complete = [g for g, total, done in counts if total == done]
+    # a table removed from the pipeline and planned again: its generations from before count no more
+    complete = [g for g, total, done in counts if total == done and g >= (floor or 0)]
     wanted = {g for g in (latest, max(complete) if complete else None) if g is not None}
     totals = {g: total for g, total, _ in counts}
     rows = conn.execute(

@@ -25,6 +25,7 @@ from .errors import CdcError
 from .mirror_manifest import MirrorManifest, consistent_as_of, is_consistent, position_of, read_manifest
 from .output_layout import read_json, stream_owner_path
 from .positions import BinlogPosition, file_number
+from .schema_history import read_schema_history, schema_version
 from .server import current_binlog_status, server_info
 from .tables import TableId
 
@@ -99,6 +100,8 @@ class TableStatus:
     consistent: bool = False
     consistent_as_of: BinlogPosition | None = None
     primary_key: tuple[str, ...] | None = None  # None: unknown (no mirror yet, no MySQL connection)
+    schema_version: int | None = None  # 1 + column DDL the stream followed (None: no output root given)
+    last_ddl: str | None = None  # the latest DDL the stream followed: "position: statement"
     mirror: dict[str, Any] | None = None  # rows, through_batch, refreshed_at, consistent of the manifest
     failures: tuple[ChunkFailure, ...] = ()
     notes: tuple[str, ...] = ()
@@ -149,6 +152,7 @@ class StatusReport:
             "STREAM",
             "LAG",
             "CONSISTENT",
+            "SCHEMA",
         )
         rows = [header]
         for t in self.tables:
@@ -167,6 +171,7 @@ class StatusReport:
                     + ("" if t.stream_position is None or t.stream_position_exact else "~"),
                     lag_text(t),
                     _consistency_text(t),
+                    _text(t.schema_version and f"v{t.schema_version}"),
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
@@ -231,6 +236,13 @@ def table_status(
     view = store.mirror_view(name)
     view_hws = [c.hw for c in view.chunks] if view is not None else []
     notes: list[str] = []
+    entry = store.table_entry(name)
+    if entry is not None and not entry.active:
+        notes.append(
+            f"removed from the pipeline at {entry.removed_at:%Y-%m-%d %H:%M:%S} UTC"
+            + (f" ({entry.removed_reason})" if entry.removed_reason else "")
+            + ": the stream no longer captures it, its output stays as it was; plan it again by name to add it back"
+        )
 
     manifest = read_manifest(root, table) if root else None
     batch_id, position, exact, own_batch, on_server = _stream_progress(
@@ -294,6 +306,15 @@ def table_status(
             notes.append(
                 f"mirror refreshed through batch {manifest.through_batch}, changelog at batch {own_batch}"
             )
+    version = last_ddl = None
+    if root is not None:
+        history = read_schema_history(root, table)
+        version = schema_version(history)
+        if history:
+            event = history[-1]
+            last_ddl = f"{event.position}: {event.statement[:200]}"
+            notes.append(f"schema version {version}: latest DDL followed {event.statement[:120]!r}"
+                         + (f" (snapshotted again: {event.resnapshot})" if event.resnapshot else ""))
     pk = primary_key if primary_key is not None else (manifest.primary_key if manifest is not None else None)
     if pk == ():
         notes.append(
@@ -324,6 +345,8 @@ def table_status(
         consistent=consistent,
         consistent_as_of=consistent_as_of(min_hw, max_hw, position),
         primary_key=pk,
+        schema_version=version,
+        last_ddl=last_ddl,
         mirror=None
         if manifest is None
         else {

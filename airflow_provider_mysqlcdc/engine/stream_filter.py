@@ -114,6 +114,7 @@ class StreamFilter:
                 Record(
                     table=table_name, op=image.op, phase="stream", key=image.key, values=image.values,
                     commit_ts=image.commit_ts, binlog_file=image.binlog_file,
+                    schema_id=image.schema.schema_id if getattr(image, "schema", None) is not None else None,
                 )
             )
         return out

@@ -4,7 +4,11 @@ Every identifier that reaches SQL goes through ``quote_ident``; values never do 
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import functools
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable
 
@@ -110,6 +114,31 @@ class TableSchema:
     @property
     def column_names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    @functools.cached_property
+    def schema_id(self) -> str:
+        """A short, stable name of this table's column layout (names and types): one per schema version."""
+        text = json.dumps([str(self.table), *([c.name, c.column_type, c.data_type, c.numeric_precision,
+                           c.numeric_scale, c.datetime_precision, c.nullable] for c in self.columns)],
+                          separators=(",", ":"))
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+    def to_dict(self) -> dict:
+        return {
+            "table": str(self.table),
+            "columns": [dataclasses.asdict(c) for c in self.columns],
+            "primary_key": list(self.primary_key),
+            "engine": self.engine,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TableSchema":
+        return cls(
+            TableId.parse(str(data["table"])),
+            tuple(Column(**c) for c in data["columns"]),
+            tuple(data.get("primary_key") or ()),
+            engine=data.get("engine"),
+        )
 
 
 def find_tables(settings: "MySQLSettings", patterns: Iterable[str]) -> list[TableId]:

@@ -17,7 +17,8 @@ class PipelineRecord:
     chunk_store: str  # URL or SQLite path, password hidden
     output: str  # output root (Parquet), local path or URI
     checkpoint: str  # the stream's Spark checkpoint
-    tables: tuple[str, ...]  # the tables this run planned (db.table), patterns resolved
+    tables: tuple[str, ...]  # the tables this run covers (db.table), patterns resolved: with only_new the
+    # pipeline's tables the patterns match (planned now or before), with redo_chunks the tables redone
     stream_tables: tuple[str, ...] = ()  # the table patterns the stream reads
     redo: dict[str, list[int]] = field(default_factory=dict)  # chunk ids re-snapshotted by this run, by table
 

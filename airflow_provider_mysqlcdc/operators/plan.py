@@ -1,5 +1,17 @@
 """Plan task: split the tables into chunks (a new plan generation) and return the chunk groups to map over.
 
+``only_new`` (the default) plans only the tables that are not in the pipeline yet: adding a table to
+``tables`` (or creating one a pattern matches) and running the DAG again plans and snapshots just that table,
+while every other table keeps its plan and snapshot and the running stream goes on (a planned table is part of
+the stream from then on, everything of it emitted until its chunks commit). When the plan task itself runs
+again in the same DAG run (the run was cleared), the chunks this run planned that have no committed snapshot
+yet are returned again, so the snapshot finishes. ``only_new=False`` re-plans every matched table (a new
+generation each, all re-snapshotted).
+
+``remove_tables`` (names or patterns of planned tables) takes tables out of the pipeline first: the stream no
+longer captures them, their output stays as it is. A wildcard in ``tables`` that still matches a removed table
+does not put it back; naming it exactly does (a new generation).
+
 With ``redo_chunks`` it plans nothing: it returns groups holding only those chunk ids of each table's current
 plan generation, so a DAG run re-snapshots just them while the stream keeps running. A ``startup_mode`` that
 takes no snapshot (``latest-offset``, ``earliest-offset``, ``specific-offset:...``, ``timestamp:...``) plans
@@ -8,17 +20,24 @@ nothing either: the mapped snapshot task expands to no instance, and the stream 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
 
-from ..engine.chunk_groups import DEFAULT_CHUNKS_PER_GROUP, ChunkGroup, chunk_groups, parse_chunk_ids
+from ..engine.chunk_groups import (
+    DEFAULT_CHUNKS_PER_GROUP,
+    ChunkGroup,
+    chunk_groups,
+    format_chunk_ids,
+    parse_chunk_ids,
+)
 from ..engine.chunk_store import ChunkStore, UnknownChunk
 from ..engine.errors import ConfigurationError
 from ..engine.planner import DEFAULT_CHUNK_SIZE, ChunkPlan
-from ..engine.snapshot import plan_tables
+from ..engine.snapshot import is_pattern, load_plan, plan_tables, remove_tables, tables_to_plan
 from ..engine.startup import INITIAL, StartupMode
-from ..engine.tables import find_tables
+from ..engine.tables import TableId, find_tables, matching_tables
 from ..hooks.mysqlcdc import MySqlCdcHook
 from .pipeline_record import XCOM_KEY, PipelineRecord
 from .pipeline_settings import chunk_store_url, default_checkpoint, split_tables
@@ -33,7 +52,7 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     template_fields: Sequence[str] = (
         "tables", "chunk_store", "output_path", "checkpoint", "chunk_size", "chunks_per_group", "chunk_keys",
-        "redo_chunks", "mysql_conn_id", "startup_mode",
+        "redo_chunks", "mysql_conn_id", "startup_mode", "only_new", "remove_tables",
     )
     ui_color = "#e8f1fb"
 
@@ -50,6 +69,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         chunk_keys: Mapping[str, str] | None = None,
         redo_chunks: str | Mapping[str, Any] | None = None,
         startup_mode: str = INITIAL,
+        only_new: bool | str = True,
+        remove_tables: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -63,6 +84,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.chunk_keys = chunk_keys
         self.redo_chunks = redo_chunks
         self.startup_mode = startup_mode
+        self.only_new = only_new  # plan only tables not in the pipeline yet (see the module doc)
+        self.remove_tables = remove_tables  # names or patterns of planned tables to take out of the pipeline
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -71,24 +94,45 @@ class MySqlCdcPlanOperator(BaseOperator):
         size = int(self.chunks_per_group)
         redo = parse_redo_chunks(self.redo_chunks)
         mode = StartupMode.parse(self.startup_mode)
+        only_new = parse_flag(self.only_new, "only_new", default=True)
+        removing = [t.strip() for t in split_list(self.remove_tables)]
         run_id = context["run_id"]
+        check_removals(patterns, removing)
         with ChunkStore(store_url) as store:
+            if removing:
+                for table, removed_now in remove_tables(store, removing, run_id,
+                                                        reason=f"remove_tables of DAG run {run_id}"):
+                    self.log.info("%s: %s", table, "removed from the pipeline (its output stays as it is)"
+                                  if removed_now else "was removed from the pipeline already")
             if not mode.snapshots and not redo:
-                groups, tables = [], [str(t) for t in find_tables(hook.settings(), patterns)]
+                groups = []
+                found = find_tables(hook.settings(), patterns)
+                tables = [str(t) for t in tables_to_plan(store, found, patterns)]
                 self.log.info("startup mode %s: no snapshot; the stream task begins at that point", mode)
             elif redo:
                 groups = redo_groups(store, redo, size)
                 tables = sorted(redo)
             else:
                 plans = plan_tables(hook.settings(), store, patterns, chunk_size=int(self.chunk_size),
-                                    chunk_keys=dict(self.chunk_keys or {}), run_id=run_id)
-                if not plans:
-                    raise ConfigurationError(f"no table matches {patterns} on {hook.redacted_url()}")
-                groups = plan_groups(plans, size, _max_map_length())
-                tables = [str(p.table) for p in plans]
+                                    chunk_keys=dict(self.chunk_keys or {}), run_id=run_id, only_new=only_new)
                 for p in plans:
                     self.log.info("planned %s: generation %s, %s chunk(s) (%s split on %s)", p.table,
                                   p.generation, len(p.chunks), p.split, ", ".join(p.key_columns))
+                resumed: list[ChunkPlan] = []
+                if only_new:
+                    resumed = resume_plans(store, run_id, {str(p.table) for p in plans})
+                    for p in resumed:
+                        self.log.info("%s generation %s was planned by this run: its %s chunk(s) without a "
+                                      "committed snapshot are snapshotted again", p.table, p.generation,
+                                      len(p.chunks))
+                tables = [str(t) for t in matching_tables(store.active_tables(), patterns)]
+                if only_new:
+                    ours = {str(p.table) for p in [*plans, *resumed]} | set(store.run_plans(run_id))
+                    warn_incomplete(store, [t for t in tables if t not in ours], self.log)
+                groups = plan_groups([*plans, *resumed], size, _max_map_length()) if plans or resumed else []
+                if not groups:
+                    self.log.info("nothing to snapshot: the tables matching %s are in the pipeline already; "
+                                  "the stream captures them", ", ".join(patterns))
             display = store.display_url
         record = PipelineRecord(
             mysql_conn_id=self.mysql_conn_id, chunk_store=display, output=self.output_path,
@@ -99,6 +143,78 @@ class MySqlCdcPlanOperator(BaseOperator):
         for g in groups:
             self.log.info("chunk group: %s", g.name)
         return [g.to_dict() for g in groups]
+
+
+def split_list(value: str | Sequence[str] | None) -> list[str]:
+    """``"a, b"`` or ``["a", "b"]`` or nothing."""
+    if not value:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [t.strip() for item in items for t in str(item).split(",") if t.strip()]
+
+
+def parse_flag(value: bool | str | None, name: str, default: bool = True) -> bool:
+    """A boolean operator argument, also as rendered template text (``"True"``, ``"false"``, ``"0"``); nothing
+    (None, an empty or ``"None"`` rendering of a missing param) means ``default``."""
+    if isinstance(value, bool):
+        return value
+    text = "" if value is None else str(value).strip().lower()
+    if text in ("", "none"):
+        return default
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
+
+
+def check_removals(patterns: Sequence[str], removing: Sequence[str]) -> None:
+    """A table named exactly in ``tables`` (which would put it back) cannot also be removed."""
+    named = [p for p in patterns if not is_pattern(p)]
+    clash = [str(t) for t in matching_tables(named, removing)] if named and removing else []
+    if clash:
+        raise ConfigurationError(
+            f"{', '.join(clash)} is both named in tables and matched by remove_tables: take it out of tables "
+            "to remove it (naming a removed table in tables plans it again)"
+        )
+
+
+def resume_plans(store: ChunkStore, run_id: str, skip: Iterable[str] = ()) -> list[ChunkPlan]:
+    """The current plans this DAG run made earlier (its plan task ran before), cut down to their chunks
+    without a committed snapshot: running the plan task of a run again finishes that run's snapshot instead
+    of planning nothing. Removed tables and tables re-planned since are left out."""
+    out: list[ChunkPlan] = []
+    skipped = set(skip)
+    for table, generation in sorted(store.run_plans(run_id).items()):
+        if table in skipped:
+            continue
+        entry = store.table_entry(table)
+        if entry is None or not entry.active or entry.latest_generation != generation:
+            continue
+        open_ids = {c.chunk_id for c in store.chunks(table, generation) if not c.committed}
+        if open_ids:
+            plan = load_plan(store, TableId.parse(table), generation)
+            out.append(replace(plan, chunks=tuple(c for c in plan.chunks if c.chunk_id in open_ids)))
+    return out
+
+
+def warn_incomplete(store: ChunkStore, tables: Sequence[str], log: Any) -> None:
+    """Tables left alone by ``only_new`` whose latest plan has chunks without a committed snapshot (another
+    run's snapshot failed or still runs): say how to finish them; this run does not read them."""
+    if not tables:
+        return
+    for name, view in store.stream_view(tables).items():
+        latest = next((g for g in view.generations if g.generation == view.latest_generation), None)
+        if latest is None or latest.fully_committed:
+            continue
+        open_ids = [c.chunk_id for c in latest.chunks if c.committed_hw is None]
+        if not open_ids:
+            continue
+        log.warning(
+            "%s generation %s has %d chunk(s) without a committed snapshot (%s), planned by another run: "
+            "this run leaves them alone (only_new). If that run's snapshot failed, clear its failed snapshot "
+            "tasks, or trigger a run with redo_chunks=\"%s=%s\"", name, view.latest_generation, len(open_ids),
+            format_chunk_ids(open_ids), name, format_chunk_ids(open_ids))
 
 
 def plan_groups(plans: Sequence[ChunkPlan], chunks_per_group: int, max_groups: int) -> list[ChunkGroup]:
@@ -121,6 +237,12 @@ def redo_groups(store: ChunkStore, redo: Mapping[str, tuple[int, ...]], chunks_p
     """Groups of the chunk ids to redo, in each table's latest plan generation; unknown ids are an error."""
     groups: list[ChunkGroup] = []
     for table, ids in sorted(redo.items()):
+        entry = store.table_entry(table) if "." in table else None
+        if entry is not None and not entry.active:
+            raise ConfigurationError(
+                f"redo_chunks names {table}, which was removed from the pipeline at {entry.removed_at}: plan "
+                "it again (name it in tables) to put it back, instead of redoing chunks of its old plan"
+            )
         try:
             states = store.chunks(table)
         except UnknownChunk:

@@ -37,7 +37,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
         "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
-        "startup_mode",
+        "startup_mode", "resnapshot",
     )
     ui_color = "#e6f5ea"
 
@@ -56,6 +56,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         skip_if_running: bool | str = True,
         reconnect_timeout: float | str | None = None,
         startup_mode: str = INITIAL,
+        resnapshot: bool | str = True,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -75,6 +76,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.skip_if_running = skip_if_running
         self.reconnect_timeout = reconnect_timeout  # seconds a MySQL outage is waited out (default 300)
         self.startup_mode = startup_mode  # engine.startup: where a new checkpoint's stream begins
+        self.resnapshot = resnapshot  # TRUNCATE & co.: snapshot the table again (else stop with an error)
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -110,6 +112,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
             self.application_args += ["--reconnect-timeout", str(float(self.reconnect_timeout))]
         if self.changelog_json:
             self.application_args += ["--changelog-json"]
+        if str(self.resnapshot).lower() in ("false", "0", "no"):
+            self.application_args += ["--no-resnapshot"]
         for table, columns in (self.exclude_columns or {}).items():
             cols = columns if isinstance(columns, str) else ",".join(columns)
             if cols:

@@ -167,6 +167,8 @@ def _table_details(t: TableStatus) -> str:
             ("mirror built from generation", "mirror_generation", t.mirror_generation),
             ("reruns pending", "rerun_pending", t.rerun_pending),
             ("primary key", "primary_key", key),
+            ("schema version", "schema_version", t.schema_version),
+            ("latest DDL followed", "last_ddl", t.last_ddl or "none"),
             ("latest stream batch", "stream_batch", t.stream_batch),
             ("mirror", "mirror", _mirror_text(t.mirror)),
         ]),

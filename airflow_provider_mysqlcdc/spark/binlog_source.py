@@ -403,11 +403,13 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # The server behind the URL may have changed since the driver planned the batch (a failover
                 # behind a virtual IP): the range is resolved again on the server this read talks to.
                 first, last = _on_server_read(settings, store, self.config.tables, start, end)
-                # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch apply.
+                # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch apply;
+                # and the pipeline's tables: one planned since is captured (its unread chunks emit all),
+                # a removed one is not.
                 stream = ChangeStream(
                     settings,
                     store,
-                    list(self.config.tables),
+                    captured_tables(store, self.config.tables),
                     allocate_server_id(settings, self.config.server_id_slot),
                 )
                 try:
@@ -426,8 +428,20 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             budget_s=self.config.reconnect_timeout,
         )
         log.info("read %s -> %s: %d row images, %d emitted", first, last, batch.rows_read, len(batch.records))
-        yield from stream_batches(batch.records)
+        yield from stream_batches(batch.records, schemas=batch.schemas, schema_changes=batch.schema_changes)
         yield range_batch(first.to_dict(), last.to_dict())
+
+
+def captured_tables(store: Any, configured: Sequence[TableId]) -> list[TableId]:
+    """The tables a batch captures: the stream's own, and every table planned into its chunk store since (the
+    pipeline's registry), less those removed from the pipeline.
+
+    Read by the executor after the driver fixed the batch's end: a table planned after that point is
+    captured from the next batch on, and every change it misses here lies before its chunks' HWs."""
+    entries = store.table_entries()
+    active = {TableId.parse(e.table) for e in entries if e.active}
+    removed = {TableId.parse(e.table) for e in entries if not e.active}
+    return sorted((set(configured) - removed) | active)
 
 
 def _on_server_read(

@@ -23,7 +23,10 @@ from .stream_rows import parse_position
 
 
 def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = None) -> pa.Table:
-    """The committed changelog records of a table as one Arrow table (metadata columns, then the table's)."""
+    """The committed changelog records of a table as one Arrow table (metadata columns, then the table's).
+
+    Each record holds the columns the table had at that change: after DDL, files differ, and a column is null
+    in records written before it existed (a renamed column appears under both names, each where it held)."""
     tables = []
     for batch_id in committed_batch_ids(root, schema.table):
         if after_batch is not None and batch_id <= after_batch:
@@ -33,17 +36,21 @@ def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = 
             tables.append(pq.read_table(inner, filesystem=fs))
     if not tables:
         return record_schema(schema).empty_table()
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def changelog_records(root: str, schema: TableSchema, *, after_batch: int | None = None) -> list[Record]:
     """The committed changelog as engine Records with canonical values (as the binlog reader made them)."""
     table = read_changelog(root, schema, after_batch=after_batch)
-    converters = {c.name: _canonical(schema, c.name, table.schema.field(c.name).type) for c in schema.columns}
+    converters = {
+        c.name: _canonical(schema, c.name, table.schema.field(c.name).type)
+        for c in schema.columns
+        if c.name in table.schema.names
+    }
     names = [n for n in table.schema.names if n not in METADATA_NAMES]
     out = []
     for row in table.to_pylist():
-        values = {n: converters[n](row[n]) if row[n] is not None else None for n in names}
+        values = {n: converters.get(n, _identity)(row[n]) if row[n] is not None else None for n in names}
         out.append(
             Record(
                 table=str(schema.table),

@@ -55,6 +55,7 @@ from ..engine.output_layout import (
 )
 from ..engine.record_batches import record_schema, records_batch
 from ..engine.records import Record
+from ..engine.schema_history import record_schema_changes
 from ..engine.tables import TableId, TableSchema
 from .stream_rows import records_by_table
 
@@ -67,6 +68,7 @@ WRITE_RESULT_SCHEMA = (
     "table STRING, kind STRING, file STRING, rows LONG, first_position STRING, last_position STRING"
 )
 RANGE = "range"  # result rows that carry a partition's binlog range instead of a file
+DDL = "ddl"  # result rows that carry a DDL statement of a table (its schema history)
 LEDGER_DIR = "mysqlcdc/batches"
 LEDGER_RETAIN = 1000  # batch ledgers kept in the checkpoint (Spark itself keeps ~100 batches of metadata)
 
@@ -83,6 +85,7 @@ class CommittedBatch:
     seconds: float
     start_offset: dict | None = None  # the binlog range the batch covered (BinlogOffset dicts)
     end_offset: dict | None = None
+    schema_changes: dict[str, int] = field(default_factory=dict)  # DDL statements per table
 
     @property
     def total_rows(self) -> int:
@@ -101,7 +104,7 @@ class _TableFiles:
     """The open output files of one table in one partition."""
 
     def __init__(self, schema: TableSchema, parquet_path: str, json_path: str | None) -> None:
-        self.schema = schema
+        self.schema = schema  # the table's columns at these changes (one file per schema version)
         self.arrow_schema = record_schema(schema)
         self.parquet_path, self.json_path = parquet_path, json_path
         fs, inner = filesystem(parquet_path)
@@ -140,26 +143,32 @@ class PartitionWriter:
     root: str
     batch_id: int
     attempt: str
-    schemas: dict[str, TableSchema]
+    schemas: dict[str, TableSchema]  # by table: for changes that carry no schema version
     changelog_json: bool = False
+    exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         partition = context.partitionId() if context is not None else 0
-        files: dict[str, _TableFiles] = {}
+        task = context.taskAttemptId() if context is not None else 0
+        files: dict[tuple[str, str | None], _TableFiles] = {}
         ranges: list[dict] = []
+        versions: dict[str, TableSchema] = {}
+        ddl: list[dict] = []
         try:
             for batch in batches:
-                for table, records in records_by_table(batch, ranges).items():
-                    out = files.get(table)
-                    if out is None:
-                        out = files[table] = self._open(table, partition)
-                    out.write(records)
+                for table, records in records_by_table(batch, ranges, versions, ddl).items():
+                    for schema_id, group in _by_schema(records):
+                        out = files.get((table, schema_id))
+                        if out is None:
+                            out = files[(table, schema_id)] = self._open(table, schema_id, versions, partition, task)
+                        out.write(group)
         finally:
             results = [row for out in files.values() for row in out.close()]
         results += [("", RANGE, json.dumps(r, separators=(",", ":")), 0, None, None) for r in ranges]
+        results += [(d["table"], DDL, json.dumps(d, separators=(",", ":")), 0, d["position"], None) for d in ddl]
         names = ["table", "kind", "file", "rows", "first_position", "last_position"]
         columns = list(zip(*results)) if results else [[] for _ in names]
         yield pa.RecordBatch.from_arrays(
@@ -167,12 +176,17 @@ class PartitionWriter:
             names=names,
         )
 
-    def _open(self, table: str, partition: int) -> _TableFiles:
-        schema = self.schemas.get(table)
+    def _open(self, table: str, schema_id: str | None, versions: dict[str, TableSchema],
+              partition: int, task: int = 0) -> _TableFiles:
+        schema = versions.get(schema_id) if schema_id is not None else None
         if schema is None:
-            raise CdcError(f"the stream delivered changes of {table}, which this sink was not configured for")
+            schema = self.schemas.get(table)
+        if schema is None:
+            raise CdcError(f"the stream delivered changes of {table} without their schema ({schema_id})")
+        schema = without_columns(schema, self.exclude.get(table, ()))
         tid = schema.table
-        stem = f"part-{partition:05d}-{self.attempt}"
+        # the task attempt: a partition computed twice (a task retried) never shares a file with itself
+        stem = f"part-{partition:05d}-{self.attempt}-t{task}" + (f"-{schema_id}" if schema_id else "")
         parquet = posixpath.join(changelog_dir(self.root, tid, self.batch_id), f"{stem}.parquet")
         json_path = None
         if self.changelog_json:
@@ -195,6 +209,7 @@ class ChangelogSink:
     changelog_json: bool = False
     on_batch_committed: BatchHook | None = None  # mirror refresh: (batch_id, tables with new changes)
     on_progress: Callable[[CommittedBatch], None] | None = None
+    exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -206,7 +221,7 @@ class ChangelogSink:
         ledger = self.ledger_path(batch_id)
         replay = read_json(ledger) is not None
         write_json_atomic(ledger, {"batch_id": batch_id, "state": "writing", "attempt": attempt})
-        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json)
+        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude)
         results = [tuple(r) for r in df.mapInArrow(writer, WRITE_RESULT_SCHEMA).collect()]
         batch = self.commit(batch_id, attempt, results, replay=replay)
         write_json_atomic(
@@ -225,7 +240,8 @@ class ChangelogSink:
         if batch_id >= LEDGER_RETAIN:
             _delete_file(self.ledger_path(batch_id - LEDGER_RETAIN))
         if self.on_batch_committed is not None:
-            self.on_batch_committed(batch_id, [self._by_name[t].table for t in batch.rows])
+            changed = sorted({*batch.rows, *batch.schema_changes})
+            self.on_batch_committed(batch_id, [TableId.parse(t) for t in changed])
         batch = replace(batch, seconds=time.monotonic() - started)
         log.info("%s", batch.describe())
         if self.on_progress is not None:
@@ -238,11 +254,16 @@ class ChangelogSink:
         """Write the markers of this attempt; on a replay, then drop what earlier attempts left."""
         by_table: dict[str, dict[str, list[tuple]]] = defaultdict(lambda: defaultdict(list))
         ranges = []
+        ddl: dict[str, list[dict]] = defaultdict(list)
         for row in results:
             if row[1] == RANGE:
                 ranges.append(json.loads(row[2]))
+            elif row[1] == DDL:
+                ddl[row[0]].append(json.loads(row[2]))
             else:
                 by_table[row[0]][row[1]].append(row)
+        for table, changes in sorted(ddl.items()):  # before the markers: a reader never sees data ahead of it
+            record_schema_changes(self.root, TableId.parse(table), changes, batch_id)
         start_offset, end_offset = _batch_range(ranges)
         rows: dict[str, int] = {}
         for table, kinds in sorted(by_table.items()):
@@ -251,7 +272,7 @@ class ChangelogSink:
             firsts = [r[4] for r in parquet if r[4]]
             lasts = [r[5] for r in parquet if r[5]]
             write_json_atomic(
-                changelog_marker(self.root, self._by_name[table].table, batch_id),
+                changelog_marker(self.root, TableId.parse(table), batch_id),
                 {
                     "batch_id": batch_id,
                     "table": table,
@@ -267,27 +288,45 @@ class ChangelogSink:
                 },
             )
         if replay:
-            for table, schema in self._by_name.items():
+            for table in sorted({*self._by_name, *by_table}):
+                tid = TableId.parse(table)
                 kinds = by_table.get(table)
                 if kinds is None:  # an earlier attempt may have written this table: drop its marker first
-                    _delete_file(changelog_marker(self.root, schema.table, batch_id))
+                    _delete_file(changelog_marker(self.root, tid, batch_id))
                 for kind in (CHANGELOG, CHANGELOG_JSON):
                     keep = {r[2] for r in (kinds or {}).get(kind, [])}
-                    _delete_other_files(changelog_dir(self.root, schema.table, batch_id, kind), keep)
+                    _delete_other_files(changelog_dir(self.root, tid, batch_id, kind), keep)
         if end_offset is not None:  # after the markers: idle tables' position advances with the stream
             write_json_atomic(
                 stream_progress_path(self.root),
                 {
                     "batch_id": batch_id,
                     "end_offset": end_offset,
-                    "tables": sorted(self._by_name),
+                    "tables": sorted({*self._by_name, *by_table, *ddl}),
                     "committed_at": datetime.now(timezone.utc).isoformat(),
                 },
             )
-        return CommittedBatch(batch_id, rows, replay, 0.0, start_offset, end_offset)
+        return CommittedBatch(batch_id, rows, replay, 0.0, start_offset, end_offset,
+                              {t: len(c) for t, c in ddl.items()})
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
+
+
+def _by_schema(records: list[Record]) -> Iterator[tuple[str | None, list[Record]]]:
+    """Runs of records with one schema version (records arrive in binlog order)."""
+    start = 0
+    for i in range(1, len(records) + 1):
+        if i == len(records) or records[i].schema_id != records[start].schema_id:
+            yield records[start].schema_id, records[start:i]
+            start = i
+
+
+def without_columns(schema: TableSchema, names: tuple[str, ...]) -> TableSchema:
+    """``schema`` without the excluded columns (secrets, blobs never reach a file)."""
+    if not names or not any(n in schema.column_by_name for n in names):
+        return schema
+    return replace(schema, columns=tuple(c for c in schema.columns if c.name not in names), column_by_name={})
 
 
 def _batch_range(ranges: list[dict]) -> tuple[dict | None, dict | None]:

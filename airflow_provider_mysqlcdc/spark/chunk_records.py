@@ -7,6 +7,10 @@ and gets batches of metadata columns + table columns, minus the excluded columns
 Excluded columns are still selected (a backfill replays whole binlog row images, and the row must be whole to
 apply them) but are dropped before anything leaves the task. Key columns cannot be excluded: the mirror and the
 stream filter locate rows by them.
+
+A chunk's columns are those of the table at the chunk's HW: when DDL changed the table after the driver loaded
+its schema, the read reloads it (``ChunkRead.schema``), and the chunk's output follows the read's schema, not
+the driver's (``output_schema``); excluded columns stay excluded.
 """
 from __future__ import annotations
 
@@ -65,18 +69,29 @@ class SnapshotJob:
         return self.options.chunk_ids
 
     def arrow_schema(self) -> pa.Schema:
-        """The output's schema: metadata columns, then the table's columns except the excluded ones."""
-        full = record_schema(self.schema)
-        return pa.schema([f for f in full if f.name not in set(self.options.exclude_columns)])
+        """The output's schema as the driver loaded the table: metadata columns, then the table's columns
+        except the excluded ones. A chunk's own output follows its read: ``output_schema(read.schema)``."""
+        return self.output_schema(self.schema)
+
+    def output_schema(self, schema: TableSchema) -> pa.Schema:
+        """Metadata columns, then the columns of ``schema`` except the excluded ones."""
+        excluded = set(self.options.exclude_columns)
+        return pa.schema([f for f in record_schema(schema) if f.name not in excluded])
 
     def read(self, chunk_id: int, slot: int) -> ChunkRead:
         return ChunkRead(self.options.settings(), self.schema, self.plan, self.plan.chunk(chunk_id),
                          self.options.read_options(slot))
 
     def batches(self, read: ChunkRead) -> Iterator[pa.RecordBatch]:
-        """The read's batches in the output schema (exhaust it: ``read.result`` is complete only then)."""
-        target = self.arrow_schema()
+        """The read's batches in its output schema (exhaust it: ``read.result`` is complete only then).
+
+        ``read.schema`` is final once the first batch arrives (a reread after DDL yields nothing before)."""
+        target: pa.Schema | None = None
         for batch in read.batches():
+            if target is None:
+                if read.schema is not self.schema:
+                    _check_names(read.schema)  # DDL added columns: none may look like metadata columns
+                target = self.output_schema(read.schema)
             if self.options.exclude_columns:
                 batch = batch.select(target.names)
             yield batch
@@ -92,6 +107,10 @@ def _check_excluded(schema: TableSchema, plan: ChunkPlan, excluded: tuple[str, .
         raise ConfigurationError(
             f"{schema.table}: key column(s) {keys} cannot be excluded (the mirror locates rows by them)"
         )
-    clash = [c for c in names if c in METADATA_NAMES]
+    _check_names(schema)
+
+
+def _check_names(schema: TableSchema) -> None:
+    clash = [c for c in schema.column_names if c in METADATA_NAMES]
     if clash:
         raise ConfigurationError(f"{schema.table} has column(s) {clash} named like our metadata columns")

@@ -25,6 +25,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from ..engine.chunk_store import ChunkStore
+from ..engine.errors import CdcError
 from .chunk_records import SnapshotJob
 from .snapshot_options import SnapshotOptions
 from .snapshot_writer import SnapshotWriter
@@ -69,7 +70,15 @@ class SnapshotReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, ChunkPartition)
         read = self.job.read(partition.chunk_id, partition.slot)
+        declared = self.job.arrow_schema()
         for batch in self.job.batches(read):
+            if not batch.schema.equals(declared):
+                # DDL changed the table's columns after the DataFrame's schema was resolved on the driver: the
+                # chunk was read with the new ones, which Spark cannot take under the old schema.
+                raise CdcError(
+                    f"{self.job.options.table} chunk {partition.chunk_id}: the table's columns changed (DDL) since "
+                    f"this DataFrame's schema was resolved ({declared.names} -> {batch.schema.names}): read it again"
+                )
             yield spark_batch(batch)
 
 

@@ -15,7 +15,9 @@ Commit protocol (per chunk, independent of the other chunks of the group):
 
 1. driver, before the job: ``start_chunk`` (attempt n; a committed chunk gets ``rerun_pending``, so the stream
    filter treats it as HW = -inf while the committed result stays in force for the mirror);
-2. task: read, write ``snapshot/generation=g/chunk=c/version=<new>/part-*.parquet``; on error delete it;
+2. task: read, write ``snapshot/generation=g/chunk=c/version=<new>/part-*.parquet``; on error delete it. The
+   files get the columns of the read (``output_schema(read.schema)``): when DDL made the read reload the
+   table's schema and read the chunk again, only the final read view's batches reach the files;
 3. driver ``commit``: ``commit_chunk(..., attempt=n, in_transaction=publish manifest)`` -- the store row and the
    manifest switch together, or neither does (``StaleAttempt`` if a newer attempt started meanwhile);
 4. driver ``abort`` (a task failed, or a commit failed): delete the directories that did not get committed and
@@ -29,7 +31,7 @@ import os
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -86,8 +88,9 @@ def write_chunk(job: SnapshotJob, chunk_id: int, slot: int) -> WrittenChunk:
     started = time.monotonic()
     try:
         read = job.read(chunk_id, slot)
-        files, rows_written, size = _write_parquet(directory, job.arrow_schema(), job.batches(read),
-                                                   options.rows_per_file, fault)
+        # The schema is taken when the first file opens: after the read settled on its columns.
+        files, rows_written, size = _write_parquet(directory, lambda: job.output_schema(read.schema),
+                                                   job.batches(read), options.rows_per_file, fault)
     except BaseException:
         delete_dir(directory)
         raise
@@ -103,8 +106,8 @@ def write_chunk(job: SnapshotJob, chunk_id: int, slot: int) -> WrittenChunk:
     )
 
 
-def _write_parquet(directory: str, schema: pa.Schema, batches: Iterator[pa.RecordBatch], rows_per_file: int,
-                   fault: tuple[str, int] | None) -> tuple[list[str], int, int]:
+def _write_parquet(directory: str, schema: pa.Schema | Callable[[], pa.Schema], batches: Iterator[pa.RecordBatch],
+                   rows_per_file: int, fault: tuple[str, int] | None) -> tuple[list[str], int, int]:
     """Stream batches into the version directory; return (file names, rows, bytes)."""
     files = VersionFiles(directory, schema, rows_per_file)
     try:
@@ -122,19 +125,29 @@ def _write_parquet(directory: str, schema: pa.Schema, batches: Iterator[pa.Recor
 
 class VersionFiles:
     """``part-NNNNN.parquet`` files of at most ``rows_per_file`` rows in one version directory; at least one
-    (maybe empty) file, so readers always find the schema."""
+    (maybe empty) file, so readers always find the schema. ``schema`` may be a function, called when the first
+    file opens (the chunk read knows its columns only once it yields, or ends)."""
 
-    def __init__(self, directory: str, schema: pa.Schema, rows_per_file: int) -> None:
+    def __init__(self, directory: str, schema: pa.Schema | Callable[[], pa.Schema], rows_per_file: int) -> None:
         self.fs, self.inner = filesystem(directory)
         self.fs.create_dir(self.inner, recursive=True)
-        self.schema, self.rows_per_file = schema, rows_per_file
+        self._schema, self.rows_per_file = schema, rows_per_file
         self.names: list[str] = []
         self.rows = self.bytes = 0
         self._writer: pq.ParquetWriter | None = None
         self._stream: Any = None
         self._in_file = 0
 
+    @property
+    def schema(self) -> pa.Schema:
+        if callable(self._schema):
+            self._schema = self._schema()
+        return self._schema
+
     def write(self, batch: pa.RecordBatch) -> None:
+        if not batch.schema.equals(self.schema):
+            raise CdcError(f"a batch with columns {batch.schema.names} does not fit the chunk's files "
+                           f"({self.schema.names})")
         offset = 0
         while offset < batch.num_rows:
             if self._writer is None or self._in_file >= self.rows_per_file:

@@ -43,6 +43,9 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reconnect-timeout", type=float, default=DEFAULT_RECONNECT_TIMEOUT_S,
                         help="seconds to wait out a MySQL outage (restart, failover, network cut) before the "
                         "stream stops (default %(default)s)")
+    parser.add_argument("--no-resnapshot", dest="resnapshot", action="store_false",
+                        help="stop with an error at DDL that changes rows without row events (TRUNCATE, RENAME "
+                        "TABLE, partition DROP/EXCHANGE, ...) instead of snapshotting that table again")
     parser.add_argument("--startup-mode", default=INITIAL, metavar="MODE",
                         help=f"where a new checkpoint's stream begins: {StartupMode.HELP} (default %(default)s)")
     parser.add_argument("--lock-lease-seconds", type=float, default=DEFAULT_LEASE_SECONDS,
@@ -70,6 +73,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         server_id_slot=args.server_id_slot,
         reconnect_timeout=args.reconnect_timeout,
         startup_mode=str(StartupMode.parse(args.startup_mode)),
+        resnapshot=args.resnapshot,
         lock_lease_seconds=args.lock_lease_seconds,
         break_lock=args.break_lock,
         exclude_columns=parse_exclude_columns(args.exclude_columns or []),

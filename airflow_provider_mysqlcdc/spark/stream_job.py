@@ -32,8 +32,8 @@ from ..engine.check import require_ready
 from ..engine.chunk_store import ChunkStore
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
 from ..engine.errors import CdcError, ConfigurationError
-from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from ..engine.offsets import BinlogOffset
+from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from ..engine.output_layout import ensure_writable, read_json, stream_owner_path, write_json_atomic
 from ..engine.startup import INITIAL, StartupMode, resolve_start
 from ..engine.tables import TableId, TableSchema, list_tables, load_schema
@@ -75,6 +75,9 @@ class StreamConfig:
     read_timeout: float = 600.0
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage is waited out this long
     startup_mode: str = INITIAL  # engine.startup: where a new checkpoint's stream begins
+    # DDL that changes rows without row events (TRUNCATE, RENAME TABLE, partition DROP/EXCHANGE, ...): the
+    # stream plans and snapshots the table again by itself and goes on; False stops with an error instead
+    resnapshot: bool = True
     query_name: str | None = None
     lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
     break_lock: bool = False
@@ -235,7 +238,7 @@ def start_stream(
     )
     lock.acquire(break_lock=config.break_lock)
     try:
-        starting = startup_offset(config.checkpoint, settings, mode)
+        starting = startup_offset(config.checkpoint, settings, mode, config.chunk_store, tables)
         claim_output(config.checkpoint, config.output, read_json(posixpath.join(config.checkpoint, STARTUP_FILE)))
         source = BinlogSourceOptions(
             mysql_url=config.mysql_url,
@@ -256,6 +259,7 @@ def start_stream(
             changelog_json=config.changelog_json,
             on_batch_committed=on_batch_committed,
             on_progress=on_progress,
+            exclude=dict(config.exclude_columns),
         )
         register_source(spark)
         stream = spark.readStream.format(BinlogSource.name()).options(**source.to_options()).load()
@@ -277,10 +281,18 @@ def start_stream(
     return StreamRun(query=query, lock=lock, config=config, tables=tables, lost_lock=lost)
 
 
-def startup_offset(checkpoint: str, settings: MySQLSettings, mode: StartupMode) -> BinlogOffset | None:
-    """Where a new checkpoint's stream begins (None: the chunks' smallest HW), resolved once and recorded in the
-    checkpoint (``mysqlcdc/startup.json``), so a restart, or a retry of a failed start, begins at the very same
-    point; a checkpoint that already streamed keeps its own start (the mode applies to new checkpoints)."""
+def startup_offset(
+    checkpoint: str, settings: MySQLSettings, mode: StartupMode, chunk_store: str | None = None,
+    tables: list[TableId] | None = None,
+) -> BinlogOffset | None:
+    """Where a new checkpoint's stream begins, resolved once and recorded in the checkpoint
+    (``mysqlcdc/startup.json``), so a restart, or a retry of a failed start, begins at the very same point; a
+    checkpoint that already streamed keeps its own start (the mode applies to new checkpoints).
+
+    ``initial``: the chunks' smallest HW when the stream first starts. Spark does not keep a stream's first
+    start in its checkpoint (it asks the source again), and a chunk rerun or a new plan may raise the smallest
+    HW meanwhile: changes of the other chunks in between would then be skipped. None: a checkpoint of an
+    earlier release, which asks the chunk store each time."""
     path = posixpath.join(checkpoint.rstrip("/"), STARTUP_FILE)
     recorded = read_json(path)
     if recorded is not None:
@@ -291,6 +303,12 @@ def startup_offset(checkpoint: str, settings: MySQLSettings, mode: StartupMode) 
         return BinlogOffset.from_dict(start) if start else None
     started = read_json(posixpath.join(checkpoint.rstrip("/"), POSITION_FILE))
     offset = resolve_start(settings, mode) if mode.from_offset and started is None else None
+    if offset is None and not mode.from_offset and started is None and chunk_store is not None:
+        from ..engine.stream_filter import stream_start
+
+        with ChunkStore(chunk_store) as store:
+            views = store.stream_view([str(t) for t in tables or []])
+        offset = BinlogOffset.at(stream_start(v.min_hw for v in views.values()))
     if offset is not None:
         log.info("startup mode %s: the stream begins at %s", mode, offset)
     write_json_atomic(path, {"mode": str(mode), "start": offset.to_dict() if offset else None,
@@ -306,17 +324,66 @@ def run_stream(
     on_progress: Callable[[CommittedBatch], None] | None = None,
 ) -> StreamRun:
     """Start the stream and wait until it ends (available-now) or is stopped; raise if it failed."""
-    run = start_stream(spark, config, on_batch_committed=on_batch_committed, on_progress=on_progress)
-    try:
-        run.await_termination()
-    except BaseException:  # Ctrl-C, or the query failed: stop it before giving up the lock
+    resnapshots: list[str] = []
+    while True:
+        run = start_stream(spark, config, on_batch_committed=on_batch_committed, on_progress=on_progress)
         try:
-            run.query.stop()
-        except Exception:  # noqa: BLE001 - already stopped
-            pass
-        run.release()
-        raise
-    return run
+            run.await_termination()
+        except StreamFailed as exc:
+            run.release()
+            needed = _RESNAPSHOT.search(str(exc))
+            if needed is None or not config.resnapshot:
+                raise
+            table, position = needed.group(1), needed.group(2)
+            if f"{table}@{position}" in resnapshots:  # the new plan did not get the stream past it
+                raise
+            resnapshots.append(f"{table}@{position}")
+            resnapshot_table(spark, config, TableId.parse(table), position)
+            continue
+        except BaseException:  # Ctrl-C, or the query failed: stop it before giving up the lock
+            try:
+                run.query.stop()
+            except Exception:  # noqa: BLE001 - already stopped
+                pass
+            run.release()
+            raise
+        return run
+
+
+_RESNAPSHOT = re.compile(r"\[resnapshot table=(\S+) position=(\S+)\]")
+
+
+def resnapshot_table(spark: Any, config: StreamConfig, table: TableId, position: str) -> None:
+    """Plan ``table`` anew (at or after the DDL at ``position``) and snapshot it in this Spark session: the
+    stream then passes the DDL, and the mirror switches to the new snapshot once it is committed."""
+    from ..engine.snapshot import plan_tables
+    from .snapshot_job import run_chunk_group
+    from .snapshot_options import SnapshotOptions
+
+    settings = config.settings()
+    log.warning("%s changed without row events at %s: planning and snapshotting it again", table, position)
+    with ChunkStore(config.chunk_store) as store:
+        try:
+            plan_tables(settings, store, [str(table)])
+        except ConfigurationError as exc:
+            raise StreamFailed(
+                f"{table} needs a new snapshot after the DDL at {position}, but it cannot be planned ({exc}). "
+                f"If it was dropped or renamed away for good, take it out of the pipeline (mysqlcdc remove-table "
+                f"{table}) and restart the stream"
+            ) from None
+    result = run_chunk_group(
+        spark,
+        SnapshotOptions(
+            mysql_url=config.mysql_url, table=str(table), output=config.output, chunk_store=config.chunk_store,
+            password_file=config.password_file, exclude_columns=config.exclude_columns.get(str(table), ()),
+        ),
+    )
+    if not result.ok:
+        raise StreamFailed(
+            f"{table} needed a new snapshot after the DDL at {position}, and it failed: {result}. Rerun its "
+            "snapshot (mysqlcdc snapshot --table, or the DAG's snapshot task), then restart the stream"
+        )
+    log.info("%s snapshotted again (%s rows); the stream goes on", table, result.rows)
 
 
 _OUR_ERROR = re.compile(r"^airflow_provider_mysqlcdc\.[\w.]*?(\w+): (.+)$")

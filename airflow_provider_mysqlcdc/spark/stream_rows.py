@@ -9,7 +9,12 @@ the typed table layout (``record_batches.records_batch``), so nothing is ever co
 
 Columns (``STREAM_SCHEMA``): ``_table`` ("database.table"), ``_op`` (+I/-U/+U/-D), ``_position`` (the
 fixed-width row order key, see ``positions.format_row_key``), ``_commit_ts`` (UTC), ``_binlog_file``,
-``_values`` (the JSON above).
+``_values`` (the JSON above), ``_schema`` (the table's schema version at the change, ``TableSchema.schema_id``).
+
+Schemas travel with the data, since a table's columns change while the stream runs: each partition starts
+with one *schema row* per schema version its changes use (``_op = "schema"``, ``_schema`` its id, ``_values``
+``TableSchema.to_dict()``), and DDL the changelog follows travels as a *DDL row* (``_op = "ddl"``, ``_values``
+the statement and its column changes, ``engine.ddl``).
 
 Each partition ends with one *range row* (``_op = "range"``, ``_table`` null, ``_values`` =
 ``{"start": offset, "end": offset}``): it tells the sink which binlog range the batch covered, also when no
@@ -20,17 +25,22 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pyarrow as pa
 
 from ..engine.errors import CdcError
 from ..engine.keys import KeyCodec
-from ..engine.positions import RowKey
+from ..engine.positions import RowKey, format_row_key
 from ..engine.records import Record
+from ..engine.tables import TableSchema
+
+if TYPE_CHECKING:
+    from ..engine.binlog_reader import SchemaChange
 
 STREAM_SCHEMA_DDL = (
-    "_table STRING, _op STRING, _position STRING, _commit_ts TIMESTAMP, _binlog_file STRING, _values STRING"
+    "_table STRING, _op STRING, _position STRING, _commit_ts TIMESTAMP, _binlog_file STRING, _values STRING, "
+    "_schema STRING"
 )
 STREAM_ARROW_SCHEMA = pa.schema(
     [
@@ -40,10 +50,13 @@ STREAM_ARROW_SCHEMA = pa.schema(
         pa.field("_commit_ts", pa.timestamp("us", tz="UTC")),
         pa.field("_binlog_file", pa.string()),
         pa.field("_values", pa.string()),
+        pa.field("_schema", pa.string()),
     ]
 )
 ROWS_PER_ARROW_BATCH = 4096
 RANGE_OP = "range"
+SCHEMA_OP = "schema"
+DDL_OP = "ddl"
 
 _encode = KeyCodec.encode_value
 _decode = KeyCodec.decode_value
@@ -67,8 +80,25 @@ def parse_position(text: str) -> RowKey:
         raise CdcError(f"malformed change position {text!r}: expected number:pos:index:half") from None
 
 
-def stream_batches(records: Iterable[Record], size: int = ROWS_PER_ARROW_BATCH) -> Iterator[pa.RecordBatch]:
-    """Records as Arrow batches of the stream schema (what the source yields to Spark)."""
+def stream_batches(
+    records: Iterable[Record],
+    size: int = ROWS_PER_ARROW_BATCH,
+    schemas: dict[str, TableSchema] | None = None,
+    schema_changes: Iterable[SchemaChange] = (),
+) -> Iterator[pa.RecordBatch]:
+    """Records as Arrow batches of the stream schema (what the source yields to Spark), after the schema
+    rows of ``schemas`` (schema_id -> schema) and the DDL rows of ``schema_changes``."""
+    meta = [_meta_row(str(s.table), SCHEMA_OP, None, None, None, json.dumps(s.to_dict()), sid)
+            for sid, s in (schemas or {}).items()]
+    meta += [
+        _meta_row(str(c.table), DDL_OP, format_row_key(c.key), c.commit_ts, c.binlog_file,
+                  json.dumps({"verb": c.ddl.verb, "statement": c.ddl.statement[:4000],
+                              "changes": c.ddl.changes.to_dict(), "resnapshot": c.ddl.resnapshot,
+                              "offset": c.offset.to_dict()}), None)
+        for c in schema_changes
+    ]
+    if meta:
+        yield pa.RecordBatch.from_pylist(meta, schema=STREAM_ARROW_SCHEMA)
     chunk: list[Record] = []
     for record in records:
         chunk.append(record)
@@ -90,9 +120,16 @@ def range_batch(start: dict, end: dict) -> pa.RecordBatch:
             pa.array([None], pa.timestamp("us", tz="UTC")),
             pa.array([None], pa.string()),
             pa.array([values]),
+            pa.array([None], pa.string()),
         ],
         schema=STREAM_ARROW_SCHEMA,
     )
+
+
+def _meta_row(table: str, op: str, position: str | None, commit_ts: Any, binlog_file: str | None,
+              values: str, schema_id: str | None) -> dict:
+    return {"_table": table, "_op": op, "_position": position, "_commit_ts": commit_ts,
+            "_binlog_file": binlog_file, "_values": values, "_schema": schema_id}
 
 
 def _to_batch(records: list[Record]) -> pa.RecordBatch:
@@ -104,30 +141,49 @@ def _to_batch(records: list[Record]) -> pa.RecordBatch:
             pa.array([r.commit_ts for r in records], pa.timestamp("us", tz="UTC")),
             pa.array([r.binlog_file for r in records], pa.string()),
             pa.array([encode_values(r.values) for r in records], pa.string()),
+            pa.array([r.schema_id for r in records], pa.string()),
         ],
         schema=STREAM_ARROW_SCHEMA,
     )
 
 
-def records_by_table(batch: pa.RecordBatch, ranges: list[dict] | None = None) -> dict[str, list[Record]]:
+def records_by_table(
+    batch: pa.RecordBatch,
+    ranges: list[dict] | None = None,
+    schemas: dict[str, TableSchema] | None = None,
+    ddl: list[dict] | None = None,
+) -> dict[str, list[Record]]:
     """Decode stream rows (as Spark hands them to the sink) back into engine Records, grouped by table; range
-    rows are appended to ``ranges``."""
+    rows are appended to ``ranges``, schema rows added to ``schemas``, DDL rows appended to ``ddl`` (their
+    values plus ``table``, ``position``, ``commit_ts``)."""
     columns = {
         name: batch.column(batch.schema.get_field_index(name)).to_pylist()
         for name in STREAM_ARROW_SCHEMA.names
+        if batch.schema.get_field_index(name) >= 0
     }
     out: dict[str, list[Record]] = defaultdict(list)
-    for table, op, position, commit_ts, binlog_file, values in zip(
+    schema_ids = columns.get("_schema") or [None] * len(columns["_op"])
+    for table, op, position, commit_ts, binlog_file, values, schema_id in zip(
         columns["_table"],
         columns["_op"],
         columns["_position"],
         columns["_commit_ts"],
         columns["_binlog_file"],
         columns["_values"],
+        schema_ids,
     ):
         if op == RANGE_OP:
             if ranges is not None:
                 ranges.append(json.loads(values))
+            continue
+        if op == SCHEMA_OP:
+            if schemas is not None:
+                schemas[schema_id] = TableSchema.from_dict(json.loads(values))
+            continue
+        if op == DDL_OP:
+            if ddl is not None:
+                ddl.append({**json.loads(values), "table": table, "position": position,
+                            "commit_ts": commit_ts.isoformat() if commit_ts else None})
             continue
         out[table].append(
             Record(
@@ -138,6 +194,7 @@ def records_by_table(batch: pa.RecordBatch, ranges: list[dict] | None = None) ->
                 values=decode_values(values),
                 commit_ts=commit_ts,
                 binlog_file=binlog_file,
+                schema_id=schema_id,
             )
         )
     return out

@@ -1,0 +1,151 @@
+"""Tables added to and removed from a running stream, under seeded writers on every table.
+
+A table planned into the pipeline's chunk store while the stream runs is captured from the next batch on (its
+unread chunks count as HW = -inf), snapshotted alone, and its mirror equals the source; the other tables' plans
+are untouched. A removed table stops getting changelog batches; the others go on.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from pathlib import Path
+
+import pymysql
+
+from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.output_layout import read_json
+from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
+from airflow_provider_mysqlcdc.engine.status import collect_status
+from airflow_provider_mysqlcdc.engine.tables import TableId
+from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
+from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
+from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, mirror_refresh, run_stream, start_stream
+
+from .engine_harness import assert_mirror_equals_source, password_file
+
+SEED = 47
+TABLES = ("t_a", "t_b", "t_c")
+
+
+def _writers(server, db: str, stop: threading.Event, counts: dict) -> threading.Thread:
+    def run() -> None:
+        rng = random.Random(SEED)
+        next_id = 10_000
+        with server.admin(db) as conn:
+            while not stop.is_set():
+                table = rng.choice(TABLES)
+                kind, key = rng.random(), rng.randrange(1, 200)
+                if kind < 0.4:
+                    next_id += 1
+                    sql, args = f"INSERT INTO {table} VALUES (%s, %s)", (next_id, key)
+                elif kind < 0.85:
+                    sql, args = f"UPDATE {table} SET v = v + 1 WHERE id = %s", (key,)
+                else:
+                    sql, args = f"DELETE FROM {table} WHERE id = %s", (key,)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(sql, args)
+                    counts[table] = counts.get(table, 0) + 1
+                except pymysql.err.MySQLError:
+                    pass
+                time.sleep(0.004)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _batches(checkpoint: str) -> int:
+    return len(list((Path(checkpoint) / "mysqlcdc" / "batches").glob("batch=*.json")))
+
+
+def _wait_batches(checkpoint: str, more: int, timeout: float = 120) -> None:
+    target = _batches(checkpoint) + more
+    deadline = time.monotonic() + timeout
+    while _batches(checkpoint) < target:
+        assert time.monotonic() < deadline, "the stream made no progress"
+        time.sleep(0.3)
+
+
+def test_a_table_added_and_one_removed_while_the_stream_runs(mysql_server, mysql_db, tmp_path, spark):
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        for name in TABLES:
+            cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT)")
+            cur.executemany(f"INSERT INTO {name} VALUES (%s, %s)", [(i, i) for i in range(1, 201)])
+    a, b, c = (TableId(mysql_db, t) for t in TABLES)
+    config = StreamConfig(
+        mysql_url=settings.redacted_url(),
+        tables=(str(a), str(b)),
+        chunk_store=str(tmp_path / "chunks.db"),
+        output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ckpt"),
+        password_file=password_file(tmp_path, settings),
+        max_bytes_per_batch=20_000,
+        trigger="processing-time=1 second",
+        lock_lease_seconds=20.0,
+    )
+
+    def snapshot(table: TableId) -> None:
+        result = run_chunk_group(
+            spark,
+            SnapshotOptions(
+                mysql_url=config.mysql_url,
+                table=str(table),
+                output=config.output,
+                chunk_store=config.chunk_store,
+                password_file=config.password_file,
+            ),
+        )
+        assert result.ok, result
+
+    stop, counts = threading.Event(), {}
+    writer = _writers(mysql_server, mysql_db, stop, counts)
+    try:
+        with ChunkStore(config.chunk_store) as store:
+            plan_tables(settings, store, [str(a), str(b)], chunk_size=60)
+        snapshot(a)
+        snapshot(b)
+        with mirror_refresh(config) as hook:
+            run = start_stream(spark, config, on_batch_committed=hook)
+            try:
+                _wait_batches(config.checkpoint, 2)
+                # add t_c: planned only it (t_a, t_b keep generation 1), snapshotted while the stream runs
+                with ChunkStore(config.chunk_store) as store:
+                    added = plan_tables(settings, store, [f"{mysql_db}.t_*"], chunk_size=60, only_new=True)
+                assert [p.table for p in added] == [c]
+                snapshot(c)
+                _wait_batches(config.checkpoint, 2)
+                # remove t_b: its output stops, the rest goes on
+                with ChunkStore(config.chunk_store) as store:
+                    assert store.remove_table(str(b), reason="test")
+                _wait_batches(config.checkpoint, 1)  # a batch read before the removal may still commit
+                removed_at_batch = max(committed_batch_ids(config.output, b), default=-1)
+                _wait_batches(config.checkpoint, 3)
+            finally:
+                run.stop()
+            stop.set()
+            writer.join(30)
+            final = StreamConfig(**{**config.__dict__, "trigger": "available-now"})
+            run_stream(spark, final, on_batch_committed=hook)
+    finally:
+        stop.set()
+        writer.join(30)
+    assert min(counts.values()) > 50, counts
+
+    with ChunkStore(config.chunk_store) as store:
+        assert store.plan(str(a)).generation == 1 and store.plan(str(b)).generation == 1
+        assert store.active_tables() == [str(a), str(c)]
+    assert max(committed_batch_ids(config.output, b)) == removed_at_batch, "t_b still streamed after removal"
+    assert max(committed_batch_ids(config.output, a)) > removed_at_batch
+    assert committed_batch_ids(config.output, c), "the added table got no changelog"
+    progress = read_json(str(Path(config.output) / "_mysqlcdc_stream_progress.json"))
+    assert str(c) in progress["tables"]
+    assert_mirror_equals_source(settings, config.output, [a, c], min_rows=150)
+    with ChunkStore(config.chunk_store) as store:
+        report = collect_status(store, config.output, [a, b, c])
+    assert any("removed from the pipeline" in n and "test" in n for n in report.tables[1].notes)
