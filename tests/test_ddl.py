@@ -91,3 +91,9 @@ def test_column_changes_the_changelog_follows(sql, renamed, added, dropped, modi
 def test_ddl_that_needs_a_new_snapshot_says_why(sql, why):
     ddl = table_ddl(sql, ("id",))
     assert ddl.resnapshot and why in ddl.resnapshot, ddl
+
+
+def test_credentials_in_table_options_never_leave_the_statement():
+    ddl = table_ddl("ALTER TABLE t CONNECTION='mysql://u:s3cret@h/db/t', PASSWORD = \"pw2\", ADD COLUMN c INT", ("id",))
+    assert "s3cret" not in ddl.statement and "pw2" not in ddl.statement
+    assert "CONNECTION='***'" in ddl.statement and ddl.changes.added == {"c": None}

@@ -49,6 +49,15 @@ def table(mysql_server, mysql_db) -> TableId:
     return TableId(mysql_db, "t")
 
 
+def _watermark_table(mysql_server, table: TableId) -> TableId:
+    """The watermark table (mode ``watermark_table``), writable by the CDC user."""
+    wm = TableId(table.database, "mysqlcdc_watermark")
+    with mysql_server.admin(table.database) as conn, conn.cursor() as cur:
+        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
+        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    return wm
+
+
 def _plan(mysql_server, table: TableId, store_path: str):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     with ChunkStore(store_path) as store:
@@ -247,10 +256,7 @@ def test_ddl_that_keeps_coming_fails_the_chunk_clearly(mysql_server, table, tmp_
 def test_watermark_mode_reads_again_when_columns_changed_before_the_high_marker(
     mysql_server, table, tmp_path, monkeypatch
 ):
-    wm = TableId(table.database, "mysqlcdc_watermark")
-    with mysql_server.admin(table.database) as conn, conn.cursor() as cur:
-        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
-        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    wm = _watermark_table(mysql_server, table)
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
     real_open = chunk_reader.open_plain_snapshot
     views: list = []
@@ -275,10 +281,7 @@ def test_watermark_mode_reads_again_after_a_truncate_between_its_watermarks(
 ):
     """TRUNCATE after the SELECT, before the HW marker: the backfill cannot correct the buffer (no row events),
     so the chunk is read again after it, and holds what the table holds (the writer refills it)."""
-    wm = TableId(table.database, "mysqlcdc_watermark")
-    with mysql_server.admin(table.database) as conn, conn.cursor() as cur:
-        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
-        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    wm = _watermark_table(mysql_server, table)
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
     real_marker = chunk_reader.write_marker
     markers: list = []

@@ -7,12 +7,8 @@ are untouched. A removed table stops getting changelog batches; the others go on
 
 from __future__ import annotations
 
-import random
-import threading
 import time
 from pathlib import Path
-
-import pymysql
 
 from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
@@ -21,42 +17,19 @@ from airflow_provider_mysqlcdc.engine.output_layout import read_json
 from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
 from airflow_provider_mysqlcdc.engine.status import collect_status
 from airflow_provider_mysqlcdc.engine.tables import TableId
-from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
-from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
-from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, mirror_refresh, run_stream, start_stream
+from airflow_provider_mysqlcdc.spark.stream_job import (
+    StreamConfig,
+    mirror_refresh,
+    run_stream,
+    snapshot_table,
+    start_stream,
+)
 
 from .engine_harness import assert_mirror_equals_source, password_file
+from .workload import SingleRowWriters
 
 SEED = 47
 TABLES = ("t_a", "t_b", "t_c")
-
-
-def _writers(server, db: str, stop: threading.Event, counts: dict) -> threading.Thread:
-    def run() -> None:
-        rng = random.Random(SEED)
-        next_id = 10_000
-        with server.admin(db) as conn:
-            while not stop.is_set():
-                table = rng.choice(TABLES)
-                kind, key = rng.random(), rng.randrange(1, 200)
-                if kind < 0.4:
-                    next_id += 1
-                    sql, args = f"INSERT INTO {table} VALUES (%s, %s)", (next_id, key)
-                elif kind < 0.85:
-                    sql, args = f"UPDATE {table} SET v = v + 1 WHERE id = %s", (key,)
-                else:
-                    sql, args = f"DELETE FROM {table} WHERE id = %s", (key,)
-                try:
-                    with conn.cursor() as cur:
-                        cur.execute(sql, args)
-                    counts[table] = counts.get(table, 0) + 1
-                except pymysql.err.MySQLError:
-                    pass
-                time.sleep(0.004)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def _batches(checkpoint: str) -> int:
@@ -91,20 +64,10 @@ def test_a_table_added_and_one_removed_while_the_stream_runs(mysql_server, mysql
     )
 
     def snapshot(table: TableId) -> None:
-        result = run_chunk_group(
-            spark,
-            SnapshotOptions(
-                mysql_url=config.mysql_url,
-                table=str(table),
-                output=config.output,
-                chunk_store=config.chunk_store,
-                password_file=config.password_file,
-            ),
-        )
+        result = snapshot_table(spark, config, table)
         assert result.ok, result
 
-    stop, counts = threading.Event(), {}
-    writer = _writers(mysql_server, mysql_db, stop, counts)
+    writers = SingleRowWriters(lambda: mysql_server.admin(mysql_db), TABLES, "v", SEED).start()
     try:
         with ChunkStore(config.chunk_store) as store:
             plan_tables(settings, store, [str(a), str(b)], chunk_size=60)
@@ -128,13 +91,11 @@ def test_a_table_added_and_one_removed_while_the_stream_runs(mysql_server, mysql
                 _wait_batches(config.checkpoint, 3)
             finally:
                 run.stop()
-            stop.set()
-            writer.join(30)
+            counts = writers.stop()
             final = StreamConfig(**{**config.__dict__, "trigger": "available-now"})
             run_stream(spark, final, on_batch_committed=hook)
     finally:
-        stop.set()
-        writer.join(30)
+        writers.stop()
     assert min(counts.values()) > 50, counts
 
     with ChunkStore(config.chunk_store) as store:

@@ -222,3 +222,46 @@ def fetch_table(conn: pymysql.connections.Connection, database: str, table: str,
 
 def as_rows(records: list[dict[str, Any]], names: list[str]) -> list[tuple]:
     return [tuple(r[c] for c in names) for r in records]
+
+
+class SingleRowWriters:
+    """One seeded writer of single-row inserts, updates and deletes over ``tables`` (each with an integer ``id``
+    and an integer ``column``) while DDL reshapes them: a statement the DDL blocks or refuses is skipped."""
+
+    def __init__(self, open_conn: Callable[[], Any], tables: tuple[str, ...], column: str, seed: int,
+                 weights: tuple[float, ...] | None = None) -> None:
+        self.open_conn, self.tables, self.column, self.weights = open_conn, tables, column, weights
+        self.rng = random.Random(seed)
+        self.counts: dict[str, int] = {t: 0 for t in tables}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "SingleRowWriters":
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join(30)
+        return self.counts
+
+    def _run(self) -> None:
+        next_id, col = 10_000, self.column
+        with self.open_conn() as conn:
+            while not self._stop.is_set():
+                table = self.rng.choices(self.tables, self.weights)[0]
+                kind, key = self.rng.random(), self.rng.randrange(1, 200)
+                if kind < 0.4:
+                    next_id += 1
+                    sql, args = f"INSERT INTO {table} (id, {col}) VALUES (%s, %s)", (next_id, key)
+                elif kind < 0.85:
+                    sql, args = f"UPDATE {table} SET {col} = {col} + 1 WHERE id = %s", (key,)
+                else:
+                    sql, args = f"DELETE FROM {table} WHERE id = %s", (key,)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(sql, args)
+                    self.counts[table] += 1
+                except pymysql.err.MySQLError:
+                    pass  # e.g. a lock wait cut short by the DDL: the next statement goes on
+                time.sleep(0.004)

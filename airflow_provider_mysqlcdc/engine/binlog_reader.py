@@ -703,13 +703,13 @@ class BinlogReader:
                 if ddl.resnapshot and (planned is None or planned.key < end.key):
                     raise ResnapshotRequired(
                         f"{verb} on captured table {table} at {where} (ending at {end}): {ddl.resnapshot}; "
-                        f"{sql[:300]!r}. The changelog cannot follow this change: the table must be "
+                        f"{ddl.statement[:300]!r}. The changelog cannot follow this change: the table must be "
                         "snapshotted again. The stream does that by itself unless resnapshot is turned off; "
                         f"otherwise plan and snapshot {table} again (mysqlcdc plan --tables {table}, then "
                         "mysqlcdc snapshot; or rerun the DAG's plan and snapshot tasks for it) and restart the "
                         f"stream: it continues past this statement once the new plan exists "
                         f"[resnapshot table={table} position={end}]",
-                        table, end, ddl.resnapshot, sql,
+                        table, end, ddl.resnapshot, ddl.statement,
                     )
                 self._pending_ddl.append((table, ddl))
         if hits and verb in DML_VERBS:

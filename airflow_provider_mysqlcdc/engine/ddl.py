@@ -354,7 +354,7 @@ def table_ddl(sql: str, primary_key: tuple[str, ...] = ()) -> TableDdl:
     """
     t = _Tokens.parse(sql)
     verb = t.peek()
-    statement = sql.strip()
+    statement = redacted(sql.strip())
     if verb == "TRUNCATE":
         return TableDdl(verb, statement, ColumnChanges(), "TRUNCATE removes every row without row events")
     if verb == "RENAME":
@@ -567,3 +567,12 @@ def _text(spec: _Tokens) -> str:
     if not spec.starts:
         return ""
     return spec.sql[spec.starts[0] : spec.starts[-1] + len(spec.items[-1][1]) + 2].strip()[:120]
+
+
+_SECRET_OPTION = re.compile(r"""\b(CONNECTION|PASSWORD|ENCRYPTION_KEY)(\s*=?\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")""", re.I)
+
+
+def redacted(sql: str) -> str:
+    """The statement with table options that may hold credentials (``CONNECTION='mysql://u:pw@h'``,
+    ``PASSWORD='...'``) blanked: DDL text reaches errors, logs, the schema history and the UI."""
+    return _SECRET_OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}'***'", sql)
