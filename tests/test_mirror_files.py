@@ -407,3 +407,26 @@ def test_refresh_rewrites_only_changed_chunks_and_reruns_rebuild_exactly(mysql_s
     direct = pq.read_table(files, partitioning=None)
     assert direct.schema.names == pipe.schemas[table].column_names
     assert Counter(_rows(direct, direct.schema.names)) == Counter(pipe.source(table))
+
+
+def test_the_stream_hook_waits_out_a_mysql_outage_during_a_refresh(tmp_path, monkeypatch):
+    """The mirror refresh after a batch talks to MySQL (collation sort keys, schemas): a restart or KILLed
+    sessions then must not end the stream, as they do not end its binlog reads."""
+    from airflow_provider_mysqlcdc.engine.errors import ServerUnavailable
+
+    with ChunkStore(str(tmp_path / "chunks.db")) as store:
+        refresher = MirrorRefresher(str(tmp_path / "out"), store, outage_budget_s=30)
+        calls: list = []
+
+        def refresh(table, batch_ids=None):
+            calls.append((table, batch_ids))
+            if len(calls) == 1:
+                raise ServerUnavailable("cannot reach MySQL at 127.0.0.1:1 (Lost connection to MySQL server)")
+
+        monkeypatch.setattr(refresher, "refresh", refresh)
+        refresher.on_batch_committed(3, [T])
+        assert calls == [(T, [3]), (T, [3])]
+        refresher.outage_budget_s = 0
+        calls.clear()
+        with pytest.raises(ServerUnavailable):
+            refresher.on_batch_committed(4, [T])

@@ -56,6 +56,7 @@ from .mirror_manifest import (
     write_manifest,
 )
 from .output_layout import MIRROR, filesystem, mirror_dir, new_version, snapshot_dir, table_dir
+from .outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from .planner import ChunkPlan
 from .positions import BinlogPosition
 from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
@@ -259,6 +260,7 @@ class MirrorRefresher:
     schemas: dict[TableId, TableSchema] = field(default_factory=dict)
     _assigners: dict[tuple[TableId, int], ChunkAssigner] = field(default_factory=dict, repr=False)
     _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
+    outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
 
     def __post_init__(self) -> None:
         if self.conn_factory is None and self.settings is not None:
@@ -285,8 +287,20 @@ class MirrorRefresher:
         return [self.refresh(t, None if batch_id is None else [batch_id]) for t in tables]
 
     def on_batch_committed(self, batch_id: int, tables: list[TableId]) -> None:
-        """The changelog sink's hook signature (``ChangelogSink(on_batch_committed=...)``)."""
-        self.refresh_tables(tables, batch_id)
+        """The changelog sink's hook signature (``ChangelogSink(on_batch_committed=...)``).
+
+        A MySQL outage (a restart, KILLed sessions, a failover) while a mirror is refreshed is waited out for
+        ``outage_budget_s``, like the stream's own reads: a refresh is safe to run again (new file versions,
+        then the manifest), and the collation sessions are opened anew."""
+        where = f"{self.settings.host}:{self.settings.port}" if self.settings is not None else "MySQL"
+        for table in tables:
+            retry_while_unavailable(
+                lambda: self.refresh(table, [batch_id]),
+                what=f"refreshing the mirror of {table}",
+                where=where,
+                budget_s=self.outage_budget_s,
+                on_retry=self.close,
+            )
 
     # -- one table -------------------------------------------------------------------------------------------
 

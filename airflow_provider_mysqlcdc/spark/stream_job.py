@@ -429,7 +429,8 @@ def mirror_refresh(config: StreamConfig) -> Iterator[BatchHook]:
     from ..engine.mirror_refresh import MirrorRefresher
 
     store = ChunkStore(config.chunk_store)
-    refresher = MirrorRefresher(config.output, store, settings=config.settings())
+    refresher = MirrorRefresher(config.output, store, settings=config.settings(),
+                                outage_budget_s=config.reconnect_timeout)
     try:
         yield refresher.on_batch_committed
     finally:
