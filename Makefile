@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,bench]'
 	$(BIN)/python bench/engine_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/snapshot_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/planning.py $(BENCH_ARGS)
 
 # Re-resolve the pinned versions (review the diff before committing it).
 lock: setup

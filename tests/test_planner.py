@@ -11,9 +11,10 @@ from typing import Any, Sequence
 
 import pytest
 
+from airflow_provider_mysqlcdc.engine import planner
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.engine.keys import ChunkLocator, KeyOrder, key_select_sql
+from airflow_provider_mysqlcdc.engine.keys import ChunkLocator, KeyOrder, key_select_sql, tuple_compare_sql
 from airflow_provider_mysqlcdc.engine.planner import (
     Chunk,
     ChunkPlan,
@@ -367,3 +368,285 @@ def test_timestamp_keys_from_events_in_any_zone(mysql_server, mysql_db, factory)
         naive = [(v,) for v in values[::13]]
         aware = [(v.replace(tzinfo=timezone.utc).astimezone(zone),) for v in values[::13]]
         assert locator.locate(aware) == locator.locate(naive)
+
+
+# --- uneven split: the index walk and the one ordered pass ------------------------------------------------
+
+
+def old_uneven_boundaries(conn, schema, columns, order, chunk_size):
+    """The uneven split as it was before the one-pass strategy (frozen here as the reference): one ``LIMIT 1
+    OFFSET chunk_size`` query per chunk, equality under the collation decided by KeyOrder."""
+    quoted = [c.quoted for c in columns]
+    select = key_select_sql(columns)
+    order_by = ", ".join(quoted)
+    not_null = " AND ".join(f"{q} IS NOT NULL" for q, c in zip(quoted, columns) if c.nullable) or "1 = 1"
+    table = schema.table.quoted
+    boundaries = []
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {select} FROM {table} WHERE {not_null} ORDER BY {order_by} LIMIT 1")
+        row = cur.fetchone()
+        if row is None:
+            return boundaries
+        floor = order.normalize(row)
+        start = None
+        while True:
+            where, params = (not_null, []) if start is None else tuple_compare_sql(quoted, start, ">=")
+            cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1 OFFSET %s",
+                        [*params, chunk_size])
+            row = cur.fetchone()
+            if row is None:
+                break
+            boundary = order.normalize(row)
+            previous = floor if start is None else start
+            if order.compare(boundary, previous) <= 0:
+                where, params = tuple_compare_sql(quoted, previous, ">")
+                cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1", params)
+                row = cur.fetchone()
+                if row is None:
+                    break
+                boundary = order.normalize(row)
+            boundaries.append(boundary)
+            start = boundary
+    return boundaries
+
+
+def old_rule_on_a_list(keys: list[int], chunk_size: int) -> list[int]:
+    """The same walk over a sorted Python list (duplicates allowed), for the group arithmetic of the pass."""
+    import bisect
+
+    if not keys:
+        return []
+    boundaries: list[int] = []
+    start = None
+    while True:
+        first = 0 if start is None else bisect.bisect_left(keys, start)
+        if first + chunk_size >= len(keys):
+            break
+        boundary = keys[first + chunk_size]
+        previous = keys[0] if start is None else start
+        if boundary <= previous:
+            after = bisect.bisect_right(keys, previous)
+            if after >= len(keys):
+                break
+            boundary = keys[after]
+        boundaries.append(boundary)
+        start = boundary
+    return boundaries
+
+
+def test_group_arithmetic_of_the_pass_matches_the_walk():
+    rng = random.Random(29)
+    for _ in range(400):
+        chunk_size = rng.randint(1, 12)
+        choices = [1, 1, 1, 2, 3, chunk_size, chunk_size + 1, 3 * chunk_size]
+        sizes = [rng.choice(choices) for _ in range(rng.randint(0, 40))]
+        keys = [k for k, n in enumerate(sizes) for _ in range(n)]
+        groups = [((k,), n) for k, n in enumerate(sizes)]
+        expected = [(b,) for b in old_rule_on_a_list(keys, chunk_size)]
+        assert planner._boundaries_from_groups(groups, chunk_size) == expected, (chunk_size, sizes)
+
+
+def force_one_pass(monkeypatch) -> None:
+    monkeypatch.setattr(planner, "_ordering_index", lambda *args: None)
+
+
+def plan_three_ways(mysql_server, factory, monkeypatch, table: TableId, chunk_size: int, chunk_key=None):
+    """(old boundaries, index-walk plan, one-pass plan) for one table."""
+    walk = plan_table(factory, table, generation=1, chunk_size=chunk_size, chunk_key=chunk_key)
+    with monkeypatch.context() as patch:
+        force_one_pass(patch)
+        one_pass = plan_table(factory, table, generation=2, chunk_size=chunk_size, chunk_key=chunk_key)
+    assert walk.split == one_pass.split == "uneven"
+    with mysql_server.admin(table.database) as conn:
+        schema = load_schema(conn, table)
+        columns = [schema.column(c) for c in walk.key_columns]
+        with KeyOrder(factory, schema, walk.key_columns) as order:
+            old = old_uneven_boundaries(conn, schema, columns, order, chunk_size)
+            sort_keys = [order.sort_keys(b) for b in
+                         (old, [c.start for c in walk.chunks[1:]], [c.start for c in one_pass.chunks[1:]])]
+    # Equal under the collation (a non-unique key's boundary may be any spelling of its group: 'x' or 'X').
+    assert sort_keys[1] == sort_keys[0], "index walk differs from the old walk"
+    assert sort_keys[2] == sort_keys[0], "one ordered pass differs from the old walk"
+    return old, walk, one_pass
+
+
+def check_chunk_bound(mysql_server, plan: ChunkPlan, chunk_size: int) -> list[tuple[int, int]]:
+    """The guarantee: a chunk holds at most chunk_size rows with a non-NULL key, unless all of them have one
+    key value (equal under the collation), which no boundary can split. (rows, distinct keys) per chunk."""
+    sizes = []
+    with mysql_server.admin(plan.table.database) as conn, conn.cursor() as cur:
+        schema = load_schema(conn, plan.table)
+        columns = [schema.column(c) for c in plan.key_columns]
+        quoted = ", ".join(c.quoted for c in columns)
+        not_null = " AND ".join(f"{c.quoted} IS NOT NULL" for c in columns)
+        for chunk in plan.chunks:
+            where, params = plan_predicate(plan, schema, chunk)
+            cur.execute(f"SELECT COUNT(*), COUNT(DISTINCT {quoted}) FROM {plan.table.quoted} "
+                        f"WHERE ({where}) AND {not_null}", params)
+            rows, distinct = cur.fetchone()
+            assert rows <= chunk_size or distinct == 1, (chunk.chunk_id, rows, distinct)
+            sizes.append((rows, distinct))
+    return sizes
+
+
+CI_VARIANTS = ["resume", "Resume", "RÉSUMÉ", "résumé", "resume ", "Résume  ", "strasse", "STRASSE", "straße",
+               "a", "A", "á", "À ", "ae", "Æ", "b", "B", "😀", "x", "X", "x "]
+
+
+def test_case_and_accent_insensitive_key_with_many_equal_keys(mysql_server, mysql_db, factory, monkeypatch):
+    """A non-unique chunk key under an accent- and case-insensitive collation: groups of keys the server calls
+    equal, smaller and larger than a chunk. No group straddles a boundary, under either strategy."""
+    rng = random.Random(31)
+    weights = [rng.choice([1, 2, 5, 40]) for _ in CI_VARIANTS]
+    rows = [(i, rng.choices(CI_VARIANTS, weights)[0] + (str(rng.randrange(3)) if i % 4 == 0 else ""))
+            for i in range(6000)]
+    rows = [(i, None if i % 13 == 0 else g) for i, g in rows]
+    ddl = ("CREATE TABLE {name} (id INT PRIMARY KEY, g VARCHAR(12) CHARACTER SET utf8mb4 "
+           "COLLATE utf8mb4_unicode_ci NULL{index})")
+    for name, index in (("with_index", ", KEY g_id (g, id)"), ("no_index", "")):
+        table = create(mysql_server, mysql_db, ddl.format(name=name, index=index), rows, table=name)
+        for chunk_size in (7, 150):
+            old, walk, one_pass = plan_three_ways(mysql_server, factory, monkeypatch, table, chunk_size, "g")
+            assert len(old) >= 3
+            events = [(v,) for v in CI_VARIANTS] + [(v.upper() + "1",) for v in CI_VARIANTS]
+            events += [(None,), ("zz",)]
+            for plan in (walk, one_pass):
+                check_plan(mysql_server, factory, plan, events=events)
+                sizes = check_chunk_bound(mysql_server, plan, chunk_size)
+                # Groups larger than a chunk (one chunk each) and chunks of several smaller groups.
+                assert any(rows > chunk_size and keys == 1 for rows, keys in sizes)
+                assert any(keys > 1 for rows, keys in sizes)
+
+
+@pytest.mark.parametrize("kind", ["sparse_bigint", "ci_strings", "emoji_general_ci", "binary4", "composite",
+                                  "datetime", "double", "few_integers"])
+def test_uneven_strategies_give_the_old_boundaries(mysql_server, mysql_db, factory, monkeypatch, kind):
+    """On the shapes of the tests above, the index walk and the one ordered pass give the boundaries the old
+    per-chunk walk gave (the same values for unique keys), and every chunk is bounded."""
+    rng = random.Random(kind)
+    chunk_key = None
+    if kind == "sparse_bigint":
+        ddl, chunk_size = "CREATE TABLE t (id BIGINT PRIMARY KEY)", 300
+        rows = [(i,) for i in rng.sample(range(10**12), 3000)]
+    elif kind == "ci_strings":
+        alphabet = "abcdeé ABCß"
+        values = {"".join(rng.choices(alphabet, k=rng.randint(1, 8))) for _ in range(3000)}
+        ddl, rows, chunk_size = None, None, 97
+        ddl = "CREATE TABLE t (k VARCHAR(10) COLLATE utf8mb4_unicode_ci PRIMARY KEY)"
+    elif kind == "emoji_general_ci":
+        emoji = ["😀", "😁", "🙂", "🦀", "𝄞", "中", "文", "é", "e", "E"]
+        values = {"".join(rng.choice(emoji) for _ in range(rng.randint(1, 4))) for _ in range(2000)}
+        ddl, rows, chunk_size = None, None, 60
+        ddl = "CREATE TABLE t (k VARCHAR(8) COLLATE utf8mb4_general_ci PRIMARY KEY)"
+    elif kind == "binary4":
+        alphabet = [b"\x00", b"\x01", b" ", b"a", b"\xff"]
+        values = {b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 4))) for _ in range(1500)}
+        ddl, rows, chunk_size = "CREATE TABLE t (k BINARY(4) PRIMARY KEY)", None, 50
+    elif kind == "composite":
+        ddl = "CREATE TABLE t (tenant TINYINT, id INT, PRIMARY KEY (tenant, id))"
+        rows, chunk_size = [(t, i) for t in (1, 2, 3) for i in range(3334)], 200
+    elif kind == "datetime":
+        start = datetime(2020, 1, 1)
+        ddl, chunk_size = "CREATE TABLE t (ts DATETIME(6) PRIMARY KEY)", 150
+        rows = [(v,) for v in {start + timedelta(microseconds=rng.randrange(10**14)) for _ in range(3000)}]
+    elif kind == "double":
+        ddl, chunk_size = "CREATE TABLE t (k DOUBLE PRIMARY KEY)", 120
+        rows = [(v,) for v in {round(rng.uniform(-1e4, 1e4), rng.randint(0, 9)) for _ in range(3000)}]
+    else:  # few distinct integers over many rows: too dense for the even split
+        ddl, chunk_size, chunk_key = "CREATE TABLE t (id INT PRIMARY KEY, g INT, KEY (g))", 100, "g"
+        rows = [(i, i % 4 if i % 9 else rng.randrange(50)) for i in range(4000)]
+    if rows is None:
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+            cur.execute(ddl)
+            # Keys equal under the collation collide: the first one stays.
+            cur.executemany("INSERT IGNORE INTO t VALUES (%s)", [(v,) for v in sorted(values)])
+        table = TableId(mysql_db, "t")
+    else:
+        table = create(mysql_server, mysql_db, ddl, rows)
+    old, walk, one_pass = plan_three_ways(mysql_server, factory, monkeypatch, table, chunk_size, chunk_key)
+    assert len(old) >= 3
+    if chunk_key is None:  # a unique key: the very same values, every chunk but the last of chunk_size rows
+        assert [c.start for c in walk.chunks[1:]] == old == [c.start for c in one_pass.chunks[1:]]
+        counts = check_plan(mysql_server, factory, walk, max_rows=chunk_size)
+        assert set(counts[:-1]) == {chunk_size}
+    for plan in (walk, one_pass):
+        check_chunk_bound(mysql_server, plan, chunk_size)
+
+
+class StatementLog:
+    """Wraps a connection factory: the statements sent on each session it opened (the planner's own session
+    is the first; KeyOrder's, for sort keys, the second), and each session's storage-engine row reads
+    (``Handler_read_%``), taken just before it closes."""
+
+    def __init__(self, factory) -> None:
+        self.factory = factory
+        self.sessions: list[list[str]] = []
+        self.reads: list[int] = []
+
+    def __call__(self):
+        conn = self.factory()
+        query, close = conn.query, conn.close
+        statements: list[str] = []
+        self.sessions.append(statements)
+
+        def logged_query(sql, unbuffered=False):
+            statements.append(sql.decode() if isinstance(sql, bytes) else sql)
+            return query(sql, unbuffered)
+
+        def close_after_reading_counters():
+            if conn.open:
+                conn.query = query  # not logged
+                with conn.cursor() as cur:
+                    cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%'")
+                    self.reads.append(sum(int(v) for _, v in cur.fetchall()))
+            close()
+
+        conn.query, conn.close = logged_query, close_after_reading_counters
+        return conn
+
+    @property
+    def planner_statements(self) -> list[str]:
+        return self.sessions[0]
+
+    @property
+    def statements(self) -> list[str]:
+        return [s for session in self.sessions for s in session]
+
+
+def test_planning_cost_does_not_grow_with_the_chunk_count(mysql_server, mysql_db, factory):
+    """Without an index on the chunk key: one statement reads the key, whatever the number of chunks
+    (per-chunk queries would each sort the table). With one: a query per chunk, but each reads only its
+    chunk's index entries, so the server reads the table about once (plus the exact COUNT(*) of small
+    tables)."""
+    rows = 20_000
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, s VARCHAR(40) COLLATE utf8mb4_unicode_ci NOT NULL, "
+                    "u VARCHAR(40) NULL)")
+        cur.execute("INSERT INTO t SELECT seq, MD5(seq), IF(seq % 10, MD5(seq * 7), NULL) "
+                    f"FROM seq_1_to_{rows}")
+        cur.execute("ALTER TABLE t ADD KEY s (s)")
+    table = TableId(mysql_db, "t")
+    one_pass: dict[int, tuple[int, int]] = {}
+    for chunk_size in (1000, 50):
+        log = StatementLog(factory)
+        plan = plan_table(log, table, generation=1, chunk_size=chunk_size, chunk_key="u")
+        assert len(plan.chunks) == -(-int(rows * 0.9) // chunk_size)
+        assert max(log.reads) <= 3 * rows, "the planner read the table more than once (plus COUNT(*))"
+        assert len(log.planner_statements) <= 10, log.planner_statements
+        one_pass[chunk_size] = (len(log.planner_statements), len(log.statements))
+        scans = [s for s in log.planner_statements if "GROUP BY" in s]
+        assert len(scans) == 1 and "SQL_BIG_RESULT" in scans[0]
+    assert one_pass[50][0] == one_pass[1000][0], one_pass  # 18 or 360 chunks: the same statements
+    assert one_pass[50][1] <= one_pass[50][0] + 5, one_pass  # sort keys of 359 boundaries: batched
+
+    for chunk_size in (1000, 50):
+        log = StatementLog(factory)
+        plan = plan_table(log, table, generation=1, chunk_size=chunk_size, chunk_key="s")
+        chunks = len(plan.chunks)
+        assert chunks == rows // chunk_size + (rows % chunk_size > 0)
+        reads = max(log.reads)
+        assert reads <= 2 * rows + 10 * chunks + 5000, f"index walk read the table more than once ({reads})"
+        assert len(log.planner_statements) <= chunks + 10
+        walks = [s for s in log.planner_statements if "OFFSET" in s]
+        assert len(walks) == chunks and all("FORCE INDEX (`s`)" in s for s in walks)
+        assert len(log.statements) - len(log.planner_statements) <= 3 + -(-chunks // 200)

@@ -2,9 +2,11 @@
 
 The chunk key is the primary key (as a tuple: a composite key whose first column has few distinct values
 still gives bounded chunks) or a configured ``chunk_key`` column. A single integer/decimal key that is dense
-enough is split by arithmetic (*even* split); anything else by ordered ``LIMIT`` queries that walk the key
-(*uneven* split). The first chunk is ``(-inf, x)`` and also holds the rows whose chunk key is NULL; the last
-is ``[y, +inf)``. A plan carries the generation the chunk store allocated, so boundaries of two plans never mix.
+enough is split by arithmetic (*even* split); anything else every ``chunk_size`` rows of the key in server
+order (*uneven* split: one ``LIMIT``/``OFFSET`` query per chunk along an index that starts with the key, or
+one ordered pass over the key when no index does; see ``_uneven_boundaries``). The first chunk is
+``(-inf, x)`` and also holds the rows whose chunk key is NULL; the last is ``[y, +inf)``. A plan carries the
+generation the chunk store allocated, so boundaries of two plans never mix.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import decimal
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterable, Iterator, Sequence
 
 import pymysql
+import pymysql.cursors
 
 from .errors import CdcError, ConfigurationError
 from .keys import (
@@ -30,7 +33,8 @@ from .keys import (
 )
 from .positions import BinlogPosition
 from .server import current_binlog_status, server_info
-from .tables import Column, TableId, TableSchema, load_schema
+from .source_limits import is_query_timeout
+from .tables import Column, TableId, TableSchema, load_schema, quote_ident
 
 DEFAULT_CHUNK_SIZE = 8096
 DEFAULT_DISTRIBUTION_FACTOR_BOUNDS = (0.05, 1000.0)
@@ -266,56 +270,196 @@ def _uneven_boundaries(
     order: KeyOrder,
     chunk_size: int,
 ) -> list[Key]:
-    """Walk the key in server order: the next boundary is the key ``chunk_size`` rows after the current one.
+    """Boundaries every ``chunk_size`` rows of the key in server order (NULL keys go to the first chunk).
 
-    Each boundary is strictly greater than the previous one under the columns' collation (checked with
-    KeyOrder, which agrees with the server), so the walk ends. If the row at the offset has the same key as
-    the start (a non-unique chunk key), the walk jumps to the next distinct key instead; NULL keys are skipped
-    (they belong to the first chunk).
+    The rule (both strategies give the same boundaries): the first chunk holds the first ``chunk_size`` rows;
+    every chunk ``[start, ...)`` ends at the key of the row ``chunk_size`` rows after the first row whose key
+    equals ``start`` (the row ``LIMIT 1 OFFSET chunk_size`` of ``WHERE key >= start ORDER BY key``). When that
+    row's key equals ``start`` under the collation (a non-unique chunk key), the boundary is the next greater
+    key instead. So keys the server calls equal never straddle a boundary, boundaries strictly increase, and a
+    chunk holds at most ``chunk_size`` rows unless a single key value has more (that group is one chunk).
+
+    Two strategies, picked by whether an index yields the key order:
+
+    * **index walk** (an index starts with the chunk key columns): one ``LIMIT 1 OFFSET chunk_size`` query per
+      chunk. The server skips ``chunk_size`` index entries per query, reads the index once in total and ships
+      one row per chunk; each statement is short (no long read view or metadata lock).
+    * **one ordered pass** (no such index): ``GROUP BY key ORDER BY key`` streamed through an unbuffered
+      cursor, sorted once by the server (``SQL_BIG_RESULT``: sort, then group) and counted per key; client
+      memory is the boundaries only. Per-chunk queries would make the server sort the table once per chunk.
     """
+    index = _ordering_index(conn, schema, [c.name for c in columns])
+    if index is not None:
+        boundaries = _walk_index(conn, schema, columns, order, chunk_size, index)
+    else:
+        boundaries = _one_ordered_pass(conn, schema, columns, order, chunk_size)
+    _check_increasing(schema, order, boundaries)
+    return boundaries
+
+
+def _ordering_index(
+    conn: pymysql.connections.Connection, schema: TableSchema, key_columns: Sequence[str]
+) -> str | None:
+    """An index whose leading columns are the chunk key (whole columns, ascending, B-tree, usable), or None.
+
+    A secondary index is preferred to PRIMARY (InnoDB's primary key holds whole rows, a secondary index only
+    its columns), then the one with the fewest columns.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT * FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+            (schema.table.database, schema.table.table),
+        )
+        names = [d[0].upper() for d in cur.description]
+        rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    indexes: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        indexes.setdefault(str(row["INDEX_NAME"]), []).append(row)
+    wanted = [c.lower() for c in key_columns]
+    usable: list[tuple[bool, int, str]] = []
+    for name, parts in indexes.items():
+        parts.sort(key=lambda r: int(r["SEQ_IN_INDEX"]))
+        if len(parts) < len(wanted):
+            continue
+        if str(parts[0].get("INDEX_TYPE") or "").upper() != "BTREE":
+            continue  # HASH (MEMORY tables), FULLTEXT, SPATIAL: no order
+        if str(parts[0].get("IGNORED") or "NO").upper() == "YES":
+            continue  # MariaDB: ALTER TABLE ... ALTER INDEX ... IGNORED
+        if str(parts[0].get("IS_VISIBLE") or "YES").upper() == "NO":
+            continue  # MySQL: invisible index
+        if all(
+            str(part.get("COLUMN_NAME") or "").lower() == column
+            and part.get("SUB_PART") is None  # a prefix index does not order whole values
+            and str(part.get("COLLATION") or "").upper() == "A"  # ascending (not DESC, not unsorted)
+            for part, column in zip(parts, wanted)
+        ):
+            usable.append((name == "PRIMARY", len(parts), name))
+    return min(usable)[2] if usable else None
+
+
+def _walk_index(
+    conn: pymysql.connections.Connection,
+    schema: TableSchema,
+    columns: Sequence[Column],
+    order: KeyOrder,
+    chunk_size: int,
+    index: str,
+) -> list[Key]:
+    """The boundary rule by one query per chunk on ``index``; the server decides key equality (``key > start``
+    is part of the same query), so no sort keys are needed until the final check."""
     quoted = [c.quoted for c in columns]
     select = key_select_sql(columns)
     order_by = ", ".join(quoted)
     not_null = " AND ".join(f"{q} IS NOT NULL" for q, c in zip(quoted, columns) if c.nullable) or "1 = 1"
-    table = schema.table.quoted
+    source = f"{schema.table.quoted} FORCE INDEX ({quote_ident(index)})"
     boundaries: list[Key] = []
     with conn.cursor() as cur:
         # The smallest key: a first boundary equal to it would leave the first chunk empty (non-unique key).
-        cur.execute(f"SELECT {select} FROM {table} WHERE {not_null} ORDER BY {order_by} LIMIT 1")
+        cur.execute(f"SELECT {select} FROM {source} WHERE {not_null} ORDER BY {order_by} LIMIT 1")
         row = cur.fetchone()
         if row is None:
             return boundaries
-        floor = order.normalize(row)
-        start: Key | None = None
+        previous = order.normalize(row)
         while True:
-            if start is None:
-                where, params = not_null, []
+            after, after_params = tuple_compare_sql(quoted, previous, ">")
+            if boundaries:
+                where, params = tuple_compare_sql(quoted, previous, ">=")
             else:
-                where, params = tuple_compare_sql(quoted, start, ">=")
+                where, params = not_null, []
             cur.execute(
-                f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1 OFFSET %s",
-                [*params, chunk_size],
+                f"SELECT {select}, {after} FROM {source} WHERE {where} ORDER BY {order_by} LIMIT 1 OFFSET %s",
+                [*after_params, *params, chunk_size],
             )
             row = cur.fetchone()
             if row is None:
                 break
-            boundary = order.normalize(row)
-            previous = floor if start is None else start
-            if order.compare(boundary, previous) <= 0:
-                where, params = tuple_compare_sql(quoted, previous, ">")
-                cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1", params)
+            if not row[-1]:  # equal to the chunk's start under the collation: the next greater key instead
+                cur.execute(
+                    f"SELECT {select} FROM {source} WHERE {after} ORDER BY {order_by} LIMIT 1", after_params
+                )
                 row = cur.fetchone()
                 if row is None:
                     break
-                boundary = order.normalize(row)
-                if order.compare(boundary, previous) <= 0:
-                    raise CdcError(
-                        f"table {schema.table}: the server returned key {boundary!r} as greater than "
-                        f"{previous!r}, but their sort keys disagree: cannot plan chunks for this chunk key"
-                    )
-            boundaries.append(boundary)
-            start = boundary
+            else:
+                row = row[:-1]
+            previous = order.normalize(row)
+            boundaries.append(previous)
     return boundaries
+
+
+def _one_ordered_pass(
+    conn: pymysql.connections.Connection,
+    schema: TableSchema,
+    columns: Sequence[Column],
+    order: KeyOrder,
+    chunk_size: int,
+) -> list[Key]:
+    """The boundary rule from one streamed ``GROUP BY`` of the key: each distinct key (as the server groups
+    it, under the collation) with its row count."""
+    quoted = ", ".join(c.quoted for c in columns)
+    not_null = " AND ".join(f"{c.quoted} IS NOT NULL" for c in columns if c.nullable) or "1 = 1"
+    sql = (
+        f"SELECT SQL_BIG_RESULT {key_select_sql(columns)}, COUNT(*) FROM {schema.table.quoted} "
+        f"WHERE {not_null} GROUP BY {quoted} ORDER BY {quoted}"
+    )
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+        try:
+            cur.execute(sql)
+            boundaries = _boundaries_from_groups(_groups(cur), chunk_size)
+        except pymysql.err.OperationalError as exc:
+            if not is_query_timeout(exc):
+                raise
+            reason = exc.args[1] if len(exc.args) > 1 else exc
+            raise CdcError(
+                f"table {schema.table}: planning chunks by one ordered pass over chunk key ({quoted}) hit "
+                f"the server's statement time limit ({reason}). Fix: add an index that starts with the chunk "
+                "key column(s) (planning then walks the index), or raise max_statement_time (MariaDB) / "
+                "max_execution_time (MySQL) for the CDC user"
+            ) from exc
+    return [order.normalize(key) for key in boundaries]
+
+
+def _groups(cur: pymysql.cursors.SSCursor, batch: int = 10_000) -> Iterator[tuple[Key, int]]:
+    while rows := cur.fetchmany(batch):
+        for row in rows:
+            yield tuple(row[:-1]), int(row[-1])
+
+
+def _boundaries_from_groups(groups: Iterable[tuple[Key, int]], chunk_size: int) -> list[Key]:
+    """The boundary rule over ``(key, rows)`` groups in key order (distinct under the collation).
+
+    Positions count non-NULL rows from 0. A chunk starting at a group that begins at position ``p`` ends at
+    the group holding position ``p + chunk_size``; if that is the start group itself, at the group after it.
+    """
+    boundaries: list[Key] = []
+    target: int | None = None  # position of the row the current chunk ends at
+    jump = False  # the target fell inside the start group: the next group is the boundary
+    position = 0  # position of the first row of the current group
+    for key, rows in groups:
+        if target is None:  # the smallest key starts the first chunk
+            target = chunk_size
+        elif jump or target < position + rows:
+            boundaries.append(key)
+            target = position + chunk_size
+        else:
+            position += rows
+            continue
+        jump = target < position + rows
+        position += rows
+    return boundaries
+
+
+def _check_increasing(schema: TableSchema, order: KeyOrder, boundaries: Sequence[Key]) -> None:
+    """The server ordered the boundaries; Python's order (``KeyOrder``, which the stream uses to place events)
+    must agree, or this chunk key cannot be planned. Sort keys are fetched in batches, not per boundary."""
+    sort_keys = order.sort_keys(boundaries)
+    for i in range(1, len(sort_keys)):
+        if not sort_keys[i - 1] < sort_keys[i]:
+            raise CdcError(
+                f"table {schema.table}: the server returned key {boundaries[i]!r} as greater than "
+                f"{boundaries[i - 1]!r}, but their sort keys disagree: cannot plan chunks for this chunk key"
+            )
 
 
 def plan_predicate(plan: ChunkPlan, schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]:
