@@ -39,10 +39,12 @@ import pymysql.cursors
 
 from airflow_provider_mysqlcdc.engine import planner
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.keys import key_select_sql, tuple_compare_sql
 from airflow_provider_mysqlcdc.engine.planner import ChunkPlan, plan_table
 from airflow_provider_mysqlcdc.engine.tables import TableId
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the reference
+from tests.reference_planner import old_uneven_boundaries  # noqa: E402
 
 try:
     import psutil
@@ -51,43 +53,6 @@ except ImportError:  # /proc instead
 
 
 # --- the old uneven split, frozen for comparison ------------------------------------------------------------
-
-
-def old_uneven_boundaries(conn, schema, columns, order, chunk_size):
-    """The uneven split before the index walk / one-pass planner: a ``LIMIT 1 OFFSET`` query per chunk, and
-    ``KeyOrder.compare`` (a sort-key query for new string keys) per boundary."""
-    quoted = [c.quoted for c in columns]
-    select = key_select_sql(columns)
-    order_by = ", ".join(quoted)
-    not_null = " AND ".join(f"{q} IS NOT NULL" for q, c in zip(quoted, columns) if c.nullable) or "1 = 1"
-    table = schema.table.quoted
-    boundaries = []
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT {select} FROM {table} WHERE {not_null} ORDER BY {order_by} LIMIT 1")
-        row = cur.fetchone()
-        if row is None:
-            return boundaries
-        floor = order.normalize(row)
-        start = None
-        while True:
-            where, params = (not_null, []) if start is None else tuple_compare_sql(quoted, start, ">=")
-            cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1 OFFSET %s",
-                        [*params, chunk_size])
-            row = cur.fetchone()
-            if row is None:
-                break
-            boundary = order.normalize(row)
-            previous = floor if start is None else start
-            if order.compare(boundary, previous) <= 0:
-                where, params = tuple_compare_sql(quoted, previous, ">")
-                cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1", params)
-                row = cur.fetchone()
-                if row is None:
-                    break
-                boundary = order.normalize(row)
-            boundaries.append(boundary)
-            start = boundary
-    return boundaries
 
 
 # --- CPU, memory and wall time ------------------------------------------------------------------------------

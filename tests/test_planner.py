@@ -14,7 +14,7 @@ import pytest
 from airflow_provider_mysqlcdc.engine import planner
 from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.engine.keys import ChunkLocator, KeyOrder, key_select_sql, tuple_compare_sql
+from airflow_provider_mysqlcdc.engine.keys import ChunkLocator, KeyOrder, key_select_sql
 from airflow_provider_mysqlcdc.engine.planner import (
     Chunk,
     ChunkPlan,
@@ -23,6 +23,8 @@ from airflow_provider_mysqlcdc.engine.planner import (
     plan_table,
 )
 from airflow_provider_mysqlcdc.engine.tables import TableId, load_schema
+
+from .reference_planner import old_uneven_boundaries
 
 
 @pytest.fixture
@@ -371,43 +373,6 @@ def test_timestamp_keys_from_events_in_any_zone(mysql_server, mysql_db, factory)
 
 
 # --- uneven split: the index walk and the one ordered pass ------------------------------------------------
-
-
-def old_uneven_boundaries(conn, schema, columns, order, chunk_size):
-    """The uneven split as it was before the one-pass strategy (frozen here as the reference): one ``LIMIT 1
-    OFFSET chunk_size`` query per chunk, equality under the collation decided by KeyOrder."""
-    quoted = [c.quoted for c in columns]
-    select = key_select_sql(columns)
-    order_by = ", ".join(quoted)
-    not_null = " AND ".join(f"{q} IS NOT NULL" for q, c in zip(quoted, columns) if c.nullable) or "1 = 1"
-    table = schema.table.quoted
-    boundaries = []
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT {select} FROM {table} WHERE {not_null} ORDER BY {order_by} LIMIT 1")
-        row = cur.fetchone()
-        if row is None:
-            return boundaries
-        floor = order.normalize(row)
-        start = None
-        while True:
-            where, params = (not_null, []) if start is None else tuple_compare_sql(quoted, start, ">=")
-            cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1 OFFSET %s",
-                        [*params, chunk_size])
-            row = cur.fetchone()
-            if row is None:
-                break
-            boundary = order.normalize(row)
-            previous = floor if start is None else start
-            if order.compare(boundary, previous) <= 0:
-                where, params = tuple_compare_sql(quoted, previous, ">")
-                cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order_by} LIMIT 1", params)
-                row = cur.fetchone()
-                if row is None:
-                    break
-                boundary = order.normalize(row)
-            boundaries.append(boundary)
-            start = boundary
-    return boundaries
 
 
 def old_rule_on_a_list(keys: list[int], chunk_size: int) -> list[int]:
