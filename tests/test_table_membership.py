@@ -208,3 +208,19 @@ def test_cli_remove_table_and_plan_only_new(mysql_server, mysql_db, tmp_path, ca
     assert cli.main(["snapshot", "--mysql-url", settings.redacted_url(), "--chunk-store", store,
                      "--output", str(tmp_path / "lake"), "--tables", b]) == 2
     assert "was removed from the pipeline" in capsys.readouterr().err
+
+
+def test_a_planned_table_dropped_in_the_source_says_how_to_take_it_out(mysql_server, mysql_db, tmp_path):
+    from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream
+    from airflow_provider_mysqlcdc.engine.tables import TableId
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE gone (id INT PRIMARY KEY)")
+    table = TableId(mysql_db, "gone")
+    with ChunkStore(str(tmp_path / "chunks.db")) as store:
+        plan_tables(settings, store, [str(table)])
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+            cur.execute("DROP TABLE gone")
+        with pytest.raises(ConfigurationError, match=rf"does not exist.*mysqlcdc remove-table {mysql_db}\.gone"):
+            ChangeStream(settings, store, [table], 5401)

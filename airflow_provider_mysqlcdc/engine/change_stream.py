@@ -13,6 +13,7 @@ from typing import Callable
 from .binlog_reader import BinlogReader, Heartbeat, RowChange, SchemaChange
 from .chunk_store import ChunkStore, TableView
 from .connection import MySQLSettings, connect
+from .errors import ConfigurationError
 from .keys import ChunkLocator, KeyOrder
 from .offsets import BinlogOffset
 from .planner import ChunkPlan
@@ -55,7 +56,7 @@ class ChangeStream:
     def __post_init__(self) -> None:
         if not self.schemas:
             with connect(self.settings) as conn:
-                self.schemas = {t: load_schema(conn, t) for t in self.tables}
+                self.schemas = {t: _captured_schema(conn, t) for t in self.tables}
         self.refresh()
 
     def close(self) -> None:
@@ -153,6 +154,16 @@ class ChangeStream:
             records=records, start=start, end=offset, rows_read=rows, seconds=time.monotonic() - started,
             dropped=self._filter.dropped - dropped_before, schemas=schemas, schema_changes=ddl,
         )
+
+
+def _captured_schema(conn: object, table: TableId) -> TableSchema:
+    try:
+        return load_schema(conn, table)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        raise ConfigurationError(
+            f"{exc}. If {table} was dropped or renamed for good, take it out of the pipeline (mysqlcdc "
+            f"remove-table {table}, or the DAG param remove_tables) and restart the stream"
+        ) from None
 
 
 def _open_update(pending: list[RowChange]) -> bool:
