@@ -23,7 +23,6 @@ file enforces it; on object stores the caller must (the stream's driver is the n
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import fcntl
 import logging
@@ -55,8 +54,8 @@ from .mirror_manifest import (
     read_manifest,
     write_manifest,
 )
-from .output_layout import MIRROR, filesystem, mirror_dir, new_version, snapshot_dir, table_dir
 from .outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
+from .output_layout import MIRROR, filesystem, mirror_dir, new_version, snapshot_dir, table_dir
 from .planner import ChunkPlan
 from .positions import BinlogPosition
 from .records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
@@ -611,9 +610,8 @@ def _conformed_changes(
     part: pa.Table, history: list[SchemaEvent], data_schema: pa.Schema, name: str
 ) -> Iterator[pa.Table]:
     """The records of one file in the newest columns: each record gets the DDL that came after it."""
-    marks = [e.position for e in history]
-    positions = part.column(POSITION).to_pylist()
-    buckets = np.fromiter((bisect.bisect_right(marks, p) for p in positions), dtype=np.int64, count=len(positions))
+    marks = np.array([e.position for e in history])  # fixed-width strings: they sort like the positions
+    buckets = np.searchsorted(marks, part.column(POSITION).to_numpy(zero_copy_only=False), side="right")
     for i in np.unique(buckets):
         rows = part.filter(pa.array(buckets == i))
         yield conform(rows, history[int(i):], data_schema, name, keep=(OP, POSITION))
