@@ -43,12 +43,12 @@ test: setup
 demo: setup
 	$(BIN)/python -m airflow_provider_mysqlcdc.testing.demo
 
-# Benchmarks print ratios against baselines measured in the same run (sizes: BENCH_ARGS='--rows 1000000').
+# The benchmark suite: one table of figures next to baselines measured in the same run, saved to
+# bench/results/latest.{md,png,json} (BENCH_ARGS='--quick', '--only catchup,latency', sizes: see --help).
+# The single-purpose scripts (bench/engine_bench.py, snapshot_bench.py, planning.py, soak.py) run by hand.
 bench: setup
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,bench]'
-	$(BIN)/python bench/engine_bench.py $(BENCH_ARGS)
-	$(BIN)/python bench/snapshot_bench.py $(BENCH_ARGS)
-	$(BIN)/python bench/planning.py $(BENCH_ARGS)
+	$(BIN)/python bench/suite.py $(BENCH_ARGS)
 
 # Re-resolve the pinned versions (review the diff before committing it).
 lock: setup

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 import pymysql.cursors
 
@@ -48,7 +49,7 @@ class Timer:
     def __init__(self, server: MariaDBServer) -> None:
         self.server = server
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Self:
         self.wall, self.cpu, self.db = time.perf_counter(), cpu_seconds(), server_cpu(self.server)
         return self
 

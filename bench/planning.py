@@ -30,10 +30,11 @@ import platform
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pymysql.cursors
 
@@ -44,7 +45,7 @@ from airflow_provider_mysqlcdc.engine.tables import TableId
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the reference
-from tests.reference_planner import old_uneven_boundaries  # noqa: E402
+from tests.reference_planner import old_uneven_boundaries
 
 try:
     import psutil
@@ -184,9 +185,132 @@ class Row:
     what: str
     rows: int
     chunks: int | None
-    m: Measure
-    baseline: Measure | None
+    m: Any  # a Measure (this module's, or bench/cpu.py's when the suite passes its meter)
+    baseline: Any | None
     note: str = ""
+    kind: str = ""  # which variant: see VARIANTS
+
+
+# Variants run_planning measures: the even split, the uneven split on the string primary key (index walk,
+# the old algorithm, the one ordered pass forced), the one ordered pass on the unindexed key, and the old
+# algorithm on the small copy of that key (quadratic: extrapolated).
+VARIANTS = ("even", "uneven_index", "uneven_old", "uneven_forced", "unindexed", "unindexed_old")
+Meter = Callable[[int], AbstractContextManager[Any]]  # server pid -> context yielding a Measure filled at exit
+
+
+def say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def prepare(server: MariaDBServer, rows: int, old_rows: int) -> str:
+    """Load the tables and warm the buffer pool; returns the server version."""
+    say(f"loading 2 x {rows:,} rows ...")
+    started = time.perf_counter()
+    load(server, rows, old_rows)
+    say(f"loaded in {time.perf_counter() - started:.0f}s")
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT VERSION()")
+        (version,) = cur.fetchone()
+        for table in ("ints", "strs", "strs_small"):  # warm the buffer pool
+            cur.execute(f"SELECT COUNT(*) FROM bench.{table}")
+            cur.fetchall()
+    return str(version)
+
+
+def run_planning(server: MariaDBServer, rows: int, cs: int, old_rows: int, *,
+                 variants: tuple[str, ...] = VARIANTS, meter: Meter = measure) -> list[Row]:
+    """Plan the loaded tables (``prepare``) with each of ``variants``, each next to its key scan."""
+    assert server.process is not None
+    pid = server.process.pid
+    settings = MySQLSettings.from_url(server.cdc_url)
+    factory: Callable[[], Any] = lambda: connect(settings)
+    out: list[Row] = []
+
+    def plan(table: str, chunk_key: str | None = None) -> tuple[ChunkPlan, Any]:
+        with meter(pid) as m:
+            result = plan_table(factory, TableId("bench", table), 1, chunk_size=cs, chunk_key=chunk_key)
+        say(f"  plan {table} by {chunk_key or 'primary key'}: {m.wall:.2f}s, "
+            f"{len(result.chunks)} chunks ({result.split})")
+        return result, m
+
+    def scan(table: str, column: str, nullable: bool) -> tuple[int, Any]:
+        with meter(pid) as m:
+            n = key_scan(settings, f"bench.{table}", column, nullable)
+        say(f"  scan {table}.{column}: {m.wall:.2f}s, {n:,} keys")
+        return n, m
+
+    if "even" in variants:
+        say("integer key, even split")
+        _, base_ints = scan("ints", "id", False)
+        even, m = plan("ints")
+        assert even.split == "even"
+        out.append(Row("even split, `BIGINT` primary key (arithmetic)", rows, len(even.chunks), m, base_ints,
+                       kind="even"))
+
+    if {"uneven_index", "uneven_old", "uneven_forced"} & set(variants):
+        say("string primary key, uneven split")
+        _, base_k = scan("strs", "k", False)
+        plans = []
+        if "uneven_index" in variants:
+            walk, m = plan("strs")
+            assert walk.split == "uneven"
+            plans.append(walk)
+            out.append(Row("uneven, `VARCHAR` utf8mb4_general_ci primary key: **new** (index walk)", rows,
+                           len(walk.chunks), m, base_k, kind="uneven_index"))
+        if "uneven_old" in variants:
+            with patched("_uneven_boundaries", old_uneven_boundaries):
+                old, m = plan("strs")
+            plans.append(old)
+            out.append(Row("uneven, same key: old algorithm", rows, len(old.chunks), m, base_k,
+                           kind="uneven_old"))
+        if "uneven_forced" in variants:
+            with patched("_ordering_index", lambda *a: None):
+                forced, m = plan("strs")
+            plans.append(forced)
+            out.append(Row("uneven, same key: one ordered pass forced (not used when an index exists)", rows,
+                           len(forced.chunks), m, base_k, kind="uneven_forced"))
+        assert all(p.chunks == plans[0].chunks for p in plans), "the strategies disagree on the primary key"
+
+    if "unindexed" in variants:
+        say("unindexed string chunk key, uneven split")
+        n_u, base_u = scan("strs", "u", True)
+        one_pass, m = plan("strs", "u")
+        assert one_pass.split == "uneven"
+        out.append(Row("uneven, unindexed `VARCHAR` chunk key, pairs equal under the collation: **new** "
+                       "(one ordered pass)", rows, len(one_pass.chunks), m, base_u, f"{n_u:,} non-NULL keys",
+                       kind="unindexed"))
+    if "unindexed_old" in variants and old_rows:
+        _, base_small = scan("strs_small", "u", True)
+        small_new, m_new = plan("strs_small", "u")
+        with patched("_uneven_boundaries", old_uneven_boundaries):
+            small_old, m_old = plan("strs_small", "u")
+        out.append(Row("uneven, unindexed key, small copy: **new** (one ordered pass)", old_rows,
+                       len(small_new.chunks), m_new, base_small, kind="unindexed_small"))
+        projected = m_old.wall * (rows / old_rows) ** 2
+        out.append(Row("uneven, unindexed key, small copy: old algorithm (a sort per chunk)", old_rows,
+                       len(small_old.chunks), m_old, base_small,
+                       f"not run at {rows:,} rows: quadratic, ~{duration(projected)} projected"
+                       if old_rows < rows else "", kind="unindexed_old"))
+        # Equal under the collation; the spelling of a boundary ('Key-..' or 'KEY-..') may differ.
+        assert len(small_new.chunks) == len(small_old.chunks), "the old and new plans disagree"
+    return out
+
+
+def print_table(out: list[Row], rows: int, cs: int, version: str) -> None:
+    cores = os.cpu_count()
+    print(f"\n### Chunk planning ({rows:,}-row tables, chunk size {cs:,}; {version}, buffer pool 2G; "
+          f"{platform.machine()}, {cores} cores shared by server and client)\n")
+    print("| planning | rows | chunks | time | CPU client / server / other | baseline: full ordered key scan "
+          "| baseline CPU client / server / other | ratio to baseline | client RSS growth | note |")
+    print("|---|---:|---:|---:|---|---:|---|---:|---:|---|")
+    for r in out:
+        base = r.baseline
+        ratio = f"{r.m.wall / base.wall:.2f}x" if base else "-"
+        print(f"| {r.what} | {r.rows:,} | {r.chunks:,} | {r.m.wall:.2f} s | {r.m.shares()} | "
+              f"{base.wall:.2f} s | {base.shares()} | {ratio} | {r.m.rss_growth_mb:.0f} MB | {r.note} |")
+    print("\nCPU shares: 100% = one core; other = the rest of the machine during the measurement. The "
+          "baseline streams every key through pymysql (client-bound); the index walk ships one key per chunk "
+          "and lets the server skip the rest, so it can run faster than the baseline.")
 
 
 def main() -> int:
@@ -199,95 +323,13 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
     rows, cs, old_rows = args.rows, args.chunk_size, min(args.old_rows, args.rows)
-    out: list[Row] = []
     with MariaDBServer(options={"innodb-buffer-pool-size": "2G"}) as server:
-        assert server.process is not None
-        pid = server.process.pid
-        settings = MySQLSettings.from_url(server.cdc_url)
-        factory: Callable[[], Any] = lambda: connect(settings)  # noqa: E731
-        print(f"loading 2 x {rows:,} rows ...", file=sys.stderr, flush=True)
-        started = time.perf_counter()
-        load(server, rows, old_rows)
-        print(f"loaded in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
-        with server.admin() as conn, conn.cursor() as cur:
-            cur.execute("SELECT VERSION()")
-            (version,) = cur.fetchone()
-            for table in ("ints", "strs", "strs_small"):  # warm the buffer pool
-                cur.execute(f"SELECT COUNT(*) FROM bench.{table}")
-                cur.fetchall()
-
-        def plan(table: str, chunk_key: str | None = None) -> tuple[ChunkPlan, Measure]:
-            with measure(pid) as m:
-                result = plan_table(factory, TableId("bench", table), 1, chunk_size=cs, chunk_key=chunk_key)
-            print(f"  plan {table} by {chunk_key or 'primary key'}: {m.wall:.2f}s, "
-                  f"{len(result.chunks)} chunks ({result.split})", file=sys.stderr, flush=True)
-            return result, m
-
-        def scan(table: str, column: str, nullable: bool) -> tuple[int, Measure]:
-            with measure(pid) as m:
-                n = key_scan(settings, f"bench.{table}", column, nullable)
-            print(f"  scan {table}.{column}: {m.wall:.2f}s, {n:,} keys", file=sys.stderr, flush=True)
-            return n, m
-
-        print("integer key, even split", file=sys.stderr, flush=True)
-        _, base_ints = scan("ints", "id", False)
-        even, m = plan("ints")
-        assert even.split == "even"
-        out.append(Row("even split, `BIGINT` primary key (arithmetic)", rows, len(even.chunks), m, base_ints))
-
-        print("string primary key, uneven split", file=sys.stderr, flush=True)
-        _, base_k = scan("strs", "k", False)
-        walk, m = plan("strs")
-        assert walk.split == "uneven"
-        out.append(Row("uneven, `VARCHAR` utf8mb4_general_ci primary key: **new** (index walk)", rows,
-                       len(walk.chunks), m, base_k))
-        with patched("_uneven_boundaries", old_uneven_boundaries):
-            old, m = plan("strs")
-        out.append(Row("uneven, same key: old algorithm", rows, len(old.chunks), m, base_k))
-        with patched("_ordering_index", lambda *a: None):
-            forced, m = plan("strs")
-        out.append(Row("uneven, same key: one ordered pass forced (not used when an index exists)", rows,
-                       len(forced.chunks), m, base_k))
-        assert walk.chunks == old.chunks == forced.chunks, "the strategies disagree on the primary key"
-
-        print("unindexed string chunk key, uneven split", file=sys.stderr, flush=True)
-        n_u, base_u = scan("strs", "u", True)
-        one_pass, m = plan("strs", "u")
-        assert one_pass.split == "uneven"
-        out.append(Row("uneven, unindexed `VARCHAR` chunk key, pairs equal under the collation: **new** "
-                       "(one ordered pass)", rows, len(one_pass.chunks), m, base_u, f"{n_u:,} non-NULL keys"))
-        n_small, base_small = scan("strs_small", "u", True)
-        small_new, m_new = plan("strs_small", "u")
-        with patched("_uneven_boundaries", old_uneven_boundaries):
-            small_old, m_old = plan("strs_small", "u")
-        out.append(Row("uneven, unindexed key, small copy: **new** (one ordered pass)", old_rows,
-                       len(small_new.chunks), m_new, base_small))
-        projected = m_old.wall * (rows / old_rows) ** 2
-        out.append(Row("uneven, unindexed key, small copy: old algorithm (a sort per chunk)", old_rows,
-                       len(small_old.chunks), m_old, base_small,
-                       f"not run at {rows:,} rows: quadratic, ~{duration(projected)} projected"
-                       if old_rows < rows else ""))
-        # Equal under the collation; the spelling of a boundary ('Key-..' or 'KEY-..') may differ.
-        assert len(small_new.chunks) == len(small_old.chunks), "the old and new plans disagree"
-
-    cores = os.cpu_count()
-    print(f"\n### Chunk planning ({rows:,}-row tables, chunk size {cs:,}; {version}, buffer pool 2G; "
-          f"{platform.machine()}, {cores} cores shared by server and client)\n")
-    print("| planning | rows | chunks | time | CPU client / server / other | baseline: full ordered key scan "
-          "| baseline CPU client / server / other | ratio to baseline | client RSS growth | note |")
-    print("|---|---:|---:|---:|---|---:|---|---:|---:|---|")
-    figures: list[dict[str, Any]] = []
-    for r in out:
-        base = r.baseline
-        ratio = f"{r.m.wall / base.wall:.2f}x" if base else "-"
-        print(f"| {r.what} | {r.rows:,} | {r.chunks:,} | {r.m.wall:.2f} s | {r.m.shares()} | "
-              f"{base.wall:.2f} s | {base.shares()} | {ratio} | {r.m.rss_growth_mb:.0f} MB | {r.note} |")
-        figures.append({"what": r.what, "rows": r.rows, "chunks": r.chunks, **asdict(r.m),
-                        "baseline": asdict(base) if base else None})
-    print("\nCPU shares: 100% = one core; other = the rest of the machine during the measurement. The "
-          "baseline streams every key through pymysql (client-bound); the index walk ships one key per chunk "
-          "and lets the server skip the rest, so it can run faster than the baseline.")
+        version = prepare(server, rows, old_rows)
+        out = run_planning(server, rows, cs, old_rows)
+    print_table(out, rows, cs, version)
     if args.json:
+        figures = [{"what": r.what, "rows": r.rows, "chunks": r.chunks, **asdict(r.m),
+                    "baseline": asdict(r.baseline) if r.baseline else None} for r in out]
         args.json.write_text(json.dumps({"rows": rows, "chunk_size": cs, "figures": figures}, indent=2))
     return 0
 

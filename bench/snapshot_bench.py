@@ -23,146 +23,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_bench import load_table  # noqa: E402 - same table shape as the engine benchmark
+from cpu import Measure, Timer, machine, settle
+from engine_bench import load_table  # same table shape as the engine benchmark
 
 TABLE = "bench.t"
 CX_BATCH_ROWS = 65_536
-
-
-# --- CPU and wall time --------------------------------------------------------------------------------------
-
-
-def tree_cpu(root: psutil.Process, exclude: int | None = None) -> float:
-    """CPU seconds of ``root`` and its live descendants, plus what their reaped children used."""
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        if proc.pid == exclude:
-            continue
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
-
-
-def cpu_by_kind(root: psutil.Process, exclude: int | None = None) -> dict[int, tuple[str, float, float]]:
-    """pid -> (kind, own CPU, CPU of its reaped children); kind: driver, jvm or python workers."""
-    out = {}
-    for proc in [root, *root.children(recursive=True)]:
-        if proc.pid == exclude:
-            continue
-        try:
-            t, name = proc.cpu_times(), proc.name()
-        except psutil.Error:
-            continue
-        kind = "driver" if proc.pid == root.pid else "jvm" if name == "java" else "python workers"
-        # What the JVM reaped were Python daemons/workers; what a Python process reaped stays with its kind.
-        out[proc.pid] = (kind, t.user + t.system, t.children_user + t.children_system)
-    return out
-
-
-def kind_deltas(before: dict[int, tuple[str, float, float]],
-                after: dict[int, tuple[str, float, float]]) -> dict[str, float]:
-    totals: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
-    for sign, snap in ((-1, before), (1, after)):
-        for kind, own, reaped in snap.values():
-            totals[kind] += sign * own
-            totals["python workers" if kind == "jvm" else kind] += sign * reaped
-    return totals
-
-
-def tree_rss(root: psutil.Process, exclude: int | None = None) -> int:
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        if proc.pid == exclude:
-            continue
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return total
-
-
-@dataclass
-class Measure:
-    wall: float = 0.0
-    client: float = 0.0  # CPU seconds
-    server: float = 0.0  # CPU seconds
-    peak_rss_mb: float = 0.0
-    other: float = 0.0  # CPU seconds of every other process on the machine (other work sharing the cores)
-    client_by_kind: dict[str, float] | None = None  # CPU seconds of the driver, the JVM, the Python workers
-
-    def __add__(self, other: "Measure") -> "Measure":
-        return Measure(self.wall + other.wall, self.client + other.client, self.server + other.server,
-                       max(self.peak_rss_mb, other.peak_rss_mb), self.other + other.other)
-
-    def shares(self) -> str:
-        return (f"client {self.client / self.wall:.0%} / server {self.server / self.wall:.0%} of a core "
-                f"(other processes {self.other / self.wall:.0%})")
-
-
-def machine_busy() -> float:
-    t = psutil.cpu_times()
-    idle = t.idle + getattr(t, "iowait", 0.0)
-    return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)  # guest time is in user
-
-
-class Timer:
-    """Wall time, client-tree CPU and server CPU of a block; samples the client tree's RSS every 0.5 s."""
-
-    def __init__(self, server_pid: int) -> None:
-        self.me = psutil.Process()
-        self.server = psutil.Process(server_pid)
-        self.server_pid = server_pid
-        self.m = Measure()
-        self._stop = threading.Event()
-        self._peak = 0
-
-    def _server_cpu(self) -> float:
-        t = self.server.cpu_times()
-        return t.user + t.system
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.5):
-            self._peak = max(self._peak, tree_rss(self.me, self.server_pid))
-
-    def __enter__(self) -> "Timer":
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        self._kinds = cpu_by_kind(self.me, self.server_pid)
-        self._t0 = (time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu(),
-                    machine_busy())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wall, client, server = time.perf_counter(), tree_cpu(self.me, self.server_pid), self._server_cpu()
-        busy = machine_busy()
-        kinds = kind_deltas(self._kinds, cpu_by_kind(self.me, self.server_pid))
-        self._stop.set()
-        self._thread.join()
-        self._peak = max(self._peak, tree_rss(self.me, self.server_pid))
-        client, server = client - self._t0[1], server - self._t0[2]
-        other = max(0.0, busy - self._t0[3] - client - server)
-        self.m = Measure(wall - self._t0[0], client, server, self._peak / 2**20, other, kinds)
 
 
 def dir_mb(path: Path) -> float:
@@ -229,17 +108,6 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
     return rows, t.m
 
 
-def settle(server_pid: int, idle_cpu: float = 0.05, timeout: float = 120.0) -> None:
-    """Wait until the server is idle (the load leaves dirty pages and purge work behind)."""
-    proc = psutil.Process(server_pid)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = sum(proc.cpu_times()[:2])
-        time.sleep(1.0)
-        if sum(proc.cpu_times()[:2]) - before < idle_cpu:
-            return
-
-
 # --- the snapshot phase on Spark (runs in a child process: one fresh JVM per parallelism) -------------------
 
 
@@ -251,27 +119,31 @@ def spark_child(cfg_path: str) -> int:
     from airflow_provider_mysqlcdc.engine.tables import TableId
 
     p, server_pid, rows = cfg["parallelism"], cfg["server_pid"], cfg["rows"]
+    # The suite runs the job on a standalone cluster it started: its executors are not this process's
+    # descendants, so the client tree is rooted at the suite process (``client_root``).
+    master, root = cfg.get("master") or f"local[{p}]", cfg.get("client_root")
+    label = cfg.get("label") or master
     out: dict[str, Any] = {"parallelism": p}
 
     def say(msg: str) -> None:
-        print(f"[local[{p}]] {msg}", file=sys.stderr, flush=True)
+        print(f"[{label}] {msg}", file=sys.stderr, flush=True)
 
     with ChunkStore(cfg["store"]) as store:
         from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
         password = Path(cfg["password_file"]).read_text().strip()
         settings = MySQLSettings.from_url(cfg["mysql_url"], password=password)
-        with Timer(server_pid) as t_plan:
+        with Timer(server_pid, root) as t_plan:
             plan = plan_tables(settings, store, [TABLE], chunk_size=cfg["chunk_size"])[0]
         out["chunks"] = len(plan.chunks)
         say(f"planned {len(plan.chunks)} chunks in {t_plan.m.wall:.1f}s")
 
-    with Timer(server_pid) as t_start:
+    with Timer(server_pid, root) as t_start:
         from airflow_provider_mysqlcdc.spark.session import build_session
         from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
         from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
 
-        spark = build_session(master=f"local[{p}]", app_name=f"mysqlcdc snapshot bench local[{p}]",
-                              conf={"spark.ui.enabled": "false"})
+        spark = build_session(master=master, app_name=f"mysqlcdc snapshot bench {label}",
+                              conf={"spark.ui.enabled": "false", **cfg.get("spark_conf", {})})
         spark.sparkContext.setLogLevel("WARN")
         # A trivial job that starts the Python workers too.
         assert spark.sparkContext.parallelize(range(p), p).map(lambda x: x + 1).sum() == p * (p + 1) // 2
@@ -279,7 +151,7 @@ def spark_child(cfg_path: str) -> int:
     try:
         options = SnapshotOptions(mysql_url=cfg["mysql_url"], password_file=cfg["password_file"], table=TABLE,
                                   output=cfg["output"], chunk_store=cfg["store"])
-        with Timer(server_pid) as t_job:
+        with Timer(server_pid, root) as t_job:
             result = run_chunk_group(spark, options, progress=say, raise_on_failure=True)
         out["spark_reported_seconds"] = result.seconds
         out["spark_version"] = spark.version
@@ -321,19 +193,6 @@ def run_spark(work: Path, cfg: dict[str, Any], parallelism: int) -> dict[str, An
 
 
 # --- main ---------------------------------------------------------------------------------------------------
-
-
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = psutil.virtual_memory().total / 2**30
-    return f"{os.cpu_count()} cores ({model or platform.machine()}), {mem:.0f} GB RAM"
 
 
 def main() -> int:

@@ -26,21 +26,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the harness
 
-from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id  # noqa: E402
-from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream  # noqa: E402
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore  # noqa: E402
-from airflow_provider_mysqlcdc.engine.connection import MySQLSettings  # noqa: E402
-from airflow_provider_mysqlcdc.engine.planner import ChunkPlan  # noqa: E402
-from airflow_provider_mysqlcdc.engine.tables import TableId  # noqa: E402
-from airflow_provider_mysqlcdc.testing.binlog_audit import (  # noqa: E402
+from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.tables import TableId
+from airflow_provider_mysqlcdc.testing.binlog_audit import (
     AuditReport,
     audit_changelog,
     entries_from_records,
     read_binlog,
 )
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from tests.engine_harness import Pipeline  # noqa: E402
-from tests.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows  # noqa: E402
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from tests.engine_harness import Pipeline
+from tests.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 
 STEPS = {"pump": 10, "rerun_behind": 3, "rerun_ahead": 2, "replan": 1, "restart": 1, "replay": 2}
 STREAM_ONLY = ("pump", "restart", "replay")  # the last round moves no HW: all its changes must be emitted
@@ -185,16 +185,16 @@ def summary(soak: Soak, stats: WorkloadStats, report: AuditReport, rounds: int, 
         "",
         "| workload and pipeline | |",
         "|---|---|",
-        f"| transactions committed | {stats.transactions} (rolled back {stats.rollbacks}, conflicts "
-        f"{stats.conflicts}, binlog rotations {stats.rotations}) |",
+        (f"| transactions committed | {stats.transactions} (rolled back {stats.rollbacks}, conflicts "
+         f"{stats.conflicts}, binlog rotations {stats.rotations}) |"),
         f"| row changes in the binlog (captured tables, stream range) | {report.binlog_changes} |",
         f"| changelog records | {report.records} |",
         f"| chunk reads | {soak.chunk_reads} |",
         f"| driver steps | {steps} |",
         f"| audit (mariadb-binlog read + compare) | {audit_seconds:.1f} s |",
         "",
-        "| table | mirror equal (rounds) | binlog changes | records | checked past max HW | missing "
-        "| duplicates | invented | wrong values |",
+        ("| table | mirror equal (rounds) | binlog changes | records | checked past max HW | missing "
+         "| duplicates | invented | wrong values |"),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for table in soak.tables:

@@ -71,6 +71,9 @@ with DAG(
                                  description="rows/s the source serves to all chunk reads together (0: no limit)"),
         "query_timeout": Param(600, type="number", minimum=0,
                                description="server-side time limit of each chunk SELECT, seconds (0: none)"),
+        "catchup_partitions": Param(0, type="integer", minimum=0,
+                                    description="Spark tasks decoding one binlog batch when the stream is far "
+                                    "behind (parallel catch-up; 0: Spark's default parallelism, 1: off)"),
         "mysql_conn_id": Param("mysqlcdc_source", type="string"),
         "spark_conn_id": Param("spark_default", type="string"),
     },
@@ -113,6 +116,7 @@ with DAG(
         trigger="{{ params.stream_trigger }}",
         exclude_columns="{{ params.exclude_columns }}",
         startup_mode="{{ params.startup_mode }}",
+        catchup_partitions="{{ params.catchup_partitions }}",
         trigger_rule="none_failed",  # a startup mode without a snapshot maps no snapshot task (skipped)
     )
     plan >> snapshot_phase >> stream

@@ -330,11 +330,13 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
         "--checkpoint",
         "/ckpt",
     ]
-    args = parser.parse_args(["stream", *common, "--available-now", "--max-bytes-per-batch", "1000"])
+    args = parser.parse_args(["stream", *common, "--available-now", "--max-bytes-per-batch", "1000",
+                              "--catchup-partitions", "3", "--catchup-partition-bytes", "500"])
     config = cli_stream.config_from_args(args)
     assert args.func is cli_stream.cmd_stream
     assert config.tables == ("shop.a", "shop.b", "shop.c_*") and config.available_now
     assert config.max_bytes_per_batch == 1000 and config.trigger_kwargs() == {"availableNow": True}
+    assert (config.catchup_partitions, config.catchup_partition_bytes) == (3, 500)
     continuous = cli_stream.config_from_args(
         parser.parse_args(["stream", *common, "--interval", "30 seconds"])
     )
@@ -384,16 +386,18 @@ def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db
     t_int, t_dt = sorted(schemas)
     root, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
     sink = ChangelogSink(root, schemas, checkpoint)
+    by_name = {str(t): s for t, s in schemas.items()}
 
     def frame(recs: list[Record]):
-        return spark.createDataFrame(pa.Table.from_batches(list(stream_batches(recs)), STREAM_ARROW_SCHEMA))
+        batches = list(stream_batches(recs, table_schemas=by_name))
+        return spark.createDataFrame(pa.Table.from_batches(batches, STREAM_ARROW_SCHEMA))
 
     sink(frame(records[t_int] + records[t_dt]), 5)
     first = {t: changelog_records(root, schemas[t]) for t in schemas}
     assert [r.values for r in first[t_int]] == [r.values for r in records[t_int]]
     # a later attempt of batch 5 that died before its markers left files behind ...
     writer = PartitionWriter(root, 5, "dead-attempt", {str(t): s for t, s in schemas.items()})
-    list(writer(iter(stream_batches(records[t_int]))))
+    list(writer(iter(stream_batches(records[t_int], table_schemas=by_name))))
     # ... and the replay of batch 5 now holds fewer changes (a chunk rerun committed in between)
     sink(frame(records[t_int][:3]), 5)
     assert [r.values for r in changelog_records(root, schemas[t_int])] == [

@@ -22,6 +22,7 @@ BEFORE = 0  # half of a -U / -D row image
 AFTER = 1  # half of a +U / +I row image
 
 
+@functools.lru_cache(maxsize=256)  # every offset checks its file name: once per row image in a busy stream
 def file_number(file: str) -> int:
     match = _FILE_NUMBER.search(file)
     if not match:

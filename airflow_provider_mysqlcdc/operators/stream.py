@@ -37,7 +37,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
         "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
-        "startup_mode", "resnapshot",
+        "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes",
     )
     ui_color = "#e6f5ea"
 
@@ -57,6 +57,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         reconnect_timeout: float | str | None = None,
         startup_mode: str = INITIAL,
         resnapshot: bool | str = True,
+        catchup_partitions: int | str | None = None,
+        catchup_partition_bytes: int | str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -77,6 +79,9 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.reconnect_timeout = reconnect_timeout  # seconds a MySQL outage is waited out (default 300)
         self.startup_mode = startup_mode  # engine.startup: where a new checkpoint's stream begins
         self.resnapshot = resnapshot  # TRUNCATE & co.: snapshot the table again (else stop with an error)
+        # parallel catch-up: tasks per batch when far behind (default: Spark's parallelism; 1: off)
+        self.catchup_partitions = catchup_partitions
+        self.catchup_partition_bytes = catchup_partition_bytes  # least binlog bytes per parallel partition
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -108,6 +113,10 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         ]
         if self.max_bytes_per_batch:
             self.application_args += ["--max-bytes-per-batch", str(int(self.max_bytes_per_batch))]
+        if self.catchup_partitions not in (None, ""):
+            self.application_args += ["--catchup-partitions", str(int(self.catchup_partitions))]
+        if self.catchup_partition_bytes not in (None, ""):
+            self.application_args += ["--catchup-partition-bytes", str(int(self.catchup_partition_bytes))]
         if self.reconnect_timeout not in (None, ""):
             self.application_args += ["--reconnect-timeout", str(float(self.reconnect_timeout))]
         if self.changelog_json:

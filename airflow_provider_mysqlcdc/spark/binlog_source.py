@@ -4,9 +4,15 @@ Offsets are the engine's ``BinlogOffset`` dicts (versioned JSON, stored by Spark
 batch end is a transaction boundary chosen on the driver (``binlog_admission``), so a batch is a fixed,
 exact range of the binlog: Spark replays a planned batch after a crash with the same offsets, and the read
 returns the same changes, so a restart re-emits nothing and skips nothing, wherever the previous run was
-killed. One partition per batch reads the range with the engine's ``ChangeStream`` (stream filter included,
-refreshed from the chunk store at every read so reruns of chunks apply) and yields the changes as Arrow
-batches of the generic stream schema (``stream_rows``), then one range row naming the batch's offsets.
+killed. A partition reads its range with the engine's ``ChangeStream`` (stream filter included, refreshed from
+the chunk store at every read so reruns of chunks apply) and yields the changes as Arrow batches of the
+generic stream schema (``stream_rows``), then one range row naming its offsets.
+
+Parallel catch-up: a batch far behind the binlog end (at least twice ``catchup_partition_bytes``) is cut at
+transaction boundaries into up to ``catchup_partitions`` contiguous ranges, decoded by as many tasks at once,
+each a reader of its own ``server_id``. Every change keeps its binlog ``_position`` and the sink names files
+by partition, so the batch's output is the same, in the same order, as one reader's; the batch's offsets do
+not change, so resume stays exact. Once caught up, batches are small and read by one partition again.
 
 Options (all strings; none of them is secret):
 
@@ -17,7 +23,11 @@ Options (all strings; none of them is secret):
 ``tables``              comma-separated ``database.table`` names
 ``chunk_store``         chunk store URL (without a password; else ``MYSQLCDC_CHUNK_STORE_URL``)
 ``max_bytes_per_batch`` binlog bytes per micro-batch (default 64 MiB), rounded to a transaction boundary
-``server_id_slot``      which replica ``server_id`` of the configured range the reader uses (default 0)
+``server_id_slot``      which replica ``server_id`` of the configured range the reader uses (default 0);
+                        the other partitions of a parallel batch claim free ids of the range
+``catchup_partitions``  at most this many partitions decode one batch (default 1: no parallel catch-up)
+``catchup_partition_bytes`` binlog bytes a partition gets at least (default 4 MiB): a batch splits only when
+                        it spans twice that
 ``read_timeout``        seconds a batch read may take (default 600)
 ``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
                         fails (default 300); a read cut by it is run again from its start
@@ -30,6 +40,7 @@ The password travels to executors inside the pickled source, never in options, p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -66,6 +77,7 @@ SOURCE_NAME = "mysql_cdc_binlog"
 CHUNK_STORE_URL_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 600.0
+DEFAULT_CATCHUP_PARTITION_BYTES = 4 * 1024 * 1024
 POSITION_FILE = "mysqlcdc/stream_position.json"
 DRIVER_READ_TIMEOUT_S = 120.0  # the driver's MySQL session: a silent network is an outage after this long
 
@@ -93,10 +105,20 @@ class BinlogSourceOptions:
     password_env: str = PASSWORD_ENV
     max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH
     server_id_slot: int = 0
+    catchup_partitions: int = 1
+    catchup_partition_bytes: int = DEFAULT_CATCHUP_PARTITION_BYTES
     read_timeout: float = DEFAULT_READ_TIMEOUT
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
     checkpoint: str | None = None
     starting_offset: BinlogOffset | None = None
+
+    def __post_init__(self) -> None:
+        if self.catchup_partitions < 1 or self.catchup_partition_bytes < 1:
+            raise ConfigurationError(
+                f"{SOURCE_NAME}: catchup_partitions ({self.catchup_partitions}) and catchup_partition_bytes "
+                f"({self.catchup_partition_bytes}) must be at least 1 (catchup_partitions=1 turns parallel "
+                "catch-up off)"
+            )
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "BinlogSourceOptions":
@@ -140,6 +162,10 @@ class BinlogSourceOptions:
                 if max_bytes is None
                 else (int(max_bytes) or None),
                 server_id_slot=int(get("server_id_slot") or 0),
+                catchup_partitions=int(get("catchup_partitions") or 1),
+                catchup_partition_bytes=int(
+                    get("catchup_partition_bytes") or DEFAULT_CATCHUP_PARTITION_BYTES
+                ),
                 read_timeout=float(get("read_timeout") or DEFAULT_READ_TIMEOUT),
                 reconnect_timeout=float(get("reconnect_timeout") or DEFAULT_RECONNECT_TIMEOUT_S),
                 checkpoint=get("checkpoint"),
@@ -156,6 +182,8 @@ class BinlogSourceOptions:
             "password_env": self.password_env,
             "max_bytes_per_batch": str(self.max_bytes_per_batch or 0),
             "server_id_slot": str(self.server_id_slot),
+            "catchup_partitions": str(self.catchup_partitions),
+            "catchup_partition_bytes": str(self.catchup_partition_bytes),
             "read_timeout": str(self.read_timeout),
             "reconnect_timeout": str(self.reconnect_timeout),
         }
@@ -184,10 +212,13 @@ def _offset_option(text: str | None) -> BinlogOffset | None:
 
 @dataclass
 class BinlogPartition(InputPartition):
-    """One batch's exact binlog range: ``[start, end)`` as offset dicts; ``end`` is a transaction boundary."""
+    """An exact binlog range of a batch: ``[start, end)`` as offset dicts; ``end`` is a transaction boundary.
+    ``index`` of ``count``: its place among the batch's partitions (parallel catch-up), in binlog order."""
 
     start: dict
     end: dict
+    index: int = 0
+    count: int = 1
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, (self.start, self.end))
@@ -227,6 +258,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     _conn: Any = field(default=None, repr=False, compare=False)
     _server: Any = field(default=None, repr=False, compare=False)  # engine.server.ServerInfo, once
     _resolved: dict = field(default_factory=dict, repr=False, compare=False)  # see _resolve_offsets
+    _marks: dict = field(default_factory=dict, repr=False, compare=False)  # see _cuts
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -308,9 +340,11 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def plan() -> tuple[BinlogOffset, BinlogOffset | None, int]:
             conn = self._connection()
             identity, (begin,) = self._resolve_offsets(conn, start)
-            admission = next_batch_end(conn, begin, max_bytes=max_bytes, until=self.target)
+            admission = next_batch_end(conn, begin, max_bytes=max_bytes, until=self.target,
+                                       mark_bytes=self._mark_bytes)
             if admission.end.position == begin.position:
                 return begin, None, 0
+            self._remember_marks(identity.token, begin.position, admission)
             return begin, end_offset(conn, admission.end, begin, identity), admission.bytes
 
         begin, end, size = self._while_available(
@@ -350,18 +384,63 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         status = self._while_available("reading the binlog end", self._binlog_status)
         return BinlogOffset(status.file, status.position).to_dict()
 
+    @property
+    def _mark_bytes(self) -> int:
+        """Marks fine enough to cut partitions of about equal size (within an eighth of one)."""
+        return max(1, self.config.catchup_partition_bytes // 8)
+
+    def _remember_marks(self, token: str, begin: BinlogPosition, admission: Any) -> None:
+        if len(self._marks) >= 16:
+            self._marks.clear()
+        self._marks[(token, begin.key, admission.end.position.key)] = (admission.marks, admission.bytes)
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """One partition for the batch ``[start, end)``, both resolved to the server the stream talks to now
-        (a batch planned before a failover and replayed after it reads the same transactions there)."""
+        """The partitions of the batch ``[start, end)``, both resolved to the server the stream talks to now
+        (a batch planned before a failover and replayed after it reads the same transactions there): one, or
+        several contiguous ones cut at transaction boundaries when the batch is large (parallel catch-up)."""
         if BinlogOffset.from_dict(start).key == BinlogOffset.from_dict(end).key:
             return []
-        first, last = self._while_available(
-            f"resolving the batch {BinlogOffset.from_dict(start)} -> {BinlogOffset.from_dict(end)}",
-            lambda: self._resolve_offsets(self._connection(), start, end)[1],
+
+        from ..engine.failover import end_offset
+
+        def plan() -> list[BinlogOffset]:
+            conn = self._connection()
+            identity, (first, last) = self._resolve_offsets(conn, start, end)
+            if first.position == last.position:
+                return []
+            cuts = self._cuts(conn, identity.token, first, last)
+            return [first, *(end_offset(conn, BinlogOffset.at(c), first, identity) for c in cuts), last]
+
+        bounds = self._while_available(
+            f"resolving the batch {BinlogOffset.from_dict(start)} -> {BinlogOffset.from_dict(end)}", plan
         )
-        if first.position == last.position:
+        count = len(bounds) - 1
+        if count > 1:
+            log.info("batch %s -> %s: %d partitions read in parallel", bounds[0], bounds[-1], count)
+        return [
+            BinlogPartition(a.to_dict(), b.to_dict(), index=i, count=count)
+            for i, (a, b) in enumerate(zip(bounds, bounds[1:]))
+        ]
+
+    def _cuts(self, conn: Any, token: str, first: BinlogOffset, last: BinlogOffset) -> list[BinlogPosition]:
+        """Where a batch splits (``binlog_admission.cut_points``), from the marks its planning scan left; a
+        batch planned by an earlier run (replayed after a restart) is scanned again."""
+        from .binlog_admission import cut_points, next_batch_end
+
+        low, high = self.settings().server_id_range
+        # the stream's own id, plus the range's ids a reader can claim (the top one is mysqlcdc check's)
+        partitions = min(self.config.catchup_partitions, 1 + max(0, high - low - 1))
+        if partitions < 2:
             return []
-        return [BinlogPartition(first.to_dict(), last.to_dict())]
+        known = self._marks.get((token, first.position.key, last.position.key))
+        if known is None:
+            admission = next_batch_end(conn, first, max_bytes=None, until=last.position,
+                                       mark_bytes=self._mark_bytes)
+            if admission.end.position != last.position:
+                return []  # not the planned end (cannot happen on a healthy binlog): read it as one range
+            known = (admission.marks, admission.bytes)
+        marks, total = known
+        return cut_points(marks, total, partitions=partitions, min_bytes=self.config.catchup_partition_bytes)
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: record the stream's position for ``status``."""
@@ -384,7 +463,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor: one batch --
 
     def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
-        from ..engine.binlog_reader import allocate_server_id
+        from ..engine.binlog_reader import allocate_server_id, claimed_server_id
         from ..engine.change_stream import ChangeStream
         from ..engine.chunk_store import ChunkStore
         from .stream_rows import range_batch, stream_batches
@@ -403,32 +482,41 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 # The server behind the URL may have changed since the driver planned the batch (a failover
                 # behind a virtual IP): the range is resolved again on the server this read talks to.
                 first, last = _on_server_read(settings, store, self.config.tables, start, end)
-                # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch apply;
-                # and the pipeline's tables: one planned since is captured (its unread chunks emit all),
-                # a removed one is not.
-                stream = ChangeStream(
-                    settings,
-                    store,
-                    captured_tables(store, self.config.tables),
-                    allocate_server_id(settings, self.config.server_id_slot),
-                )
-                try:
-                    batch = stream.read(
-                        first, last.position, timeout=self.config.read_timeout,
-                        file_number_base=last.file_number_base,
+                with contextlib.ExitStack() as claims:
+                    # The stream's own slot reads the first partition; the others of a parallel batch claim
+                    # free ids (two readers with one server_id make the server drop one of them).
+                    server_id = (
+                        allocate_server_id(settings, self.config.server_id_slot)
+                        if partition.index == 0
+                        else claims.enter_context(claimed_server_id(settings, prefer=partition.index))
                     )
-                    return first, last, batch
-                finally:
-                    stream.close()
+                    # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch
+                    # apply; and the pipeline's tables: one planned since is captured (its unread chunks emit
+                    # all), a removed one is not.
+                    tables = captured_tables(store, self.config.tables)
+                    stream = ChangeStream(settings, store, tables, server_id)
+                    try:
+                        batch = stream.read(
+                            first, last.position, timeout=self.config.read_timeout,
+                            file_number_base=last.file_number_base,
+                        )
+                        return first, last, batch, {str(t): s for t, s in stream.schemas.items()}
+                    finally:
+                        stream.close()
 
-        first, last, batch = retry_while_unavailable(
+        first, last, batch, known = retry_while_unavailable(
             read_range,
             what=f"reading the batch {start} -> {end}",
             where=f"{settings.host}:{settings.port}",
             budget_s=self.config.reconnect_timeout,
         )
-        log.info("read %s -> %s: %d row images, %d emitted", first, last, batch.rows_read, len(batch.records))
-        yield from stream_batches(batch.records, schemas=batch.schemas, schema_changes=batch.schema_changes)
+        log.info(
+            "read %s -> %s (partition %d of %d): %d row images in %.1fs, %d emitted",
+            first, last, partition.index + 1, partition.count, batch.rows_read, batch.seconds,
+            len(batch.records),
+        )
+        yield from stream_batches(batch.records, schemas=batch.schemas, schema_changes=batch.schema_changes,
+                                  table_schemas=known)
         yield range_batch(first.to_dict(), last.to_dict())
 
 

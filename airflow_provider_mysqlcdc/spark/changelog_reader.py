@@ -41,7 +41,11 @@ def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = 
 
 def changelog_records(root: str, schema: TableSchema, *, after_batch: int | None = None) -> list[Record]:
     """The committed changelog as engine Records with canonical values (as the binlog reader made them)."""
-    table = read_changelog(root, schema, after_batch=after_batch)
+    return arrow_records(read_changelog(root, schema, after_batch=after_batch), schema)
+
+
+def arrow_records(table: pa.Table, schema: TableSchema) -> list[Record]:
+    """Changelog rows (``record_batches.record_schema`` layout) as engine Records with canonical values."""
     converters = {
         c.name: _canonical(schema, c.name, table.schema.field(c.name).type)
         for c in schema.columns

@@ -2,9 +2,9 @@
 
 Per batch id and table (``output_layout``):
 
-1. executors decode the stream rows (``stream_rows``) into the table's typed layout
-   (``record_batches.records_batch``) and write ``changelog/batch=<id>/part-<partition>-<attempt>.parquet``
-   (and, optionally, the Flink ``changelog-json`` form under ``changelog-json/batch=<id>/``);
+1. executors take the typed record batches the source built (``stream_rows``: the
+   ``record_batches.records_batch`` layout, in Arrow IPC) and write
+   ``changelog/batch=<id>/part-<partition>-<attempt>.parquet`` (and, optionally, the Flink ``changelog-json`` form under ``changelog-json/batch=<id>/``);
 2. the driver writes the batch marker ``changelog/_committed/batch=<id>.json`` atomically for every table
    with changes in the batch: the files of this attempt (readers that follow markers never see a torn or
    duplicated batch), ``rows``, ``first_position``/``last_position`` and the binlog range the batch covered,
@@ -53,11 +53,12 @@ from ..engine.output_layout import (
     stream_progress_path,
     write_json_atomic,
 )
-from ..engine.record_batches import record_schema, records_batch
+from ..engine.record_batches import record_schema
 from ..engine.records import Record
 from ..engine.schema_history import record_schema_changes
 from ..engine.tables import TableId, TableSchema
-from .stream_rows import records_by_table
+from .changelog_reader import arrow_records
+from .stream_rows import stream_changes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -119,13 +120,20 @@ class _TableFiles:
         self.first: str | None = None
         self.last: str | None = None
 
-    def write(self, records: list[Record]) -> None:
-        self.parquet.write_batch(records_batch(self.schema, records))
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Changes in binlog order, as the source built them (``stream_rows``), less excluded columns."""
+        if batch.num_rows == 0:
+            return
+        data = pa.RecordBatch.from_arrays([batch.column(n) for n in self.arrow_schema.names],
+                                          schema=self.arrow_schema)
+        self.parquet.write_batch(data)
         if self.json is not None:
+            records = arrow_records(pa.Table.from_batches([data]), self.schema)
             self.json.write("".join(flink_json_line(r) + "\n" for r in records).encode("utf-8"))
-        self.rows += len(records)
-        self.first = self.first or records[0].position
-        self.last = records[-1].position
+        positions = data.column("_position")
+        self.rows += data.num_rows
+        self.first = self.first or positions[0].as_py()
+        self.last = positions[-1].as_py()
 
     def close(self) -> list[tuple]:
         self.parquet.close()
@@ -159,12 +167,12 @@ class PartitionWriter:
         ddl: list[dict] = []
         try:
             for batch in batches:
-                for table, records in records_by_table(batch, ranges, versions, ddl).items():
-                    for schema_id, group in _by_schema(records):
-                        out = files.get((table, schema_id))
-                        if out is None:
-                            out = files[(table, schema_id)] = self._open(table, schema_id, versions, partition, task)
-                        out.write(group)
+                for changes in stream_changes(batch, ranges, versions, ddl):
+                    key = (changes.table, changes.schema_id)
+                    out = files.get(key)
+                    if out is None:
+                        out = files[key] = self._open(*key, versions, partition, task)
+                    out.write(changes.batch)
         finally:
             results = [row for out in files.values() for row in out.close()]
         results += [("", RANGE, json.dumps(r, separators=(",", ":")), 0, None, None) for r in ranges]
@@ -311,15 +319,6 @@ class ChangelogSink:
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
-
-
-def _by_schema(records: list[Record]) -> Iterator[tuple[str | None, list[Record]]]:
-    """Runs of records with one schema version (records arrive in binlog order)."""
-    start = 0
-    for i in range(1, len(records) + 1):
-        if i == len(records) or records[i].schema_id != records[start].schema_id:
-            yield records[start].schema_id, records[start:i]
-            start = i
 
 
 def without_columns(schema: TableSchema, names: tuple[str, ...]) -> TableSchema:

@@ -38,6 +38,7 @@ from ..engine.output_layout import ensure_writable, read_json, stream_owner_path
 from ..engine.startup import INITIAL, StartupMode, resolve_start
 from ..engine.tables import TableId, TableSchema, list_tables, load_schema
 from .binlog_source import (
+    DEFAULT_CATCHUP_PARTITION_BYTES,
     DEFAULT_MAX_BYTES_PER_BATCH,
     POSITION_FILE,
     BinlogSource,
@@ -72,6 +73,10 @@ class StreamConfig:
     max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH
     changelog_json: bool = False
     server_id_slot: int = 0
+    # parallel catch-up: a batch spanning at least 2 x catchup_partition_bytes of binlog is decoded by up to
+    # catchup_partitions tasks at once (0: as many as Spark's default parallelism; 1: off)
+    catchup_partitions: int = 0
+    catchup_partition_bytes: int = DEFAULT_CATCHUP_PARTITION_BYTES
     read_timeout: float = 600.0
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage is waited out this long
     startup_mode: str = INITIAL  # engine.startup: where a new checkpoint's stream begins
@@ -255,6 +260,8 @@ def start_stream(
             password_file=config.password_file,
             max_bytes_per_batch=config.max_bytes_per_batch,
             server_id_slot=config.server_id_slot,
+            catchup_partitions=config.catchup_partitions or max(1, spark.sparkContext.defaultParallelism),
+            catchup_partition_bytes=config.catchup_partition_bytes,
             read_timeout=config.read_timeout,
             reconnect_timeout=config.reconnect_timeout,
             checkpoint=config.checkpoint,

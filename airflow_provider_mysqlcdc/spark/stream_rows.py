@@ -1,15 +1,16 @@
 """The row format of the binlog stream between the Spark source and the changelog sink.
 
-One source serves many tables with different schemas, but a Spark stream has one schema. So each change
-travels as one row of generic columns, and its values travel encoded *exactly* as a JSON object
-``{column: [tag, value]}`` written by the engine's ``KeyCodec`` (integers as strings, so BIGINT UNSIGNED
-never overflows; Decimals keep their scale; bytes in base64; DATETIME as a wall clock, TIMESTAMP with its
-UTC zone; TIME as microseconds). The sink decodes per table back to the engine's canonical values and builds
-the typed table layout (``record_batches.records_batch``), so nothing is ever coerced by Spark.
+One source serves many tables with different schemas, but a Spark stream has one schema. So changes travel
+as *rows rows* (``_op = "rows"``): each carries up to ``ROWS_PER_ARROW_BATCH`` changes of one table and one
+schema version, in binlog order, as an Arrow IPC stream in ``_arrow``: exactly the typed record layout the
+changelog files have (``record_batches.records_batch``), built once on the executor that decoded the binlog.
+Values are never coerced by Spark, nothing is encoded per change, and the sink writes the batch as it comes
+(less excluded columns).
 
-Columns (``STREAM_SCHEMA``): ``_table`` ("database.table"), ``_op`` (+I/-U/+U/-D), ``_position`` (the
+Columns (``STREAM_SCHEMA``): ``_table`` ("database.table"), ``_op``, ``_position`` (the first change's
 fixed-width row order key, see ``positions.format_row_key``), ``_commit_ts`` (UTC), ``_binlog_file``,
-``_values`` (the JSON above), ``_schema`` (the table's schema version at the change, ``TableSchema.schema_id``).
+``_values`` (JSON of schema, DDL and range rows), ``_schema`` (the table's schema version,
+``TableSchema.schema_id``), ``_arrow`` (the changes of a rows row).
 
 Schemas travel with the data, since a table's columns change while the stream runs: each partition starts
 with one *schema row* per schema version its changes use (``_op = "schema"``, ``_schema`` its id, ``_values``
@@ -17,21 +18,21 @@ with one *schema row* per schema version its changes use (``_op = "schema"``, ``
 the statement and its column changes, ``engine.ddl``).
 
 Each partition ends with one *range row* (``_op = "range"``, ``_table`` null, ``_values`` =
-``{"start": offset, "end": offset}``): it tells the sink which binlog range the batch covered, also when no
-change of a captured table was in it, so batch markers can carry the exact stream position.
+``{"start": offset, "end": offset}``): it tells the sink which binlog range the partition covered, also when
+no change of a captured table was in it, so batch markers can carry the exact stream position.
 """
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pyarrow as pa
 
 from ..engine.errors import CdcError
-from ..engine.keys import KeyCodec
 from ..engine.positions import RowKey, format_row_key
+from ..engine.record_batches import records_batch
 from ..engine.records import Record
 from ..engine.tables import TableSchema
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 STREAM_SCHEMA_DDL = (
     "_table STRING, _op STRING, _position STRING, _commit_ts TIMESTAMP, _binlog_file STRING, _values STRING, "
-    "_schema STRING"
+    "_schema STRING, _arrow BINARY"
 )
 STREAM_ARROW_SCHEMA = pa.schema(
     [
@@ -51,25 +52,14 @@ STREAM_ARROW_SCHEMA = pa.schema(
         pa.field("_binlog_file", pa.string()),
         pa.field("_values", pa.string()),
         pa.field("_schema", pa.string()),
+        pa.field("_arrow", pa.binary()),
     ]
 )
 ROWS_PER_ARROW_BATCH = 4096
+ROWS_OP = "rows"
 RANGE_OP = "range"
 SCHEMA_OP = "schema"
 DDL_OP = "ddl"
-
-_encode = KeyCodec.encode_value
-_decode = KeyCodec.decode_value
-
-
-def encode_values(values: dict) -> str:
-    encoded = {name: _encode(v) for name, v in values.items()}
-    return json.dumps(encoded, ensure_ascii=False, separators=(",", ":"))
-
-
-def decode_values(text: str) -> dict:
-    return {name: _decode(item) for name, item in json.loads(text).items()}
-
 
 def parse_position(text: str) -> RowKey:
     """The inverse of ``positions.format_row_key``."""
@@ -85,11 +75,15 @@ def stream_batches(
     size: int = ROWS_PER_ARROW_BATCH,
     schemas: dict[str, TableSchema] | None = None,
     schema_changes: Iterable[SchemaChange] = (),
+    table_schemas: dict[str, TableSchema] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Records as Arrow batches of the stream schema (what the source yields to Spark), after the schema
-    rows of ``schemas`` (schema_id -> schema) and the DDL rows of ``schema_changes``."""
+    """Records as Arrow batches of the stream schema (what the source yields to Spark): the schema rows of
+    ``schemas`` (schema_id -> schema) and the DDL rows of ``schema_changes``, then rows rows of up to ``size``
+    records each, per table and schema version in binlog order. ``table_schemas`` (by "database.table") is
+    the schema of records that name no schema version."""
+    schemas = schemas or {}
     meta = [_meta_row(str(s.table), SCHEMA_OP, None, None, None, json.dumps(s.to_dict()), sid)
-            for sid, s in (schemas or {}).items()]
+            for sid, s in schemas.items()]
     meta += [
         _meta_row(str(c.table), DDL_OP, format_row_key(c.key), c.commit_ts, c.binlog_file,
                   json.dumps({"verb": c.ddl.verb, "statement": c.ddl.statement[:4000],
@@ -99,102 +93,85 @@ def stream_batches(
     ]
     if meta:
         yield pa.RecordBatch.from_pylist(meta, schema=STREAM_ARROW_SCHEMA)
-    chunk: list[Record] = []
+    pending: dict[tuple[str, str | None], list[Record]] = {}
     for record in records:
-        chunk.append(record)
-        if len(chunk) >= size:
-            yield _to_batch(chunk)
-            chunk = []
-    if chunk:
-        yield _to_batch(chunk)
+        group = pending.setdefault((record.table, record.schema_id), [])
+        group.append(record)
+        if len(group) >= size:
+            yield _rows_batch(record.table, record.schema_id, group, schemas, table_schemas)
+            del pending[(record.table, record.schema_id)]
+    for (table, schema_id), group in pending.items():
+        yield _rows_batch(table, schema_id, group, schemas, table_schemas)
 
 
 def range_batch(start: dict, end: dict) -> pa.RecordBatch:
     """The range row of a partition (offsets as ``BinlogOffset.to_dict()``)."""
     values = json.dumps({"start": start, "end": end}, separators=(",", ":"))
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([None], pa.string()),
-            pa.array([RANGE_OP]),
-            pa.array([None], pa.string()),
-            pa.array([None], pa.timestamp("us", tz="UTC")),
-            pa.array([None], pa.string()),
-            pa.array([values]),
-            pa.array([None], pa.string()),
-        ],
-        schema=STREAM_ARROW_SCHEMA,
-    )
+    return pa.RecordBatch.from_pylist([_meta_row(None, RANGE_OP, None, None, None, values, None)],
+                                      schema=STREAM_ARROW_SCHEMA)
 
 
-def _meta_row(table: str, op: str, position: str | None, commit_ts: Any, binlog_file: str | None,
-              values: str, schema_id: str | None) -> dict:
+def _meta_row(table: str | None, op: str, position: str | None, commit_ts: Any, binlog_file: str | None,
+              values: str | None, schema_id: str | None) -> dict:
     return {"_table": table, "_op": op, "_position": position, "_commit_ts": commit_ts,
             "_binlog_file": binlog_file, "_values": values, "_schema": schema_id}
 
 
-def _to_batch(records: list[Record]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([r.table for r in records], pa.string()),
-            pa.array([r.op for r in records], pa.string()),
-            pa.array([r.position for r in records], pa.string()),
-            pa.array([r.commit_ts for r in records], pa.timestamp("us", tz="UTC")),
-            pa.array([r.binlog_file for r in records], pa.string()),
-            pa.array([encode_values(r.values) for r in records], pa.string()),
-            pa.array([r.schema_id for r in records], pa.string()),
-        ],
-        schema=STREAM_ARROW_SCHEMA,
-    )
+def _rows_batch(table: str, schema_id: str | None, records: list[Record], schemas: dict[str, TableSchema],
+                table_schemas: dict[str, TableSchema] | None) -> pa.RecordBatch:
+    schema = schemas.get(schema_id) if schema_id is not None else None
+    schema = schema or (table_schemas or {}).get(table)
+    if schema is None:
+        raise CdcError(f"the stream has changes of {table} without their schema ({schema_id})")
+    data = records_batch(schema, records)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_batch(data)
+    row = _meta_row(table, ROWS_OP, records[0].position, None, None, None, schema_id)
+    return pa.RecordBatch.from_pylist([{**row, "_arrow": sink.getvalue().to_pybytes()}],
+                                      schema=STREAM_ARROW_SCHEMA)
 
 
-def records_by_table(
+@dataclass
+class Changes:
+    """The changes of one rows row: a table's records of one schema version, in binlog order."""
+
+    table: str
+    schema_id: str | None
+    batch: pa.RecordBatch  # record_batches.record_schema layout
+
+
+def stream_changes(
     batch: pa.RecordBatch,
     ranges: list[dict] | None = None,
     schemas: dict[str, TableSchema] | None = None,
     ddl: list[dict] | None = None,
-) -> dict[str, list[Record]]:
-    """Decode stream rows (as Spark hands them to the sink) back into engine Records, grouped by table; range
-    rows are appended to ``ranges``, schema rows added to ``schemas``, DDL rows appended to ``ddl`` (their
-    values plus ``table``, ``position``, ``commit_ts``)."""
-    columns = {
-        name: batch.column(batch.schema.get_field_index(name)).to_pylist()
-        for name in STREAM_ARROW_SCHEMA.names
-        if batch.schema.get_field_index(name) >= 0
-    }
-    out: dict[str, list[Record]] = defaultdict(list)
-    schema_ids = columns.get("_schema") or [None] * len(columns["_op"])
-    for table, op, position, commit_ts, binlog_file, values, schema_id in zip(
-        columns["_table"],
-        columns["_op"],
-        columns["_position"],
-        columns["_commit_ts"],
-        columns["_binlog_file"],
-        columns["_values"],
-        schema_ids,
-    ):
-        if op == RANGE_OP:
+) -> list[Changes]:
+    """The changes in stream rows (as Spark hands them to the sink), as typed record batches; range rows are
+    appended to ``ranges``, schema rows added to ``schemas``, DDL rows appended to ``ddl`` (their values plus
+    ``table``, ``position``, ``commit_ts``)."""
+    columns = {name: batch.column(name) for name in ("_table", "_op", "_position", "_commit_ts", "_values",
+                                                     "_schema", "_arrow")}
+    ops = columns["_op"].to_pylist()
+    out: list[Changes] = []
+    for i, op in enumerate(ops):
+        if op == ROWS_OP:
+            reader = pa.ipc.open_stream(columns["_arrow"][i].as_buffer())
+            out.append(Changes(columns["_table"][i].as_py(), columns["_schema"][i].as_py(),
+                               reader.read_next_batch()))
+        elif op == RANGE_OP:
             if ranges is not None:
-                ranges.append(json.loads(values))
-            continue
-        if op == SCHEMA_OP:
+                ranges.append(json.loads(columns["_values"][i].as_py()))
+        elif op == SCHEMA_OP:
             if schemas is not None:
-                schemas[schema_id] = TableSchema.from_dict(json.loads(values))
-            continue
-        if op == DDL_OP:
+                schemas[columns["_schema"][i].as_py()] = TableSchema.from_dict(
+                    json.loads(columns["_values"][i].as_py()))
+        elif op == DDL_OP:
             if ddl is not None:
-                ddl.append({**json.loads(values), "table": table, "position": position,
+                commit_ts = columns["_commit_ts"][i].as_py()
+                ddl.append({**json.loads(columns["_values"][i].as_py()), "table": columns["_table"][i].as_py(),
+                            "position": columns["_position"][i].as_py(),
                             "commit_ts": commit_ts.isoformat() if commit_ts else None})
-            continue
-        out[table].append(
-            Record(
-                table=table,
-                op=op,
-                phase="stream",
-                key=parse_position(position),
-                values=decode_values(values),
-                commit_ts=commit_ts,
-                binlog_file=binlog_file,
-                schema_id=schema_id,
-            )
-        )
+        else:
+            raise CdcError(f"unknown stream row {op!r}: the source and the sink are of different releases")
     return out

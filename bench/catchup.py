@@ -1,0 +1,382 @@
+"""Catch-up throughput of the stream job (``available-now``) against raw mysql-replication iteration over the
+same binlog range, at 1 and 2 partitions per micro-batch (parallel catch-up).
+
+The range: ``--catchup-changes`` row changes (default 2M) on the 6-column table of the engine benchmark, in
+statements of ``--catchup-txn-rows`` rows (one transaction each): half inserts, a quarter updates (two row
+images each: before and after), a quarter deletes. The table is planned and every chunk committed with its
+HW at the start of the range, so the stream emits every change after it (nothing is dropped by the filter).
+
+- baseline: ``engine_bench.bench_raw_binlog``: one ``BinLogStreamReader``, every row of every rows event
+  decoded (``event.rows``), nothing else;
+- the stream: ``stream_job.run_stream`` with ``trigger=available-now`` (no mirror refresh: source + changelog
+  sink), in a fresh driver process, with ``max_bytes_per_batch`` (64 MiB) and
+  ``StreamConfig(catchup_partitions=N, catchup_partition_bytes=B)``; B defaults to a quarter of the batch size
+  so every full batch splits. Spark start-up is measured apart.
+
+Per partition: the Spark event log gives each task's executor run time, the changelog files of each batch
+(``part-<partition>-...``) its row count: events/s per partition, and the projected scaling (that rate x the
+executors) next to the measured rate at 2 partitions. Run in a child: ``python bench/catchup.py --child cfg``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu import Measure, Timer, settle
+from engine_bench import bench_raw_binlog, load_table
+from report import Figure
+from spark_runs import SparkSetup, child_session, run_child, say
+
+from airflow_provider_mysqlcdc.engine.positions import BinlogPosition
+
+TABLE = "bench.t"
+MiB = 2**20
+
+
+class ParallelCatchupMissing(RuntimeError):
+    """``StreamConfig`` has no ``catchup_partitions``/``catchup_partition_bytes`` (not in this version)."""
+
+
+def require_catchup_fields() -> None:
+    from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig
+
+    names = {f.name for f in dataclasses.fields(StreamConfig)}
+    missing = [n for n in ("catchup_partitions", "catchup_partition_bytes") if n not in names]
+    if missing:
+        raise ParallelCatchupMissing(
+            f"StreamConfig has no {', '.join(missing)}: parallel catch-up (spark/binlog_source.py, "
+            "stream_job.py) is not in this version of the package; the catch-up benchmark needs it"
+        )
+
+
+# --- shared with the latency benchmark: a table whose chunks are all committed at one position --------------
+
+
+def binlog_position(settings: Any) -> BinlogPosition:
+    from airflow_provider_mysqlcdc.engine.connection import connect
+    from airflow_provider_mysqlcdc.engine.server import current_binlog_status, server_info
+
+    with connect(settings) as conn:
+        status = current_binlog_status(conn, server_info(conn))
+    return BinlogPosition(status.file, status.position)
+
+
+def binlog_bytes(server: Any, start: BinlogPosition, end: BinlogPosition) -> int:
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        logs = [(str(r[0]), int(r[1])) for r in cur.fetchall()]
+    names = [n for n, _ in logs]
+    if start.file == end.file:
+        return end.pos - start.pos
+    sizes = dict(logs)
+    first, last = names.index(start.file), names.index(end.file)
+    return sizes[start.file] - start.pos + sum(sizes[n] for n in names[first + 1:last]) + end.pos
+
+
+def commit_plan_at(settings: Any, store_path: Path, table: str, position: BinlogPosition, chunk_size: int) -> int:
+    """Plan ``table`` and commit every chunk with LW = HW = ``position`` (no snapshot is written: the stream
+    then starts there and emits every change after it). Returns the number of chunks."""
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
+
+    with ChunkStore(str(store_path)) as store:
+        plan = plan_tables(settings, store, [table], chunk_size=chunk_size)[0]
+        for chunk in plan.chunks:
+            store.start_chunk(table, plan.generation, chunk.chunk_id)
+            store.commit_chunk(table, plan.generation, chunk.chunk_id, rows=0, lw=position, hw=position,
+                               output_version="bench")
+    return len(plan.chunks)
+
+
+def password_file(work: Path, password: str) -> Path:
+    path = work / "mysql.password"
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return path
+
+
+# --- the binlog range ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Changes:
+    inserts: int
+    updates: int
+    deletes: int
+    transactions: int = 0
+
+    @property
+    def rows(self) -> int:
+        return self.inserts + self.updates + self.deletes
+
+    @property
+    def images(self) -> int:
+        """Row images = changelog records: an update is a before (-U) and an after (+U) image."""
+        return self.inserts + 2 * self.updates + self.deletes
+
+
+def write_changes(server: Any, changes: int, txn_rows: int) -> Changes:
+    """Half inserts of new ids, a quarter updates and a quarter deletes of the loaded rows, ``txn_rows`` rows
+    per statement (one transaction each). The table holds ``changes // 2`` rows (ids 1..) before."""
+    n_ins, n_upd = changes // 2, changes // 4
+    out = Changes(n_ins, n_upd, changes - n_ins - n_upd)
+    initial = out.updates + out.deletes
+    with server.admin() as conn, conn.cursor() as cur:
+        for low in range(initial + 1, initial + out.inserts + 1, txn_rows):
+            high = min(initial + out.inserts, low + txn_rows - 1)
+            cur.execute(
+                "INSERT INTO bench.t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 100, "
+                "'2024-01-01' + INTERVAL seq SECOND, '2024-06-01' + INTERVAL seq SECOND "
+                f"FROM bench.seq_{low}_to_{high}"
+            )
+            out.transactions += 1
+        for low in range(1, out.updates + 1, txn_rows):
+            cur.execute("UPDATE bench.t SET a = a + 1, b = CONCAT(b, '+') WHERE id BETWEEN %s AND %s",
+                        (low, min(out.updates, low + txn_rows - 1)))
+            out.transactions += 1
+        for low in range(out.updates + 1, initial + 1, txn_rows):
+            cur.execute("DELETE FROM bench.t WHERE id BETWEEN %s AND %s", (low, min(initial, low + txn_rows - 1)))
+            out.transactions += 1
+    return out
+
+
+# --- the stream, in a child process -------------------------------------------------------------------------
+
+
+def event_log_tasks(event_dir: Path, app_id: str) -> list[dict[str, Any]]:
+    """Finished tasks of the streaming batches, from the Spark event log: batch id, partition, run time."""
+    logs = sorted(p for p in event_dir.glob(f"*{app_id}*") if p.is_file())
+    if not logs:
+        raise RuntimeError(f"no Spark event log of {app_id} in {event_dir}")
+    stage_batch: dict[int, int] = {}
+    tasks = []
+    with logs[0].open(encoding="utf-8") as f:
+        for line in f:
+            event = json.loads(line)
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                description = (event.get("Properties") or {}).get("spark.job.description") or ""
+                match = re.search(r"batch = (\d+)", description)
+                if match:
+                    for stage in event.get("Stage IDs", []):
+                        stage_batch[int(stage)] = int(match.group(1))
+            elif kind == "SparkListenerTaskEnd":
+                info, metrics = event.get("Task Info", {}), event.get("Task Metrics") or {}
+                tasks.append({"stage": int(event.get("Stage ID", -1)), "partition": int(info.get("Index", 0)),
+                              "executor": str(info.get("Executor ID")), "failed": bool(info.get("Failed")),
+                              "run_s": float(metrics.get("Executor Run Time", 0)) / 1000.0,
+                              "wall_s": (info.get("Finish Time", 0) - info.get("Launch Time", 0)) / 1000.0})
+    return [{**t, "batch": stage_batch[t["stage"]]} for t in tasks if t["stage"] in stage_batch and not t["failed"]]
+
+
+def partition_rows(output: str, table: str) -> dict[tuple[int, int], int]:
+    """(batch id, partition) -> changelog records, from the committed batches' files (``part-<partition>-``)."""
+    from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids, read_batch
+    from airflow_provider_mysqlcdc.engine.tables import TableId
+
+    tid = TableId.parse(table)
+    out: dict[tuple[int, int], int] = {}
+    for batch_id in committed_batch_ids(output, tid):
+        for path in read_batch(output, tid, batch_id).files:
+            match = re.match(r"part-(\d+)-", Path(path).name)
+            if match is None:
+                raise RuntimeError(f"changelog file {path} does not name its partition (part-<partition>-...)")
+            part = int(match.group(1))
+            out[(batch_id, part)] = out.get((batch_id, part), 0) + pq.ParquetFile(path).metadata.num_rows
+    return out
+
+
+def child(cfg_path: str) -> int:
+    cfg = json.loads(Path(cfg_path).read_text())
+    require_catchup_fields()
+    from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, run_stream
+
+    label, root, server_pid = cfg["label"], cfg["client_root"], cfg["server_pid"]
+    event_dir = Path(cfg["event_dir"])
+    event_dir.mkdir(parents=True, exist_ok=True)
+    with Timer(server_pid, root) as t_start:
+        spark = child_session(cfg, f"mysqlcdc catch-up bench {label}",
+                              {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_dir.as_uri(),
+                               "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"})
+        p = cfg["executors"]
+        assert spark.sparkContext.parallelize(range(p), p).map(lambda x: x + 1).sum() == p * (p + 1) // 2
+    say(f"[catch-up {label}] Spark started in {t_start.m.wall:.1f}s")
+    config = StreamConfig(
+        mysql_url=cfg["mysql_url"], tables=(TABLE,), chunk_store=cfg["store"], output=cfg["output"],
+        checkpoint=cfg["checkpoint"], password_file=cfg["password_file"],
+        max_bytes_per_batch=cfg["max_bytes_per_batch"], catchup_partitions=cfg["partitions"],
+        catchup_partition_bytes=cfg["partition_bytes"],
+    )
+    batches: list[dict[str, Any]] = []
+
+    def progress(batch: Any) -> None:
+        batches.append({"batch_id": batch.batch_id, "rows": batch.total_rows, "seconds": batch.seconds})
+        say(f"[catch-up {label}] {batch.describe()}")
+
+    try:
+        with Timer(server_pid, root) as t_run:
+            run_stream(spark, config, on_progress=progress)
+        app_id = spark.sparkContext.applicationId
+    finally:
+        spark.stop()
+    rows = sum(b["rows"] for b in batches)
+    tasks = event_log_tasks(event_dir, app_id)
+    per_part = partition_rows(cfg["output"], TABLE)
+    for task in tasks:
+        task["rows"] = per_part.get((task["batch"], task["partition"]), 0)
+    Path(cfg["result"]).write_text(json.dumps({
+        "rows": rows, "batches": batches, "tasks": tasks, "startup": dataclasses.asdict(t_start.m),
+        "run": dataclasses.asdict(t_run.m),
+    }))
+    return 0
+
+
+# --- the section ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CatchupResult:
+    partitions: int
+    label: str
+    rows: int
+    batches: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
+    startup: Measure
+    run: Measure
+    split_batches: int = 0
+    per_partition_rate: float = 0.0  # records / executor run time, over the partitions that read rows
+    task_rates: list[float] = field(default_factory=list)
+
+
+def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, max_bytes: int,
+                partition_bytes: int | None, partitions: tuple[int, ...] = (1, 2)) -> tuple[list[Figure], list[str]]:
+    from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+
+    require_catchup_fields()
+    partition_bytes = partition_bytes or max(max_bytes // 4, 1)
+    with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        settings = MySQLSettings.from_url(server.cdc_url)
+        initial = changes - changes // 2
+        say(f"catch-up: loading {initial:,} rows, then {changes:,} row changes ...")
+        load_table(server, initial)
+        start = binlog_position(settings)
+        store = work / "chunks.db"
+        commit_plan_at(settings, store, TABLE, start, chunk_size=max(initial // 8, 1000))
+        made = write_changes(server, changes, txn_rows)
+        end = binlog_position(settings)
+        size = binlog_bytes(server, start, end)
+        settle(pid)
+        say(f"catch-up: {made.rows:,} row changes ({made.images:,} row images) in {made.transactions:,} "
+            f"transactions, {size / MiB:,.0f} MiB of binlog; raw mysql-replication ...")
+        with Timer(pid) as t_raw:
+            n_raw, _ = bench_raw_binlog(settings, server, start, end)
+        assert n_raw == made.images, (n_raw, made.images)
+        say(f"catch-up: raw {n_raw / t_raw.m.wall:,.0f} row images/s")
+        pw = password_file(work, settings.password)
+        results = []
+        for p in partitions:
+            run_dir = work / f"catchup-{p}"
+            run_dir.mkdir()
+            shutil.copy(store, run_dir / "chunks.db")
+            cfg = {**setup.child_config(p), "executors": p, "partitions": p, "partition_bytes": partition_bytes,
+                   "max_bytes_per_batch": max_bytes, "mysql_url": settings.redacted_url(),
+                   "password_file": str(pw), "store": str(run_dir / "chunks.db"), "output": str(run_dir / "out"),
+                   "checkpoint": str(run_dir / "checkpoint"), "event_dir": str(run_dir / "events"),
+                   "server_pid": pid}
+            say(f"catch-up: stream, {p} partition(s), {setup.label(p)} ...")
+            out = run_child(Path(__file__).resolve(), cfg, run_dir)
+            assert out["rows"] == made.images, (p, out["rows"], made.images)
+            results.append(summarize(p, setup.label(p), out))
+            shutil.rmtree(run_dir / "out", ignore_errors=True)
+    return (figures(results, made, size, t_raw.m, n_raw, max_bytes, partition_bytes, txn_rows),
+            task_notes(results))
+
+
+def summarize(p: int, label: str, out: dict[str, Any]) -> CatchupResult:
+    tasks = [t for t in out["tasks"] if t["rows"] > 0]
+    by_batch: dict[int, int] = {}
+    for t in tasks:
+        by_batch[t["batch"]] = by_batch.get(t["batch"], 0) + 1
+    run_s = sum(t["run_s"] for t in tasks)
+    return CatchupResult(
+        p, label, out["rows"], out["batches"], out["tasks"], Measure(**out["startup"]), Measure(**out["run"]),
+        split_batches=sum(1 for n in by_batch.values() if n > 1),
+        per_partition_rate=sum(t["rows"] for t in tasks) / run_s if run_s else 0.0,
+        task_rates=[t["rows"] / t["run_s"] for t in tasks if t["run_s"] > 0],
+    )
+
+
+def task_notes(results: list[CatchupResult]) -> list[str]:
+    """Per batch and partition: records, task run time, rate (from the Spark event log)."""
+    lines = []
+    for r in results:
+        parts = []
+        for t in sorted(r.tasks, key=lambda t: (t["batch"], t["partition"])):
+            rate = t["rows"] / t["run_s"] if t["run_s"] else 0.0
+            parts.append(f"b{t['batch']}/p{t['partition']} {t['rows']:,} in {t['run_s']:.1f} s = {rate:,.0f}/s")
+        lines.append(f"Catch-up tasks at {r.partitions} partition(s) (batch/partition: records in task run "
+                     f"time): {'; '.join(parts) or 'none'}.")
+    return lines
+
+
+def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure, n_raw: int, max_bytes: int,
+            partition_bytes: int, txn_rows: int) -> list[Figure]:
+    raw_rate = n_raw / raw.wall
+    base: dict[str, Any] = {
+        "baseline_what": "raw mysql-replication `BinLogStreamReader`, 1 connection, every `event.rows` decoded",
+        "baseline": raw_rate, "baseline_detail": f"{made.rows / raw.wall:,.0f} row changes/s",
+        "baseline_cpu": raw}
+    scope = (f"{made.rows:,} row changes = {made.images:,} row images ({made.transactions:,} txns of "
+             f"{txn_rows:,} rows; {size / MiB:,.0f} MiB binlog), batches of {max_bytes / MiB:g} MiB")
+    out = []
+    for r in results:
+        rate = r.rows / r.run.wall
+        n_batches = len(r.batches)
+        split = (f"; {r.split_batches} of {n_batches} batches split (partition >= {partition_bytes / MiB:g} MiB)"
+                 if r.partitions > 1 else f"; {n_batches} batches")
+        out.append(Figure(
+            "catch-up", f"stream job, `available-now`, **{r.partitions} partition{'s' if r.partitions > 1 else ''}"
+            f"** ({r.label})", rate, "events/s", f"{made.rows / r.run.wall:,.0f} row changes/s", r.run,
+            note=f"{scope}{split}; Spark start-up {r.startup.wall:.0f} s not included",
+            short=f"stream, {r.partitions} partition(s)", **base))
+    for r in results:
+        rates = sorted(r.task_rates)
+        spread = f"tasks {rates[0]:,.0f} .. {rates[-1]:,.0f}/s" if rates else "no task figures"
+        out.append(Figure(
+            "catch-up", f"per partition at {r.partitions} partition{'s' if r.partitions > 1 else ''}: records / "
+            "task run time (Spark event log)", r.per_partition_rate, "events/s",
+            f"{len(r.task_rates)} tasks", cpu_text="(in the row above)", note=spread,
+            short=f"per partition, at {r.partitions}", **base))
+    one = next((r for r in results if r.partitions == 1), None)
+    for r in results:
+        if r.partitions < 2 or one is None:
+            continue
+        projected = one.per_partition_rate * r.partitions
+        measured = r.rows / r.run.wall
+        if not projected:
+            continue
+        out.append(Figure(
+            "catch-up", f"projected: per-partition rate at 1 partition x {r.partitions} executors", projected,
+            "events/s", f"measured at {r.partitions}: {measured:,.0f}/s = {measured / projected:.0%} of it",
+            cpu_text="-", note="linear scaling if the server and the cores kept up",
+            short=f"projected, {r.partitions} executors", **base))
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        sys.exit(child(sys.argv[2]))
+    print(__doc__)
+    sys.exit(2)

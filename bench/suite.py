@@ -1,0 +1,304 @@
+"""The benchmark suite: one markdown table of figures measured side by side in one run, each next to its
+baseline measured in the same run, with the CPU share each side used (client tree / MySQL server / other).
+
+Sections (``--only`` picks some; each starts its own throwaway MariaDB with the binlog on):
+
+1. ``snapshot``: the snapshot phase on Spark (plan + one job over every chunk) at 1 and 2 executors vs one
+   connectorx connection reading the table into Parquet (``bench/snapshot_bench.py``);
+2. ``planning``: even and uneven (string key) chunk planning vs one full ordered key scan
+   (``bench/planning.py``);
+3. ``catchup``: the stream job, ``available-now``, at 1 and 2 partitions per batch vs raw mysql-replication
+   over the same binlog range (``bench/catchup.py``);
+4. ``latency``: commit -> visible in the changelog under a constant write load, processing-time trigger, vs
+   a raw binlog tailer on the same load (``bench/latency.py``);
+5. ``memory``: peak memory of one chunk read vs chunk size and table size, vs connectorx materializing the
+   same range (``bench/chunk_memory.py``).
+
+Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
+cluster does not start: then local[n], said in the table). Prints the table and writes it to
+``bench/results/latest.md`` with a chart ``latest.png`` and the figures ``latest.json``. ``--quick``: small
+sizes (a few minutes), for checking the suite itself. Exits 1 if a section failed (the table says which).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import catchup
+import chunk_memory
+import latency
+import planning
+import snapshot_bench
+from cpu import Measure, cpu_model, measure, os_name, settle
+from report import Figure, Report, chart, markdown
+from spark_runs import SparkSetup, say
+
+SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory")
+SPARK_SECTIONS = ("snapshot", "catchup", "latency")
+MiB = 2**20
+
+# name: (full default, --quick default)
+SIZES: dict[str, tuple[Any, Any]] = {
+    "snapshot_rows": (5_000_000, 200_000),
+    "chunk_size": (8096, 8096),
+    "planning_rows": (10_000_000, 300_000),
+    "catchup_changes": (2_000_000, 100_000),
+    "catchup_txn_rows": (1000, 500),
+    "catchup_max_bytes": (64 * MiB, 2 * MiB),
+    "latency_seconds": (60.0, 20.0),
+    "latency_warmup": (15.0, 8.0),
+    "memory_rows": (5_000_000, 500_000),
+    "memory_small_rows": (1_000_000, 100_000),
+    "memory_chunk_sizes": ("10000,100000,1000000", "1000,10000,100000"),
+    "memory_independence_size": (100_000, 10_000),
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes: checks the suite in a few minutes")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated: {','.join(SECTIONS)}")
+    parser.add_argument("--spark", choices=("cluster", "local"), default="cluster",
+                        help="standalone cluster of 1-core executors (default) or local[n]")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (outputs, event logs)")
+    parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results",
+                        help="where latest.md, latest.png and latest.json go")
+    sizes = parser.add_argument_group("sizes (defaults: the full run; --quick: small)")
+    sizes.add_argument("--snapshot-rows", type=int)
+    sizes.add_argument("--chunk-size", type=int, help="snapshot and planning chunk size (8096)")
+    sizes.add_argument("--planning-rows", type=int)
+    sizes.add_argument("--catchup-changes", type=int, help="row changes in the binlog range (2M)")
+    sizes.add_argument("--catchup-txn-rows", type=int, help="rows per transaction of that range (1000)")
+    sizes.add_argument("--catchup-max-bytes", type=int, help="max_bytes_per_batch (64 MiB)")
+    sizes.add_argument("--catchup-partition-bytes", type=int,
+                       help="catchup_partition_bytes (default: a quarter of the batch size, so batches split)")
+    sizes.add_argument("--latency-rate", type=int, default=1000, help="row changes per second")
+    sizes.add_argument("--latency-txn-rows", type=int, default=5, help="rows per writer transaction")
+    sizes.add_argument("--latency-interval", default="1 second", help="the processing-time trigger interval")
+    sizes.add_argument("--latency-seconds", type=float, help="measured seconds (60)")
+    sizes.add_argument("--latency-warmup", type=float, help="seconds of load before measuring (15)")
+    sizes.add_argument("--memory-rows", type=int, help="rows of the big table (5M)")
+    sizes.add_argument("--memory-small-rows", type=int, help="rows of the small table (1M)")
+    sizes.add_argument("--memory-chunk-sizes", help="comma-separated (10000,100000,1000000)")
+    sizes.add_argument("--memory-independence-size", type=int,
+                       help="chunk size also read on the small table (100000)")
+    args = parser.parse_args(argv)
+    for name, (full, quick) in SIZES.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    args.sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
+    return args
+
+
+# --- sections that reuse the older scripts -------------------------------------------------------------------
+
+
+def snapshot_section(args: argparse.Namespace, setup: SparkSetup, work: Path) -> list[Figure]:
+    import pyarrow.parquet as pq
+
+    from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
+
+    rows, figures = args.snapshot_rows, []
+    with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        say(f"snapshot: loading {rows:,} rows ...")
+        snapshot_bench.load_table(server, rows)
+        settle(pid)
+        say("snapshot: baseline, connectorx ...")
+        exact = work / "exact.parquet"
+        n, raw, _ = snapshot_bench.raw_read(server.cdc_url.rstrip("/") + "/bench", exact, pid, exact=True)
+        assert n == rows, (n, rows)
+        data_mb = pq.read_table(exact).nbytes / MiB  # the table as Arrow in memory: one MB for both sides
+        exact.unlink()
+        pw = catchup.password_file(work, CDC_PASSWORD)
+        cfg = {"mysql_url": f"mysql://cdc@127.0.0.1:{server.port}/", "password_file": str(pw),
+               "server_pid": pid, "rows": rows, "chunk_size": args.chunk_size}
+        runs = []
+        for p in (1, 2):
+            say(f"snapshot: Spark, {setup.label(p)} ...")
+            runs.append((p, snapshot_bench.run_spark(work, {**cfg, **setup.child_config(p)}, p)))
+    base: dict[str, Any] = {
+        "baseline_what": "raw read: connectorx, 1 connection, `SELECT *` -> Parquet, type-exact",
+        "baseline": rows / raw.wall, "baseline_detail": f"{data_mb / raw.wall:,.1f} MB/s", "baseline_cpu": raw}
+    for p, run in runs:
+        phase: Measure = run["plan"] + run["job"]
+        figures.append(Figure(
+            "snapshot", f"snapshot phase = plan + Spark job, **{setup.label(p)}**", rows / phase.wall, "rows/s",
+            f"{data_mb / phase.wall:,.1f} MB/s", phase,
+            note=f"{rows:,} rows, {data_mb:,.0f} MB as Arrow; {run['chunks']} chunks of {args.chunk_size:,}; "
+                 f"job alone {rows / run['job'].wall:,.0f} rows/s; Spark start-up {run['startup'].wall:.0f} s "
+                 "not included", short=setup.label(p), **base))
+    return figures
+
+
+SHORT_PLANNING = {"even": "even, BIGINT key", "uneven_index": "uneven, VARCHAR primary key",
+                  "unindexed": "uneven, unindexed VARCHAR key"}
+
+
+def planning_section(args: argparse.Namespace, work: Path) -> list[Figure]:
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+
+    rows, cs = args.planning_rows, args.chunk_size
+    with MariaDBServer(options={"innodb-buffer-pool-size": "2G"}) as server:
+        planning.prepare(server, rows, 0)
+        out = planning.run_planning(server, rows, cs, 0, variants=("even", "uneven_index", "unindexed"),
+                                    meter=measure)
+    return [Figure("planning", f"{r.what}, {r.rows:,} rows", r.m.wall, "s", f"{r.chunks:,} chunks", r.m,
+                   "one full ordered key scan (pymysql, unbuffered)", r.baseline.wall if r.baseline else None,
+                   "", r.baseline, higher_is_better=False, note=r.note, short=SHORT_PLANNING.get(r.kind, r.kind))
+            for r in out]
+
+
+# --- the run --------------------------------------------------------------------------------------------------
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    import pyspark
+
+    from airflow_provider_mysqlcdc.testing.mariadb import find_mariadbd
+
+    try:
+        mariadb = subprocess.run([find_mariadbd(), "--version"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        mariadb = mariadb.split("Ver ", 1)[-1].split(" for ")[0]
+    except (OSError, subprocess.CalledProcessError, RuntimeError):
+        mariadb = "unknown"
+    out = {"mariadb": mariadb, "spark": pyspark.__version__, "python": platform.python_version()}
+    for name in ("connectorx", "mysql-replication", "pyarrow", "pymysql"):
+        try:
+            out[name] = version(name)
+        except Exception:  # noqa: BLE001 - not installed
+            out[name] = "-"
+    return out
+
+
+def header(args: argparse.Namespace, setup: SparkSetup | None, started: datetime) -> list[str]:
+    import psutil
+
+    v = versions()
+    quick = " (**--quick sizes**: a check of the suite, not representative)" if args.quick else ""
+    lines = [
+        f"### mysqlcdc benchmark suite{quick}",
+        "",
+        (f"- machine: {cpu_model()}, {psutil.cpu_count()} cores, "
+         f"{psutil.virtual_memory().total / 2**30:.0f} GiB RAM; {os_name()}"),
+        (f"- MariaDB {v['mariadb']} (throwaway, binlog ROW/FULL, on the same cores); Spark {v['spark']}; "
+         f"Python {v['python']}; connectorx {v['connectorx']}, mysql-replication {v['mysql-replication']}, "
+         f"pyarrow {v['pyarrow']}"),
+        f"- date: {started:%Y-%m-%d %H:%M} UTC; sections: {', '.join(args.sections)}; seed {args.seed}",
+    ]
+    if setup is not None:
+        lines.append(f"- Spark: {setup.describe()}")
+    lines.append("- CPU shares: 100% = one core; client = the benchmark process tree (Spark driver, JVMs, "
+                 "executors, Python workers), server = mariadbd, (other) = the rest of the machine; ratio = "
+                 "figure / baseline")
+    return lines
+
+
+def run(args: argparse.Namespace) -> Report:
+    started = datetime.now(UTC)
+    report = Report()
+    work = Path(tempfile.mkdtemp(prefix="mysqlcdc-suite-"))
+    needs_spark = [s for s in args.sections if s in SPARK_SECTIONS]
+    setup = SparkSetup.start(args.spark) if needs_spark else None
+    by_section: dict[str, list[Figure]] = {}
+    notes: dict[str, list[str]] = {}
+    timings: dict[str, float] = {}
+
+    def attempt(section: str, work_dir: Path, fn: Any) -> None:
+        say(f"== {section} ==")
+        t0 = time.perf_counter()
+        work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            result = fn()  # figures, or (figures, note lines)
+            by_section[section], notes[section] = result if isinstance(result, tuple) else (result, [])
+        except Exception as exc:  # noqa: BLE001 - one failed section must not hide the others' figures
+            traceback.print_exc()
+            report.failures.append(f"{section}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        timings[section] = time.perf_counter() - t0
+        say(f"== {section}: {timings[section]:.0f}s ==")
+
+    try:
+        # Spark sections first, so the cluster can stop before the others run.
+        if "snapshot" in args.sections:
+            attempt("snapshot", work / "snapshot", lambda: snapshot_section(args, setup, work / "snapshot"))
+        if "catchup" in args.sections:
+            attempt("catchup", work / "catchup", lambda: catchup.run_section(
+                setup, work / "catchup", changes=args.catchup_changes, txn_rows=args.catchup_txn_rows,
+                max_bytes=args.catchup_max_bytes, partition_bytes=args.catchup_partition_bytes))
+        if "latency" in args.sections:
+            attempt("latency", work / "latency", lambda: latency.run_section(
+                setup, work / "latency", rate=args.latency_rate, txn_rows=args.latency_txn_rows,
+                warmup=args.latency_warmup, seconds=args.latency_seconds, interval=args.latency_interval,
+                seed=args.seed))
+        if setup is not None:
+            setup.stop()
+        if "planning" in args.sections:
+            attempt("planning", work / "planning", lambda: planning_section(args, work / "planning"))
+        if "memory" in args.sections:
+            sizes = tuple(int(s) for s in str(args.memory_chunk_sizes).split(",") if s.strip())
+            attempt("memory", work / "memory", lambda: chunk_memory.run_section(
+                work / "memory", table_rows=args.memory_rows, small_rows=args.memory_small_rows,
+                chunk_sizes=sizes, independence_size=args.memory_independence_size))
+    finally:
+        if setup is not None:
+            setup.stop()
+        if args.keep:
+            say(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    report.header = header(args, setup, started)
+    for section in SECTIONS:  # the table keeps the sections' order, whatever order they ran in
+        report.figures += by_section.get(section, [])
+        report.notes += notes.get(section, [])
+    total = sum(timings.values())
+    report.notes.append("Section wall times: " + ", ".join(f"{s} {t / 60:.1f} min" for s, t in timings.items())
+                        + f"; total {total / 60:.1f} min.")
+    return report
+
+
+def save(report: Report, args: argparse.Namespace) -> None:
+    args.results.mkdir(parents=True, exist_ok=True)
+    text = markdown(report)
+    (args.results / "latest.md").write_text(text)
+    chart(report, args.results / "latest.png", report.header[0].lstrip("# ").replace("**", ""))
+    figures = []
+    for f in report.figures:
+        item = asdict(f)
+        item["ratio"] = f.ratio
+        figures.append(item)
+    (args.results / "latest.json").write_text(json.dumps(
+        {"header": report.header, "figures": figures, "failures": report.failures, "notes": report.notes,
+         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}, indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = run(args)
+    print(markdown(report))
+    save(report, args)
+    say(f"saved {args.results / 'latest.md'}, latest.png, latest.json")
+    return 1 if report.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
