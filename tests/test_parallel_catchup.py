@@ -13,7 +13,12 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
 from airflow_provider_mysqlcdc.engine.binlog_boundaries import binary_logs, iter_boundaries
-from airflow_provider_mysqlcdc.engine.binlog_reader import BinlogReader, Heartbeat, allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog_reader import (
+    BinlogReader,
+    Heartbeat,
+    SchemaChange,
+    allocate_server_id,
+)
 from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.connection import connect
 from airflow_provider_mysqlcdc.engine.errors import ConfigurationError
@@ -71,13 +76,15 @@ def _decode(settings, table: TableId, schemas, start: BinlogOffset, end: BinlogO
     reader = BinlogReader(settings, allocate_server_id(settings, 0), {table}, schemas)
     items = [i for i in reader.read_with_heartbeats(start, end.position) if not isinstance(i, Heartbeat)]
     assert reader.last_offset.position == end.position  # the read ends exactly at the partition's end
-    return [(i.key, i.op, i.values["id"], i.values["pad"]) for i in items]
+    return [(i.key, "ddl", i.ddl.statement) if isinstance(i, SchemaChange) else
+            (i.key, i.op, sorted(i.values.items())) for i in items]
 
 
 def test_batch_partitions_tile_the_range_at_transaction_boundaries(mysql_server, mysql_db, tmp_path):
     """The driver cuts a large batch into contiguous partitions at transaction boundaries (across a binlog
-    rotation and around a big transaction); decoded one by one they give exactly the whole range's rows. A
-    replayed batch (a new driver: no marks from planning) is cut again the same way."""
+    rotation, around a big transaction and a DDL); decoded one by one they give exactly the whole range's
+    rows, each with the columns of its time. A replayed batch (a new driver: no marks from planning) is cut
+    again the same way."""
     db, settings = mysql_db, _settings(mysql_server)
     table = TableId(db, "par")
     with mysql_server.admin() as conn, conn.cursor() as cur:
@@ -91,6 +98,8 @@ def test_batch_partitions_tile_the_range_at_transaction_boundaries(mysql_server,
         cur.execute("COMMIT")
         cur.execute("FLUSH BINARY LOGS")
         for i in range(150):
+            if i == 75:  # partitions after it decode by the new columns, as a reader resumed there does
+                cur.execute(f"ALTER TABLE `{db}`.par ADD COLUMN extra INT NOT NULL DEFAULT 7")
             cur.execute(f"UPDATE `{db}`.par SET pad = %s WHERE id = %s", ("c" * 100, i))
     with connect(settings) as conn:
         schemas = {table: load_schema(conn, table)}
@@ -113,7 +122,8 @@ def test_batch_partitions_tile_the_range_at_transaction_boundaries(mysql_server,
     pieces = [row for p in parts
               for row in _decode(settings, table, schemas, BinlogOffset.from_dict(p.start),
                                  BinlogOffset.from_dict(p.end))]
-    assert len(whole) == 150 + 300 + 300 and pieces == whole
+    assert len(whole) == 150 + 300 + 300 + 1 and pieces == whole
+    assert [len(values) for _, op, values in whole if op == "+U"] == [2] * 75 + [3] * 75
     assert all(0 < sum(1 for _ in _decode(settings, table, schemas, BinlogOffset.from_dict(p.start),
                                           BinlogOffset.from_dict(p.end))) for p in parts)
 
