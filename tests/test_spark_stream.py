@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc import cli_stream
@@ -465,3 +466,34 @@ def test_admission_ends_batches_at_transaction_boundaries(mysql_server, mysql_db
 def _binlog_end(conn) -> BinlogOffset:
     status = current_binlog_status(conn, server_info(conn))
     return BinlogOffset.at(BinlogPosition(status.file, status.position))
+
+
+def test_excluded_columns_never_reach_the_changelog(mysql_server, mysql_db, tmp_path, spark):
+    """Excluded columns are absent from the stream's Parquet and changelog-json files; every other value is
+    the one a stream without exclusions writes."""
+    pipe, plans, _ = _setup(mysql_server, mysql_db, tmp_path, seed=5, rows=30, writers=False)
+    table = TableId(mysql_db, "t_int")
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE `t_int` SET `v` = `v` + 1, `note` = 'secret note', `amount` = 12.5 LIMIT 7")
+        cur.execute("DELETE FROM `t_int` LIMIT 2")
+    excluded = _config(mysql_server, mysql_db, tmp_path, name="x", changelog_json=True,
+                       exclude_columns={str(table): ("note", "amount")})
+    full = _config(mysql_server, mysql_db, tmp_path, name="full")
+    run_stream(spark, excluded)
+    run_stream(spark, full)
+
+    got = changelog_records(excluded.output, pipe.schemas[table])
+    want = changelog_records(full.output, pipe.schemas[table])
+    assert len(got) == 7 * 2 + 2 and all("note" not in r.values and "amount" not in r.values for r in got)
+    for r in want:
+        r.values.pop("note"), r.values.pop("amount")
+    assert _comparable(got) == _comparable(want)
+    for batch_id in committed_batch_ids(excluded.output, table):
+        marker = read_json(changelog_marker(excluded.output, table, batch_id))
+        for name in marker["files"]:
+            names = pq.read_schema(Path(changelog_dir(excluded.output, table, batch_id)) / name).names
+            assert "v" in names and not {"note", "amount"} & set(names), names
+        json_dir = Path(changelog_dir(excluded.output, table, batch_id, "changelog-json"))
+        for name in marker["changelog_json_files"]:
+            for line in (json_dir / name).read_text().splitlines():
+                assert "secret note" not in line and set(json.loads(line)["data"]) == {"id", "v", "ts", "wall"}
