@@ -157,13 +157,15 @@ def _partitions_of(output: str, table: TableId, batch_id: int) -> set[str]:
 
 
 def test_parallel_catchup_under_writes_equals_one_reader(mysql_server, mysql_db, tmp_path, spark, caplog):
-    """Writers run while a stream far behind catches up with three partitions per batch, is killed after a
-    batch's output is written (the replay is cut again by a new driver), and is restarted; then the changelog
-    equals a one-partition stream's over the same binlog, change for change, and the mirror equals the
+    """Writers run while a stream far behind catches up with three partitions per batch, each read in parts
+    of a few dozen row images (resumed inside transactions), is killed after a batch's output is written
+    (the replay is cut again by a new driver), and is restarted; then the changelog equals a one-partition
+    stream's over the same binlog, change for change, and the mirror equals the
     source. A small batch once caught up is read by one partition."""
     pipe, plans, workload = _setup(mysql_server, mysql_db, tmp_path, seed=31)
+    # parts of 37 row images: every partition is read in several parts, cut inside transactions too
     parallel = _config(mysql_server, mysql_db, tmp_path, name="par", max_bytes_per_batch=70_000,
-                       catchup_partitions=3, catchup_partition_bytes=12_000)
+                       catchup_partitions=3, catchup_partition_bytes=12_000, rows_per_read=37)
     single = _config(mysql_server, mysql_db, tmp_path, name="one", max_bytes_per_batch=70_000,
                      catchup_partitions=1)
     crashed: list[int] = []

@@ -37,7 +37,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
         "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
-        "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes",
+        "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes", "rows_per_read",
     )
     ui_color = "#e6f5ea"
 
@@ -59,6 +59,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         resnapshot: bool | str = True,
         catchup_partitions: int | str | None = None,
         catchup_partition_bytes: int | str | None = None,
+        rows_per_read: int | str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -82,6 +83,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         # parallel catch-up: tasks per batch when far behind (default: Spark's parallelism; 1: off)
         self.catchup_partitions = catchup_partitions
         self.catchup_partition_bytes = catchup_partition_bytes  # least binlog bytes per parallel partition
+        self.rows_per_read = rows_per_read  # row images a read task holds at once (its memory bound)
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -117,6 +119,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
             self.application_args += ["--catchup-partitions", str(int(self.catchup_partitions))]
         if self.catchup_partition_bytes not in (None, ""):
             self.application_args += ["--catchup-partition-bytes", str(int(self.catchup_partition_bytes))]
+        if self.rows_per_read not in (None, ""):
+            self.application_args += ["--rows-per-read", str(int(self.rows_per_read))]
         if self.reconnect_timeout not in (None, ""):
             self.application_args += ["--reconnect-timeout", str(float(self.reconnect_timeout))]
         if self.changelog_json:

@@ -28,6 +28,8 @@ Options (all strings; none of them is secret):
 ``catchup_partitions``  at most this many partitions decode one batch (default 1: no parallel catch-up)
 ``catchup_partition_bytes`` binlog bytes a partition gets at least (default 4 MiB): a batch splits only when
                         it spans twice that
+``rows_per_read``       row images a partition decodes and holds before it hands them on (default 100000):
+                        bounds a partition's memory whatever its range
 ``read_timeout``        seconds a batch read may take (default 600)
 ``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
                         fails (default 300); a read cut by it is run again from its start
@@ -41,6 +43,7 @@ The password travels to executors inside the pickled source, never in options, p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -59,7 +62,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from ..engine.connection import PASSWORD_ENV, MySQLSettings, connect
-from ..engine.errors import ConfigurationError
+from ..engine.errors import CdcError, ConfigurationError
 from ..engine.offsets import BinlogOffset, OffsetFormatError
 from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from ..engine.positions import BinlogPosition
@@ -78,6 +81,7 @@ CHUNK_STORE_URL_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 600.0
 DEFAULT_CATCHUP_PARTITION_BYTES = 4 * 1024 * 1024
+ROWS_PER_READ = 100_000  # row images a partition holds at once (about 100 MB of Python objects)
 POSITION_FILE = "mysqlcdc/stream_position.json"
 DRIVER_READ_TIMEOUT_S = 120.0  # the driver's MySQL session: a silent network is an outage after this long
 
@@ -107,12 +111,17 @@ class BinlogSourceOptions:
     server_id_slot: int = 0
     catchup_partitions: int = 1
     catchup_partition_bytes: int = DEFAULT_CATCHUP_PARTITION_BYTES
+    rows_per_read: int = ROWS_PER_READ
     read_timeout: float = DEFAULT_READ_TIMEOUT
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
     checkpoint: str | None = None
     starting_offset: BinlogOffset | None = None
 
     def __post_init__(self) -> None:
+        if self.rows_per_read < 1:
+            raise ConfigurationError(
+                f"{SOURCE_NAME}: rows_per_read ({self.rows_per_read}) must be at least 1"
+            )
         if self.catchup_partitions < 1 or self.catchup_partition_bytes < 1:
             raise ConfigurationError(
                 f"{SOURCE_NAME}: catchup_partitions ({self.catchup_partitions}) and catchup_partition_bytes "
@@ -166,6 +175,7 @@ class BinlogSourceOptions:
                 catchup_partition_bytes=int(
                     get("catchup_partition_bytes") or DEFAULT_CATCHUP_PARTITION_BYTES
                 ),
+                rows_per_read=int(get("rows_per_read") or ROWS_PER_READ),
                 read_timeout=float(get("read_timeout") or DEFAULT_READ_TIMEOUT),
                 reconnect_timeout=float(get("reconnect_timeout") or DEFAULT_RECONNECT_TIMEOUT_S),
                 checkpoint=get("checkpoint"),
@@ -184,6 +194,7 @@ class BinlogSourceOptions:
             "server_id_slot": str(self.server_id_slot),
             "catchup_partitions": str(self.catchup_partitions),
             "catchup_partition_bytes": str(self.catchup_partition_bytes),
+            "rows_per_read": str(self.rows_per_read),
             "read_timeout": str(self.read_timeout),
             "reconnect_timeout": str(self.reconnect_timeout),
         }
@@ -475,13 +486,14 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"batch end {end} is not a transaction boundary: the checkpoint is corrupt"
             )
         settings = self.settings()
+        captured: list[TableId] = []  # fixed at the partition's first read
 
-        def read_range() -> Any:
-            # Nothing is yielded before the whole range is read, so a read cut by an outage simply runs again.
+        def read_range(begin: BinlogOffset) -> Any:
+            # Nothing of a part is yielded before the part is read, so a part cut by an outage runs again.
             with ChunkStore(self.config.chunk_store) as store:
                 # The server behind the URL may have changed since the driver planned the batch (a failover
                 # behind a virtual IP): the range is resolved again on the server this read talks to.
-                first, last = _on_server_read(settings, store, self.config.tables, start, end)
+                first, last = _on_server_read(settings, store, self.config.tables, begin, end)
                 with contextlib.ExitStack() as claims:
                     # The stream's own slot reads the first partition; the others of a parallel batch claim
                     # free ids (two readers with one server_id make the server drop one of them).
@@ -493,30 +505,47 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     # A fresh ChangeStream loads the chunk HWs now: reruns committed since the last batch
                     # apply; and the pipeline's tables: one planned since is captured (its unread chunks emit
                     # all), a removed one is not.
-                    tables = captured_tables(store, self.config.tables)
-                    stream = ChangeStream(settings, store, tables, server_id)
+                    captured[:] = captured or captured_tables(store, self.config.tables)
+                    stream = ChangeStream(settings, store, list(captured), server_id)
                     try:
                         batch = stream.read(
-                            first, last.position, timeout=self.config.read_timeout,
-                            file_number_base=last.file_number_base,
+                            first, last.position, max_rows=self.config.rows_per_read,
+                            timeout=self.config.read_timeout, file_number_base=last.file_number_base,
                         )
                         return first, last, batch, {str(t): s for t, s in stream.schemas.items()}
                     finally:
                         stream.close()
 
-        first, last, batch, known = retry_while_unavailable(
-            read_range,
-            what=f"reading the batch {start} -> {end}",
-            where=f"{settings.host}:{settings.port}",
-            budget_s=self.config.reconnect_timeout,
-        )
+        # The range is read in parts of at most rows_per_read row images, each yielded before the next is
+        # read: a partition's memory does not grow with its range. Each part resumes exactly where the last
+        # one ended (inside a transaction too), on the server that one was read from.
+        begin, previous, first, rows, emitted, seconds = start, start, None, 0, 0, 0.0
+        while True:
+            part_first, last, batch, known = retry_while_unavailable(
+                lambda begin=begin: read_range(begin),
+                what=f"reading the batch {begin} -> {end}",
+                where=f"{settings.host}:{settings.port}",
+                budget_s=self.config.reconnect_timeout,
+            )
+            first = first or part_first
+            rows, emitted = rows + batch.rows_read, emitted + len(batch.records)
+            seconds += batch.seconds
+            yield from stream_batches(batch.records, schemas=batch.schemas,
+                                      schema_changes=batch.schema_changes, table_schemas=known)
+            reached = dataclasses.replace(batch.end, server=part_first.server, gtid_position=None,
+                                          file_number_base=part_first.file_number_base)
+            # a part that read fewer row images than it may hold read to the range's end
+            if batch.rows_read < self.config.rows_per_read or (
+                reached.at_boundary and reached.position == last.position
+            ):
+                break
+            if reached.key <= max(part_first.key, previous.key):  # never loop on a read that does not advance
+                raise CdcError(f"the binlog read from {part_first} made no progress towards {last}")
+            previous = begin = reached
         log.info(
             "read %s -> %s (partition %d of %d): %d row images in %.1fs, %d emitted",
-            first, last, partition.index + 1, partition.count, batch.rows_read, batch.seconds,
-            len(batch.records),
+            first, last, partition.index + 1, partition.count, rows, seconds, emitted,
         )
-        yield from stream_batches(batch.records, schemas=batch.schemas, schema_changes=batch.schema_changes,
-                                  table_schemas=known)
         yield range_batch(first.to_dict(), last.to_dict())
 
 

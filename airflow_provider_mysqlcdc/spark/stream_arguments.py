@@ -12,7 +12,7 @@ from ..engine.connection import PASSWORD_ENV, URL_ENV
 from ..engine.errors import ConfigurationError
 from ..engine.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from ..engine.startup import INITIAL, StartupMode
-from .binlog_source import DEFAULT_CATCHUP_PARTITION_BYTES, DEFAULT_MAX_BYTES_PER_BATCH
+from .binlog_source import DEFAULT_CATCHUP_PARTITION_BYTES, DEFAULT_MAX_BYTES_PER_BATCH, ROWS_PER_READ
 from .snapshot_options import CHUNK_STORE_ENV
 from .stream_job import StreamConfig, parse_exclude_columns
 from .stream_lock import DEFAULT_LEASE_SECONDS
@@ -41,6 +41,9 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--catchup-partition-bytes", type=int, default=DEFAULT_CATCHUP_PARTITION_BYTES,
                         help="binlog bytes each parallel partition gets at least: a batch splits only when "
                         "it spans twice that (default %(default)s)")
+    parser.add_argument("--rows-per-read", type=int, default=ROWS_PER_READ,
+                        help="row images a read task decodes and holds before handing them on: bounds its "
+                        "memory (default %(default)s, about 100 MB)")
     parser.add_argument("--changelog-json", action="store_true", help="also write Flink changelog-json files")
     parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
                         help="columns never written (secrets, blobs); use the snapshot's exclusions")
@@ -79,6 +82,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         server_id_slot=args.server_id_slot,
         catchup_partitions=args.catchup_partitions,
         catchup_partition_bytes=args.catchup_partition_bytes,
+        rows_per_read=args.rows_per_read,
         reconnect_timeout=args.reconnect_timeout,
         startup_mode=str(StartupMode.parse(args.startup_mode)),
         resnapshot=args.resnapshot,

@@ -41,6 +41,7 @@ from .binlog_source import (
     DEFAULT_CATCHUP_PARTITION_BYTES,
     DEFAULT_MAX_BYTES_PER_BATCH,
     POSITION_FILE,
+    ROWS_PER_READ,
     BinlogSource,
     BinlogSourceOptions,
     read_password_file,
@@ -77,6 +78,7 @@ class StreamConfig:
     # catchup_partitions tasks at once (0: as many as Spark's default parallelism; 1: off)
     catchup_partitions: int = 0
     catchup_partition_bytes: int = DEFAULT_CATCHUP_PARTITION_BYTES
+    rows_per_read: int = ROWS_PER_READ  # row images a read task holds at once (its memory bound)
     read_timeout: float = 600.0
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage is waited out this long
     startup_mode: str = INITIAL  # engine.startup: where a new checkpoint's stream begins
@@ -262,6 +264,7 @@ def start_stream(
             server_id_slot=config.server_id_slot,
             catchup_partitions=config.catchup_partitions or max(1, spark.sparkContext.defaultParallelism),
             catchup_partition_bytes=config.catchup_partition_bytes,
+            rows_per_read=config.rows_per_read,
             read_timeout=config.read_timeout,
             reconnect_timeout=config.reconnect_timeout,
             checkpoint=config.checkpoint,
