@@ -32,7 +32,7 @@ Options (all strings; none of them is secret):
                         bounds a partition's memory whatever its range
 ``read_timeout``        seconds a batch read may take (default 600)
 ``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
-                        fails (default 300); a read cut by it is run again from its start
+                        fails (default 300); a part of a read cut by it is run again from its start
 ``checkpoint``          where the stream writes its committed position (``mysqlcdc/stream_position.json``)
 ``starting_offset``     a new checkpoint's first offset (JSON of a ``BinlogOffset``; startup modes that take no
                         snapshot); without it, the smallest chunk HW
