@@ -540,7 +540,11 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ):
                 break
             if reached.key <= max(part_first.key, previous.key):  # never loop on a read that does not advance
-                raise CdcError(f"the binlog read from {part_first} made no progress towards {last}")
+                raise CdcError(
+                    f"the binlog read from {part_first} made no progress towards {last}: the binlog does not "
+                    "match the batch's offsets; restart the stream (it replays the batch from its start) and "
+                    "report this if it happens again"
+                )
             previous = begin = reached
         log.info(
             "read %s -> %s (partition %d of %d): %d row images in %.1fs, %d emitted",
