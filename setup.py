@@ -41,7 +41,7 @@ setup(
         "apache_airflow_provider": [
             "provider_info=airflow_provider_mysqlcdc.get_provider_info:get_provider_info",
         ],
-        "console_scripts": ["mysqlcdc=airflow_provider_mysqlcdc.cli:main"],
+        "console_scripts": ["mysqlcdc=airflow_provider_mysqlcdc.cli.main:main"],
         "airflow.plugins": ["mysqlcdc = airflow_provider_mysqlcdc.plugins.mysqlcdc_plugin:MySqlCdcPlugin"],
     },
     classifiers=[

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from airflow.sdk import Asset, AssetAlias
 
-from .engine.tables import TableId
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 ASSET_ALIAS = AssetAlias("mysqlcdc")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import __version__
+from airflow_provider_mysqlcdc import __version__
 
 
 def get_provider_info() -> dict[str, Any]:

@@ -36,7 +36,7 @@ from engine_bench import bench_raw_binlog, load_table
 from report import Figure
 from spark_runs import SparkSetup, child_session, run_child, say
 
-from airflow_provider_mysqlcdc.engine.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 
 TABLE = "bench.t"
 MiB = 2**20
@@ -47,13 +47,13 @@ class ParallelCatchupMissing(RuntimeError):
 
 
 def require_catchup_fields() -> None:
-    from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig
+    from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig
 
     names = {f.name for f in dataclasses.fields(StreamConfig)}
     missing = [n for n in ("catchup_partitions", "catchup_partition_bytes") if n not in names]
     if missing:
         raise ParallelCatchupMissing(
-            f"StreamConfig has no {', '.join(missing)}: parallel catch-up (spark/binlog_source.py, "
+            f"StreamConfig has no {', '.join(missing)}: parallel catch-up (spark/stream/binlog_source.py, "
             "stream_job.py) is not in this version of the package; the catch-up benchmark needs it"
         )
 
@@ -62,8 +62,8 @@ def require_catchup_fields() -> None:
 
 
 def binlog_position(settings: Any) -> BinlogPosition:
-    from airflow_provider_mysqlcdc.engine.connection import connect
-    from airflow_provider_mysqlcdc.engine.server import current_binlog_status, server_info
+    from airflow_provider_mysqlcdc.engine.source.connection import connect
+    from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
     with connect(settings) as conn:
         status = current_binlog_status(conn, server_info(conn))
@@ -85,8 +85,8 @@ def binlog_bytes(server: Any, start: BinlogPosition, end: BinlogPosition) -> int
 def commit_plan_at(settings: Any, store_path: Path, table: str, position: BinlogPosition, chunk_size: int) -> int:
     """Plan ``table`` and commit every chunk with LW = HW = ``position`` (no snapshot is written: the stream
     then starts there and emits every change after it). Returns the number of chunks."""
-    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
+    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 
     with ChunkStore(str(store_path)) as store:
         plan = plan_tables(settings, store, [table], chunk_size=chunk_size)[0]
@@ -180,8 +180,8 @@ def event_log_tasks(event_dir: Path, app_id: str) -> list[dict[str, Any]]:
 
 def partition_rows(output: str, table: str) -> dict[tuple[int, int], int]:
     """(batch id, partition) -> changelog records, from the committed batches' files (``part-<partition>-``)."""
-    from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids, read_batch
-    from airflow_provider_mysqlcdc.engine.tables import TableId
+    from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
+    from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
     tid = TableId.parse(table)
     out: dict[tuple[int, int], int] = {}
@@ -198,7 +198,7 @@ def partition_rows(output: str, table: str) -> dict[tuple[int, int], int]:
 def child(cfg_path: str) -> int:
     cfg = json.loads(Path(cfg_path).read_text())
     require_catchup_fields()
-    from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, run_stream
+    from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, run_stream
 
     label, root, server_pid = cfg["label"], cfg["client_root"], cfg["server_pid"]
     event_dir = Path(cfg["event_dir"])
@@ -259,7 +259,7 @@ class CatchupResult:
 
 def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, max_bytes: int,
                 partition_bytes: int | None, partitions: tuple[int, ...] = (1, 2)) -> tuple[list[Figure], list[str]]:
-    from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
     require_catchup_fields()

@@ -45,7 +45,7 @@ SEED_ROWS = 1000
 
 def stream_child(cfg: dict[str, Any]) -> int:
     """Run the stream until the stop file appears; write the batches it committed."""
-    from airflow_provider_mysqlcdc.spark.stream_job import StreamConfig, start_stream
+    from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, start_stream
 
     spark = child_session(cfg, f"mysqlcdc latency bench {cfg['label']}")
     config = StreamConfig(
@@ -104,8 +104,8 @@ def tail_child(cfg: dict[str, Any]) -> int:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import WriteRowsEvent
 
-    from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id
-    from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
     settings = MySQLSettings.from_url(cfg["mysql_url"], password=Path(cfg["password_file"]).read_text().strip())
     stream = BinLogStreamReader(
@@ -163,8 +163,8 @@ def stop(proc: subprocess.Popen, timeout: float = 60.0) -> None:
 
 def visible_times(output: str) -> dict[int, float]:
     """id -> wall time its batch's marker was written (the first batch holding it)."""
-    from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids, read_batch
-    from airflow_provider_mysqlcdc.engine.tables import TableId
+    from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
+    from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
     tid = TableId.parse(TABLE)
     out: dict[int, float] = {}
@@ -196,9 +196,9 @@ def latencies(commits: dict[int, float], seen: dict[int, float]) -> Latencies:
 
 def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warmup: float, seconds: float,
                 interval: str, seed: int, executors: int = 1) -> list[Figure]:
-    from airflow_provider_mysqlcdc.engine.changelog_batches import committed_batch_ids, read_batch
-    from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
-    from airflow_provider_mysqlcdc.engine.tables import TableId
+    from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.engine.model.tables import TableId
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
     run_dir = work / "latency"

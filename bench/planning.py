@@ -38,14 +38,14 @@ from typing import Any
 
 import pymysql.cursors
 
-from airflow_provider_mysqlcdc.engine import planner
-from airflow_provider_mysqlcdc.engine.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.planner import ChunkPlan, plan_table
-from airflow_provider_mysqlcdc.engine.tables import TableId
+from airflow_provider_mysqlcdc.engine.chunks import planner
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan, plan_table
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the reference
-from tests.reference_planner import old_uneven_boundaries
+from tests.support.reference_planner import old_uneven_boundaries
 
 try:
     import psutil

@@ -90,11 +90,11 @@ def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Me
 def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]:
     """Plan + what each Spark task does (``write_chunk``: chunk read -> versioned Parquet), one chunk after
     another in this process, without Spark and without chunk store commits: the engine's own cost."""
-    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
-    from airflow_provider_mysqlcdc.spark.chunk_records import SnapshotJob
-    from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
-    from airflow_provider_mysqlcdc.spark.snapshot_writer import write_chunk
+    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+    from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+    from airflow_provider_mysqlcdc.spark.snapshot.writer import write_chunk
 
     run_dir = work / "engine"
     run_dir.mkdir()
@@ -113,10 +113,10 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
 
 def spark_child(cfg_path: str) -> int:
     cfg = json.loads(Path(cfg_path).read_text())
-    from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
-    from airflow_provider_mysqlcdc.engine.snapshot import plan_tables
-    from airflow_provider_mysqlcdc.engine.snapshot_manifest import read_snapshot_manifest
-    from airflow_provider_mysqlcdc.engine.tables import TableId
+    from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+    from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
+    from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
     p, server_pid, rows = cfg["parallelism"], cfg["server_pid"], cfg["rows"]
     # The suite runs the job on a standalone cluster it started: its executors are not this process's
@@ -129,7 +129,7 @@ def spark_child(cfg_path: str) -> int:
         print(f"[{label}] {msg}", file=sys.stderr, flush=True)
 
     with ChunkStore(cfg["store"]) as store:
-        from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
+        from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
         password = Path(cfg["password_file"]).read_text().strip()
         settings = MySQLSettings.from_url(cfg["mysql_url"], password=password)
         with Timer(server_pid, root) as t_plan:
@@ -139,8 +139,8 @@ def spark_child(cfg_path: str) -> int:
 
     with Timer(server_pid, root) as t_start:
         from airflow_provider_mysqlcdc.spark.session import build_session
-        from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
-        from airflow_provider_mysqlcdc.spark.snapshot_options import SnapshotOptions
+        from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
+        from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 
         spark = build_session(master=master, app_name=f"mysqlcdc snapshot bench {label}",
                               conf={"spark.ui.enabled": "false", **cfg.get("spark_conf", {})})

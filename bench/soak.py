@@ -1,11 +1,11 @@
 """Soak: minutes of random writes while tables are planned, snapshotted, streamed, rerun and re-planned.
 
-Rounds of concurrent writers (tests/workload.py) on a throwaway MariaDB; during each round the driver picks
+Rounds of concurrent writers (tests/support/workload.py) on a throwaway MariaDB; during each round the driver picks
 random steps: stream micro-batches, chunk reruns the stream is behind or ahead of, re-plans whose chunks
 commit while the stream runs, stream restarts from the committed offset, and replayed batches (read, thrown
 away, read again: the same records must come back). After each round the writers stop, the stream catches
 up and every table's mirror is compared with ``SELECT``. At the end the whole changelog is audited against the
-binlog as ``mariadb-binlog`` decodes it (``airflow_provider_mysqlcdc.testing.binlog_audit``): no duplicate,
+binlog as ``mariadb-binlog`` decodes it (``tests.support.binlog_audit``): no duplicate,
 nothing invented, nothing missing past each table's largest HW, values right. Reruns move HWs while the
 stream runs, so the exact per-chunk check of the tests is off here; the last round therefore only streams
 (with restarts and replays), so that its changes all lie past the final HWs and are checked for completeness.
@@ -26,21 +26,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the harness
 
-from airflow_provider_mysqlcdc.engine.binlog_reader import allocate_server_id
-from airflow_provider_mysqlcdc.engine.change_stream import ChangeStream
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.planner import ChunkPlan
-from airflow_provider_mysqlcdc.engine.tables import TableId
-from airflow_provider_mysqlcdc.testing.binlog_audit import (
+from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from tests.support.binlog_audit import (
     AuditReport,
     audit_changelog,
     entries_from_records,
     read_binlog,
 )
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-from tests.engine_harness import Pipeline
-from tests.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
+from tests.support.engine_harness import Pipeline
+from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 
 STEPS = {"pump": 10, "rerun_behind": 3, "rerun_ahead": 2, "replan": 1, "restart": 1, "replay": 2}
 STREAM_ONLY = ("pump", "restart", "replay")  # the last round moves no HW: all its changes must be emitted
@@ -216,7 +216,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--tables", default=",".join(s.name for s in TABLE_SPECS),
-                        help="comma-separated names from tests/workload.py TABLE_SPECS")
+                        help="comma-separated names from tests/support/workload.py TABLE_SPECS")
     parser.add_argument("--round-seconds", type=float, default=30.0,
                         help="writers stop for a mirror check after each round")
     args = parser.parse_args()

@@ -28,14 +28,14 @@ class SparkSetup:
     """``mode`` is ``cluster`` (standalone: one worker, n executors of one core each) or ``local``."""
 
     mode: str
-    cluster: Any = None  # airflow_provider_mysqlcdc.testing.spark_cluster.SparkStandaloneCluster
+    cluster: Any = None  # tests.support.spark_cluster.SparkStandaloneCluster
     note: str = ""
 
     @classmethod
     def start(cls, mode: str) -> SparkSetup:
         if mode == "local":
             return cls("local")
-        from airflow_provider_mysqlcdc.testing.spark_cluster import SparkStandaloneCluster
+        from tests.support.spark_cluster import SparkStandaloneCluster
 
         started = time.perf_counter()
         # Two cores (the machine's), memory for two 1g executors plus their Python workers.

@@ -4,7 +4,7 @@
         --mysql-url mysql://cdc@db:3306 --tables shop.orders,shop.items --chunk-store /data/chunks.db \
         --output /lake/mysqlcdc --checkpoint /lake/_checkpoints/stream --trigger available-now
 
-Argument parsing only; the work is ``airflow_provider_mysqlcdc.spark.stream_job``. The password comes from
+Argument parsing only; the work is ``airflow_provider_mysqlcdc.spark.stream.job``. The password comes from
 ``$MYSQLCDC_MYSQL_PASSWORD`` or ``--password-file``, never from the command line. ``run(spark, args)`` runs
 in an existing Spark session (tests, the CLI).
 """
@@ -16,10 +16,10 @@ import logging
 import sys
 from typing import Callable, Sequence
 
-from airflow_provider_mysqlcdc.engine.errors import CdcError
-from airflow_provider_mysqlcdc.spark.changelog_sink import BatchHook, CommittedBatch
-from airflow_provider_mysqlcdc.spark.stream_arguments import add_stream_arguments, stream_config
-from airflow_provider_mysqlcdc.spark.stream_job import AVAILABLE_NOW, StreamConfig, StreamRun, mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchHook, CommittedBatch
+from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
+from airflow_provider_mysqlcdc.spark.stream.job import AVAILABLE_NOW, StreamConfig, StreamRun, mirror_refresh, run_stream
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ The MySQL password comes from $MYSQLCDC_MYSQL_PASSWORD (driver and executors, e.
 ``--conf spark.executorEnv.MYSQLCDC_MYSQL_PASSWORD=...`` set by the scheduler, not typed) or from a file
 named by ``--password-file`` (ship it with ``--files``); never from the command line. Prints the chunk group's
 result as JSON (also to ``--result-file``). Argument parsing only: the work is in
-``airflow_provider_mysqlcdc.spark.snapshot_job``.
+``airflow_provider_mysqlcdc.spark.snapshot.chunk_group``.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import json
 import sys
 from typing import Any, Sequence
 
-from airflow_provider_mysqlcdc.engine.chunk_groups import parse_chunk_ids
-from airflow_provider_mysqlcdc.engine.errors import CdcError
-from airflow_provider_mysqlcdc.spark.snapshot_options import (
+from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.snapshot.options import (
     add_connection_arguments,
     add_read_arguments,
     add_table_arguments,
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Run the chunk group in ``spark``; returns the result (chunks with rows, LW, HW, output versions)."""
-    from airflow_provider_mysqlcdc.spark.snapshot_job import run_chunk_group
+    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 
     options = options_from_args(
         args, args.table, chunk_ids=parse_chunk_ids(args.chunks) if args.chunks else None,

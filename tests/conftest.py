@@ -26,7 +26,7 @@ _LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 # The project's dags/ (as users get it) plus the tests' own DAGs (smoke scaffolding) as a second bundle.
 DAG_BUNDLES = [
     {"name": "dags-folder", "classpath": _LOCAL_BUNDLE, "kwargs": {}},
-    {"name": "tests-dags", "classpath": _LOCAL_BUNDLE, "kwargs": {"path": str(REPO / "tests" / "dags")}},
+    {"name": "tests-dags", "classpath": _LOCAL_BUNDLE, "kwargs": {"path": str(REPO / "tests" / "airflow" / "dags")}},
 ]
 
 
@@ -61,7 +61,7 @@ def mysql_server() -> Iterator[object]:
     """The shared CDC-ready server; ``.admin()`` opens a root session, ``.cdc_url`` is the least-privilege user."""
     url = os.environ.get("MYSQLCDC_TEST_MYSQL_URL")
     if url:
-        from airflow_provider_mysqlcdc.testing.external import ExternalServer
+        from tests.support.external_server import ExternalServer
 
         server: object = ExternalServer(url).start()
     else:
@@ -76,7 +76,7 @@ def mysql_server() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def server_flavor(mysql_server) -> str:
-    from airflow_provider_mysqlcdc.engine.server import server_info
+    from airflow_provider_mysqlcdc.engine.source.server import server_info
 
     with mysql_server.admin() as conn:
         return server_info(conn).flavor

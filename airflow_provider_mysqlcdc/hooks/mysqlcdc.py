@@ -13,13 +13,13 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from ..engine.connection import (
+from airflow_provider_mysqlcdc.engine.source.connection import (
     DEFAULT_SERVER_ID_RANGE,
     PASSWORD_ENV,
     MySQLSettings,
     parse_server_id_range,
 )
-from ..engine.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 
 _EXTRA_KEYS = {"ssl", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify", "server_id", "charset", "connect_timeout"}
 
@@ -66,7 +66,7 @@ class MySqlCdcHook(BaseHook):
 
     def test_connection(self) -> tuple[bool, str]:
         """The CDC validation of ``mysqlcdc check`` (binlog settings, privileges), for the UI's Test button."""
-        from ..engine.check import check_server
+        from airflow_provider_mysqlcdc.engine.source.readiness import check_server
 
         try:
             report = check_server(self.settings())

@@ -25,22 +25,22 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
 
-from ..engine.chunk_groups import (
+from airflow_provider_mysqlcdc.engine.chunks.groups import (
     DEFAULT_CHUNKS_PER_GROUP,
     ChunkGroup,
     chunk_groups,
     format_chunk_ids,
     parse_chunk_ids,
 )
-from ..engine.chunk_store import ChunkStore, UnknownChunk
-from ..engine.errors import ConfigurationError
-from ..engine.planner import DEFAULT_CHUNK_SIZE, ChunkPlan
-from ..engine.snapshot import is_pattern, load_plan, plan_tables, remove_tables, tables_to_plan
-from ..engine.startup import INITIAL, StartupMode
-from ..engine.tables import TableId, find_tables, matching_tables
-from ..hooks.mysqlcdc import MySqlCdcHook
-from .pipeline_record import XCOM_KEY, PipelineRecord
-from .pipeline_settings import chunk_store_url, default_checkpoint, split_tables
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, UnknownChunk
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE, ChunkPlan
+from airflow_provider_mysqlcdc.engine.snapshot.phase import is_pattern, load_plan, plan_tables, remove_tables, tables_to_plan
+from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, find_tables, matching_tables
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
 
 
 class MySqlCdcPlanOperator(BaseOperator):

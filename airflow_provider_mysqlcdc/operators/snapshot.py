@@ -14,15 +14,15 @@ from typing import Any, Mapping, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from ..assets import ASSET_ALIAS
-from ..engine.chunk_groups import ChunkGroup, format_chunk_ids
-from ..engine.chunk_store import COMMITTED, RUNNING, ChunkStore
-from ..engine.errors import CdcError
-from ..hooks.mysqlcdc import MySqlCdcHook
-from ..spark.snapshot_options import CHUNK_STORE_ENV
-from .pipeline_settings import chunk_store_url
-from .spark_apps import SNAPSHOT_APP, app_path
-from .spark_submit import SparkAppMixin
+from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
+from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
+from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
+from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 
 MAP_INDEX_TEMPLATE = "{{ mysqlcdc_chunk_group }}"
 
@@ -67,7 +67,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.exclude_columns = exclude_columns
         self.read_view_mode = read_view_mode
         self.watermark_table = watermark_table
-        # source protection (engine/source_limits.py); None: the defaults (4 reads at once, no rate, 600 s)
+        # source protection (engine/source/limits.py); None: the defaults (4 reads at once, no rate, 600 s)
         self.max_concurrent_reads = max_concurrent_reads
         self.rows_per_second = rows_per_second
         self.query_timeout = query_timeout

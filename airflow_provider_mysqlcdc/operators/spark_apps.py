@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..engine.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
 SNAPSHOT_APP = "snapshot_chunks.py"
 STREAM_APP = "binlog_stream.py"

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from ..assets import ASSET_ALIAS, table_asset
-from ..engine.connection import MySQLSettings
-from ..hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.assets import ASSET_ALIAS, table_asset
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 
 DEFAULT_CONF = {
     "spark.speculation": "false",  # one read per chunk: a speculative copy would read with another HW

@@ -13,18 +13,18 @@ from typing import Any, Mapping, Sequence
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from ..assets import ASSET_ALIAS
-from ..engine.chunk_store import ChunkStore
-from ..engine.errors import ConfigurationError
-from ..engine.startup import INITIAL, StartupMode
-from ..engine.status import collect_status
-from ..engine.tables import matching_tables
-from ..hooks.mysqlcdc import MySqlCdcHook
-from ..spark.snapshot_options import CHUNK_STORE_ENV
-from ..spark.stream_lock import StreamLock
-from .pipeline_settings import chunk_store_url, default_checkpoint, split_tables
-from .spark_apps import STREAM_APP, app_path
-from .spark_submit import SparkAppMixin
+from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
+from airflow_provider_mysqlcdc.operators.spark_apps import STREAM_APP, app_path
+from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 
 AVAILABLE_NOW, CONTINUOUS = "available-now", "continuous"
 CONTINUOUS_TRIGGER = "processing-time=5 seconds"
@@ -78,7 +78,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.max_bytes_per_batch = max_bytes_per_batch
         self.skip_if_running = skip_if_running
         self.reconnect_timeout = reconnect_timeout  # seconds a MySQL outage is waited out (default 300)
-        self.startup_mode = startup_mode  # engine.startup: where a new checkpoint's stream begins
+        self.startup_mode = startup_mode  # engine.stream.startup: where a new checkpoint's stream begins
         self.resnapshot = resnapshot  # TRUNCATE & co.: snapshot the table again (else stop with an error)
         # parallel catch-up: tasks per batch when far behind (default: Spark's parallelism; 1: off)
         self.catchup_partitions = catchup_partitions

@@ -25,7 +25,7 @@ class _StatusApps:
     """``fastapi_apps``, built on first read, on the class as on an instance (Airflow reads both)."""
 
     def __get__(self, obj: object, owner: type | None = None) -> list[dict[str, Any]]:
-        from .status_app import app
+        from airflow_provider_mysqlcdc.plugins.status_app import app
 
         return [{"app": app, "url_prefix": URL_PREFIX, "name": "MySQL CDC status"}]
 

@@ -33,13 +33,13 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from airflow.models.dagrun import DagRun
 from airflow.models.xcom import XComModel
 
-from ..engine.chunk_store import ChunkStore, normalize_url
-from ..engine.connection import connect
-from ..engine.errors import CdcError
-from ..engine.status import StatusReport, collect_status
-from ..operators.pipeline_record import XCOM_KEY, PipelineRecord
-from ..spark.snapshot_options import CHUNK_STORE_ENV
-from .status_page import RunRef, render_login_required, render_no_pipeline, render_problem, render_status
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, normalize_url
+from airflow_provider_mysqlcdc.engine.source.connection import connect
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
+from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
+from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.plugins.status_page import RunRef, render_login_required, render_no_pipeline, render_problem, render_status
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ ConnFactory = Callable[[], pymysql.connections.Connection]
 def mysql_conn_factory(mysql_conn_id: str) -> tuple[ConnFactory | None, str | None]:
     """A connection factory for the server's binlog position (lag), or None and why not. The settings
     carry the password; it goes to pymysql only, never to a message or a log line."""
-    from ..hooks.mysqlcdc import MySqlCdcHook
+    from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 
     try:
         settings = MySqlCdcHook(mysql_conn_id).settings()

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any, Iterable
 
-from ..engine.status import NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM, StatusReport, TableStatus, lag_text
-from ..operators.pipeline_record import PipelineRecord
+from airflow_provider_mysqlcdc.engine.status.report import NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM, StatusReport, TableStatus, lag_text
+from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 14px; margin: 16px;

@@ -14,7 +14,7 @@ from typing import Mapping
 
 from pyspark.sql import SparkSession
 
-from ..engine.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
 DEFAULT_MASTER = "local[*]"
 
@@ -53,7 +53,7 @@ _REGISTERED: set[tuple[str, str]] = set()
 
 def register_snapshot_source(spark: SparkSession) -> None:
     """Register ``mysql_cdc_snapshot`` in this application (once: Spark warns on every re-registration)."""
-    from .snapshot_source import SOURCE_NAME, SnapshotDataSource
+    from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
 
     key = (spark.sparkContext.applicationId, SOURCE_NAME)
     if key not in _REGISTERED:

@@ -21,7 +21,7 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
-from .mariadb import CDC_PASSWORD, MariaDBServer
+from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 20_000
@@ -154,10 +154,10 @@ def main() -> int:
         _run(["mirror", "--table", TABLE, "--output", lake], env)
 
         _step("comparing the mirror with the source, row by row")
-        from ..engine.connection import MySQLSettings, connect
-        from ..engine.mirror_manifest import read_mirror
-        from ..engine.tables import TableId, load_schema
-        from ..engine import values
+        from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+        from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+        from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+        from airflow_provider_mysqlcdc.engine.model import values
 
         settings = MySQLSettings.from_url(server.cdc_url)
         with connect(settings) as conn, conn.cursor() as cur:

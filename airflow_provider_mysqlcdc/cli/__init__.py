@@ -1,0 +1,1 @@
+"""The mysqlcdc command: the engine without Airflow."""

@@ -1,0 +1,225 @@
+"""``mysqlcdc status`` and ``mysqlcdc mirror``: where each table stands, and a table's current state.
+
+``add_parsers(subparsers)`` registers both subcommands on the ``mysqlcdc`` parser (``cli/main.py`` wires it); each
+sets ``func`` to a function taking the parsed arguments and returning the exit code. Arguments follow the
+other subcommands: ``--chunk-store`` (or ``$MYSQLCDC_CHUNK_STORE_URL``), ``--output``, ``--mysql-url`` (or
+``$MYSQLCDC_MYSQL_URL``) with the password from ``$MYSQLCDC_MYSQL_PASSWORD`` or ``--password-file``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import sys
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any, Callable, Iterator
+
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, URL_ENV, MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest, read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+
+CHUNK_STORE_ENV = "MYSQLCDC_CHUNK_STORE_URL"  # the same variable as plan/snapshot/stream
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add ``status`` and ``mirror`` to the ``mysqlcdc`` subcommands."""
+    status = subparsers.add_parser(
+        "status",
+        help="per table: snapshot phase progress, stream position and lag, mirror consistency",
+        description="Chunks planned/running/committed/failed, rows, HWs, stream position and lag behind the "
+        "server's binlog, and from which binlog position each table's mirror is consistent.",
+    )
+    _add_common(status)
+    status.add_argument(
+        "--table",
+        action="append",
+        dest="tables",
+        metavar="DB.TABLE",
+        help="only this table (repeatable; default: every table in the chunk store)",
+    )
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=cmd_status)
+
+    mirror = subparsers.add_parser(
+        "mirror",
+        help="refresh a table's materialized mirror, then print or export its current state",
+        description="Refresh the mirror of one table from its committed snapshot and changelog (only chunks "
+        "with new changes are rewritten), then print a summary, the rows (--print) or one Parquet file "
+        "(--export).",
+    )
+    _add_common(mirror)
+    mirror.add_argument("--table", required=True, metavar="DB.TABLE")
+    mirror.add_argument(
+        "--print",
+        action="store_true",
+        dest="print_rows",
+        help="print the rows as JSON lines on stdout (the summary goes to stderr)",
+    )
+    mirror.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    mirror.add_argument(
+        "--export", metavar="FILE", help="also write the current state into this Parquet file"
+    )
+    mirror.add_argument(
+        "--no-refresh",
+        action="store_true",
+        help="read the mirror as last refreshed (e.g. while a running stream refreshes it)",
+    )
+    mirror.add_argument("--json", action="store_true", help="print the summary as JSON")
+    mirror.set_defaults(func=cmd_mirror)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chunk-store",
+        "--store",
+        dest="chunk_store",
+        default=os.environ.get(CHUNK_STORE_ENV),
+        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})",
+    )
+    parser.add_argument(
+        "--output", help="output root (local path or a pyarrow URI) holding snapshot, changelog and mirror"
+    )
+    parser.add_argument(
+        "--mysql-url",
+        default=os.environ.get(URL_ENV),
+        help=f"mysql://user@host:port (default ${URL_ENV}); the password comes from "
+        f"${PASSWORD_ENV} or --password-file",
+    )
+    parser.add_argument("--password-file", help="a file holding the MySQL password")
+
+
+# --- commands -----------------------------------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        report = collect_status(store, args.output, args.tables, _conn_factory(args, required=False))
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    return 0
+
+
+def cmd_mirror(args: argparse.Namespace) -> int:
+    if not args.output:
+        raise ConfigurationError("no output root given: pass --output")
+    table = TableId.parse(args.table)
+    info = sys.stderr if args.print_rows else sys.stdout
+    if args.no_refresh:
+        manifest = read_manifest(args.output, table)
+        changed = None
+    else:
+        print(f"refreshing the mirror of {table} ...", file=sys.stderr, flush=True)
+        with (
+            _store(args) as store,
+            MirrorRefresher(args.output, store, conn_factory=_conn_factory(args, required=True)) as refresher,
+        ):
+            result = refresher.refresh(table)
+        manifest = result.manifest
+        changed = result
+        if manifest is None:
+            raise ConfigurationError(f"{table}: {result.reason}")
+    if manifest is None:
+        mirror_files(args.output, table)  # raises MirrorNotFound, which says how to build the mirror
+        return 2
+    summary = {**manifest.to_dict(), "files": mirror_files(args.output, table)}
+    summary.pop("chunks", None)
+    if changed is not None:
+        summary["refresh"] = {
+            "rewritten_chunks": list(changed.rewritten),
+            "rebuilt_chunks": list(changed.rebuilt),
+            "batches_applied": list(changed.batches),
+            "records_read": changed.records,
+            "seconds": round(changed.seconds, 3),
+        }
+    if args.json:
+        print(json.dumps(summary, indent=2), file=info)
+    else:
+        print(manifest.describe(), file=info)
+        if changed is not None:
+            print(
+                f"rewrote chunks {list(changed.rewritten)} (rebuilt from snapshot: {list(changed.rebuilt)}), "
+                f"applied batches {list(changed.batches)} in {changed.seconds:.2f}s",
+                file=info,
+            )
+        print("files:", *summary["files"], sep="\n  ", file=info)
+    if args.export or args.print_rows:
+        data = read_mirror(args.output, table)
+        if args.export:
+            fs, inner = filesystem(args.export)
+            pq.write_table(data, inner, filesystem=fs)
+            print(f"wrote {data.num_rows} rows to {args.export}", file=info)
+        if args.print_rows:
+            rows = data.slice(0, args.limit) if args.limit is not None else data
+            for batch in rows.to_batches():
+                for row in batch.to_pylist():
+                    sys.stdout.write(
+                        json.dumps({k: _json_value(v) for k, v in row.items()}, ensure_ascii=False) + "\n"
+                    )
+    return 0
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _store(args: argparse.Namespace) -> Iterator[ChunkStore]:
+    """The chunk store named by --store; a SQLite path that does not exist is an error, not a new store."""
+    url = args.chunk_store
+    if not url:
+        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_ENV}")
+    if "://" not in url and not os.path.exists(url):
+        raise ConfigurationError(f"no chunk store at {url!r}: check --chunk-store (plan the tables first)")
+    store = ChunkStore(url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _conn_factory(args: argparse.Namespace, *, required: bool) -> Callable[[], Any] | None:
+    if not args.mysql_url:
+        if required:
+            raise ConfigurationError(
+                f"no MySQL server given: pass --mysql-url or set ${URL_ENV} (the mirror needs the table "
+                "schema "
+                "and the collation order of string keys)"
+            )
+        return None
+    password = None
+    if args.password_file:
+        try:
+            with open(args.password_file, encoding="utf-8") as f:
+                password = f.read().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot read the password file {args.password_file}: {exc.strerror}"
+            ) from None
+    settings = MySQLSettings.from_url(args.mysql_url, password=password)
+    return lambda: connect(settings)
+
+
+def _json_value(value: Any) -> Any:
+    """Exact JSON for canonical values: decimals and big integers as text, bytes as base64."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**53 else str(value)
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)

@@ -1,0 +1,1 @@
+"""Chunks: the plan types, chunk keys (codec, SQL, order, locator), where a table is split, chunk groups."""

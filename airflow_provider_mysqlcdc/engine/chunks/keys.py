@@ -1,0 +1,676 @@
+"""Chunk keys: their JSON form, and an order in Python that agrees with the server's.
+
+A binlog event belongs to the chunk whose ``[start, end)`` holds its key. The snapshot side decides
+membership with SQL predicates (``chunk_predicate``), which the server evaluates under each column's
+collation; the stream side decides it in Python (``ChunkLocator``). Both must give the same answer for every
+key, or events are lost or applied twice. So Python never compares strings by itself: string columns are
+compared through sort keys the server computes (``WEIGHT_STRING``) under the column's collation, and every
+string column is checked against the server's own comparisons once, before its first use (a collation we
+cannot reproduce is an error, not a guess).
+
+Numbers and temporal values compare natively. NULL sorts first (MySQL's ``ASC`` order), and a key with a NULL
+belongs to the first chunk.
+"""
+from __future__ import annotations
+
+import base64
+import bisect
+import re
+import struct
+from collections import OrderedDict
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+import pymysql
+
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.model.tables import (
+    DECIMAL_TYPES,
+    INTEGER_TYPES,
+    Column,
+    TableSchema,
+)
+
+if TYPE_CHECKING:  # planner imports this module; the types are only needed for hints
+    from airflow_provider_mysqlcdc.engine.chunks.planner import Chunk, ChunkPlan
+
+ConnFactory = Callable[[], pymysql.connections.Connection]
+Key = tuple[Any, ...]
+SortKey = tuple[tuple[Any, ...], ...]
+
+FLOAT_TYPES = {"float", "double", "real", "double precision"}
+STRING_KEY_TYPES = {"char", "varchar"}
+BINARY_KEY_TYPES = {"binary", "varbinary"}
+DATETIME_TYPES = {"date", "datetime", "timestamp"}
+ORDERABLE_TYPES = (
+    INTEGER_TYPES | DECIMAL_TYPES | FLOAT_TYPES | STRING_KEY_TYPES | BINARY_KEY_TYPES | DATETIME_TYPES
+    | {"time", "year"}
+)
+# Why a type cannot be a chunk key (the rest of the message says what to do instead).
+_UNORDERABLE_REASONS = {
+    "enum": "ORDER BY sorts ENUM by member index but comparisons use the member text, so ranges disagree",
+    "set": "ORDER BY sorts SET by its bit value but comparisons use the text, so ranges disagree",
+    "bit": "BIT values have no range predicate that agrees with their binlog form",
+    "json": "JSON values have no total order usable for ranges",
+    "geometry": "spatial values have no total order",
+}
+
+_NULL = (0,)  # NULL sorts before every value (MySQL ASC order)
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_TEMPORAL_TEXT = re.compile(r"^(\d+)-(\d+)-(\d+)(?:[ T](\d+):(\d+):(\d+)(?:\.(\d{1,6}))?)?$")
+_DEFAULT_SORTLEN = 8  # most weights per character of any MariaDB/MySQL collation we know (UCA)
+_PROBE_MAX_CHARS = 4  # padding covers at least this many characters, so the self-check probes fit
+_COLLATION_PROBES = (
+    "", " ", "\t", "\x00", "a", "A", "a ", "a\t", "á", "a\u0301", "ä", "ae", "æ", "ß", "ss", "ﬃ", "ffi",
+    "b", "B ", "\u00a0", "😀", "😁", "z", "Z", "0", "-",
+)
+
+
+def unorderable_reason(column: Column) -> str | None:
+    """Why this column cannot be a chunk key, or None when it can."""
+    if column.data_type in ORDERABLE_TYPES:
+        return None
+    if column.data_type in _UNORDERABLE_REASONS:
+        return _UNORDERABLE_REASONS[column.data_type]
+    if "text" in column.data_type or "blob" in column.data_type:
+        return "TEXT/BLOB values can only be indexed by a prefix, so ranges over them are not index ranges"
+    if column.data_type in {"point", "linestring", "polygon", "multipoint", "multilinestring",
+                            "multipolygon", "geometrycollection"}:
+        return _UNORDERABLE_REASONS["geometry"]
+    return f"type {column.data_type} is not supported as a chunk key"
+
+
+def validate_chunk_key(schema: TableSchema, key_columns: Sequence[str]) -> tuple[Column, ...]:
+    """The key columns of ``schema``; a column whose order we cannot reproduce is a ConfigurationError."""
+    if not key_columns:
+        raise ConfigurationError(f"table {schema.table}: the chunk key has no columns")
+    columns = tuple(schema.column(name) for name in key_columns)
+    for column in columns:
+        reason = unorderable_reason(column)
+        if reason is None:
+            continue
+        where = "its primary key column" if column.name in schema.primary_key else "chunk key column"
+        raise ConfigurationError(
+            f"table {schema.table}: {where} {column.name!r} ({column.column_type}) cannot be a chunk key: "
+            f"{reason}. Fix: set the option chunk_key for this table to a column of an orderable type "
+            "(integer, decimal, float/double, date/time, CHAR/VARCHAR, BINARY/VARBINARY)"
+        )
+    return columns
+
+
+# --- JSON form --------------------------------------------------------------------------------------------
+
+
+class KeyCodec:
+    """Chunk keys as JSON-safe lists of ``[tag, value]``, exactly reversible.
+
+    Integers travel as strings (JSON readers in other languages lose digits above 2^53), Decimals keep their
+    scale, bytes are base64. The tags are part of the chunk-store format: never change one, only add.
+    """
+
+    @staticmethod
+    def encode_value(value: Any) -> list[Any]:
+        if value is None:
+            return ["n", None]
+        if isinstance(value, bool):
+            return ["i", str(int(value))]
+        if isinstance(value, int):
+            return ["i", str(value)]
+        if isinstance(value, Decimal):
+            return ["dec", str(value)]
+        if isinstance(value, float):
+            return ["f", repr(value)]
+        if isinstance(value, str):
+            return ["s", value]
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return ["b", base64.b64encode(bytes(value)).decode("ascii")]
+        if isinstance(value, datetime):  # before date: datetime is a date
+            return ["dt", value.isoformat()]
+        if isinstance(value, date):
+            return ["d", value.isoformat()]
+        if isinstance(value, timedelta):
+            return ["td", str(_micros(value))]
+        if isinstance(value, time):
+            return ["t", value.isoformat()]
+        raise TypeError(f"cannot encode a chunk key value of type {type(value).__name__}: {value!r}")
+
+    @staticmethod
+    def decode_value(item: Sequence[Any]) -> Any:
+        try:
+            tag, value = item
+        except (TypeError, ValueError):
+            raise CdcError(f"malformed chunk key element {item!r}: expected [tag, value]") from None
+        if tag == "n":
+            return None
+        if tag == "i":
+            return int(value)
+        if tag == "dec":
+            return Decimal(value)
+        if tag == "f":
+            return float(value)
+        if tag == "s":
+            return str(value)
+        if tag == "b":
+            return base64.b64decode(value)
+        if tag == "dt":
+            return datetime.fromisoformat(value)
+        if tag == "d":
+            return date.fromisoformat(value)
+        if tag == "td":
+            return timedelta(microseconds=int(value))
+        if tag == "t":
+            return time.fromisoformat(value)
+        raise CdcError(f"unknown chunk key tag {tag!r}: was this written by a newer release?")
+
+    @classmethod
+    def encode_key(cls, key: Sequence[Any]) -> list[list[Any]]:
+        return [cls.encode_value(v) for v in key]
+
+    @classmethod
+    def decode_key(cls, data: Sequence[Sequence[Any]]) -> Key:
+        return tuple(cls.decode_value(item) for item in data)
+
+
+encode_key = KeyCodec.encode_key
+decode_key = KeyCodec.decode_key
+
+
+def _micros(value: timedelta) -> int:
+    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+
+
+# --- SQL --------------------------------------------------------------------------------------------------
+
+
+def sql_param(value: Any) -> Any:
+    """A key value as a query parameter: aware datetimes become naive UTC (every session runs in UTC)."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def key_select_sql(columns: Sequence[Column]) -> str:
+    """Select list that reads key values exactly: FLOAT is widened, since its text form has only 6 digits."""
+    return ", ".join(f"CAST({c.quoted} AS DOUBLE)" if c.data_type == "float" else c.quoted for c in columns)
+
+
+def tuple_compare_sql(quoted_columns: Sequence[str], values: Sequence[Any], op: str) -> tuple[str, list[Any]]:
+    """``(k1, k2, ...) <op> (v1, v2, ...)`` expanded into ANDs and ORs, which index range scans understand.
+
+    ``(k1 > a) OR (k1 = a AND k2 >= b)``, led by ``k1 >= a`` (or ``k1 <= a``) so the optimizer sees a range on
+    the first column. Row constructors are avoided: older optimizers do not use indexes for them.
+    """
+    if op not in (">=", ">", "<", "<="):
+        raise ValueError(f"unsupported comparison {op!r}")
+    if len(quoted_columns) != len(values) or not values:
+        raise ValueError("a key comparison needs one value per key column")
+    params_in = [sql_param(v) for v in values]
+    if len(quoted_columns) == 1:
+        return f"{quoted_columns[0]} {op} %s", params_in
+    strict = op[0]
+    ors: list[str] = []
+    params: list[Any] = []
+    last = len(quoted_columns) - 1
+    for i in range(len(quoted_columns)):
+        terms = [f"{quoted_columns[j]} = %s" for j in range(i)]
+        terms.append(f"{quoted_columns[i]} {op if i == last else strict} %s")
+        ors.append("(" + " AND ".join(terms) + ")")
+        params.extend(params_in[: i + 1])
+    lead = f"{quoted_columns[0]} {strict}= %s"
+    return f"({lead} AND ({' OR '.join(ors)}))", [params_in[0], *params]
+
+
+def chunk_predicate(
+    chunk: "Chunk", quoted_columns: Sequence[str], nullable: Sequence[bool] | None = None
+) -> tuple[str, list[Any]]:
+    """WHERE fragment (and its parameters) for the rows of ``[chunk.start, chunk.end)``.
+
+    The server compares under each column's collation, so this agrees with ``KeyOrder`` by construction. A
+    row with NULL in a key column belongs to the first chunk only (``nullable`` flags the nullable columns).
+    """
+    flags = list(nullable) if nullable is not None else [False] * len(quoted_columns)
+    if len(flags) != len(quoted_columns):
+        raise ValueError("nullable needs one flag per key column")
+    nullable_cols = [c for c, f in zip(quoted_columns, flags) if f]
+    parts: list[str] = []
+    params: list[Any] = []
+    if chunk.start is not None:
+        sql, p = tuple_compare_sql(quoted_columns, chunk.start, ">=")
+        parts.append(sql)
+        params.extend(p)
+    if chunk.end is not None:
+        sql, p = tuple_compare_sql(quoted_columns, chunk.end, "<")
+        parts.append(sql)
+        params.extend(p)
+    if chunk.start is not None and len(quoted_columns) > 1:
+        # A composite comparison can be true with NULL in a later column: such rows belong to the first chunk.
+        parts.extend(f"{c} IS NOT NULL" for c in nullable_cols)
+    where = " AND ".join(parts) if parts else "1 = 1"
+    if chunk.start is None and nullable_cols and chunk.end is not None:
+        null_sql = " OR ".join(f"{c} IS NULL" for c in nullable_cols)
+        where = f"(({where}) OR {null_sql})"
+    return where, params
+
+
+# --- key order --------------------------------------------------------------------------------------------
+
+
+class _StringColumn:
+    """How one string column's sort keys are asked for from the server: cast, collation and padding."""
+
+    def __init__(self, column: Column, charset: str, collation: str, pad_space: bool, sortlen: int) -> None:
+        self.column = column
+        self.pad_space = pad_space
+        # PAD SPACE compares as if the shorter string were padded with spaces. A fixed-width weight string
+        # (every value padded to the same number of weights) reproduces that with a plain byte comparison.
+        # The width is in weights, and one character can expand to up to ``sortlen`` weights ('ß' -> 'ss'),
+        # so pad to (max characters x sortlen) or an expansion near the end would be cut off.
+        self.max_chars = max(column.char_max_length or 1, _PROBE_MAX_CHARS)
+        self.pad_weights = self.max_chars * max(sortlen, 1)
+        cast = f"CAST(%s AS CHAR CHARACTER SET {charset}) COLLATE {collation}"
+        self.cast_sql = cast
+        self.weight_sql = f"WEIGHT_STRING({cast} AS CHAR({self.pad_weights}))" if pad_space else (
+            f"WEIGHT_STRING({cast})"
+        )
+        self.approx_weight_bytes = self.pad_weights * 2 * 3 if pad_space else 64
+
+
+class KeyOrder:
+    """Sort keys for chunk keys that compare (with plain ``<`` on tuples) exactly as the server does.
+
+    String sort keys come from the server in batches and are cached (LRU, bounded in bytes). Not thread-safe:
+    give each thread its own instance. Close it (or use ``with``) to release its connection.
+    """
+
+    def __init__(
+        self,
+        conn_factory: ConnFactory,
+        schema: TableSchema,
+        key_columns: Sequence[str],
+        *,
+        cache_bytes: int = 64 * 1024 * 1024,
+        batch_size: int = 200,
+    ) -> None:
+        self.schema = schema
+        self.key_columns = tuple(key_columns)
+        self.columns = validate_chunk_key(schema, self.key_columns)
+        self._conn_factory = conn_factory
+        self._conn: pymysql.connections.Connection | None = None
+        self._strings: dict[int, _StringColumn] = {}
+        self._cache: OrderedDict[tuple[int, Any], bytes] = OrderedDict()
+        self._cache_bytes = 0
+        self._cache_limit = cache_bytes
+        self._batch_size = batch_size
+        self.weight_queries = 0  # server round trips for sort keys (for tests and metrics)
+
+    # -- lifecycle
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except pymysql.err.Error:
+                pass
+            self._conn = None
+
+    def __enter__(self) -> "KeyOrder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- SQL helpers bound to this key
+
+    @property
+    def quoted_columns(self) -> tuple[str, ...]:
+        return tuple(c.quoted for c in self.columns)
+
+    @property
+    def nullable(self) -> tuple[bool, ...]:
+        return tuple(c.nullable for c in self.columns)
+
+    def predicate(self, chunk: "Chunk") -> tuple[str, list[Any]]:
+        """``chunk_predicate`` for this table's key columns."""
+        return chunk_predicate(chunk, self.quoted_columns, self.nullable)
+
+    # -- values
+
+    def normalize(self, key: Sequence[Any]) -> Key:
+        """A key as the server stores it: BINARY(n) padded with 0x00, FLOAT narrowed to single precision,
+        aware datetimes in naive UTC. Equal keys (for the server) may still differ here: compare sort keys."""
+        self._check_arity(key)
+        return tuple(self._normalize_value(c, v) for c, v in zip(self.columns, key))
+
+    def sort_key(self, key: Sequence[Any]) -> SortKey:
+        return self.sort_keys([key])[0]
+
+    def sort_keys(self, keys: Iterable[Sequence[Any]]) -> list[SortKey]:
+        """One sort key per key, asking the server only for string values not in the cache (batched)."""
+        keys = list(keys)
+        for key in keys:
+            self._check_arity(key)
+        strings = [i for i, c in enumerate(self.columns) if c.data_type in STRING_KEY_TYPES]
+        weights = self._weights(
+            (i, _string_value(self.columns[i], key[i])) for key in keys for i in strings if key[i] is not None
+        )
+        return [
+            tuple(self._sort_value(i, c, v, weights) for i, (c, v) in enumerate(zip(self.columns, key)))
+            for key in keys
+        ]
+
+    def compare(self, a: Sequence[Any], b: Sequence[Any]) -> int:
+        """-1, 0 or 1, as the server compares the two keys (NULL first)."""
+        ka, kb = self.sort_keys([a, b])
+        return (ka > kb) - (ka < kb)
+
+    # -- internals
+
+    def _check_arity(self, key: Sequence[Any]) -> None:
+        if len(key) != len(self.columns):
+            raise ValueError(
+                f"table {self.schema.table}: a chunk key has {len(self.columns)} value(s) "
+                f"({', '.join(self.key_columns)}), got {len(key)}: {key!r}"
+            )
+
+    def _normalize_value(self, column: Column, value: Any) -> Any:
+        if value is None:
+            return None
+        kind = column.data_type
+        if kind in BINARY_KEY_TYPES:
+            return self._binary(column, value)
+        if kind == "char" and isinstance(value, str):
+            return value.rstrip(" ")  # CHAR does not keep trailing spaces (they matter under NO PAD)
+        if kind == "float" and isinstance(value, (int, float, Decimal)):
+            return struct.unpack("<f", struct.pack("<f", float(value)))[0]
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+
+    def _binary(self, column: Column, value: Any) -> bytes:
+        if isinstance(value, str):
+            data = value.encode("utf-8", "surrogateescape")
+        else:
+            data = bytes(value)
+        if column.data_type == "binary":
+            width = column.char_max_length or 0
+            if len(data) > width:
+                raise CdcError(
+                    f"table {self.schema.table}: key value {data!r} is longer than BINARY({width}) column "
+                    f"{column.name!r}: was the column altered? Re-plan the table"
+                )
+            data = data.ljust(width, b"\x00")
+        return data
+
+    def _sort_value(
+        self, index: int, column: Column, value: Any, weights: dict[tuple[int, Any], bytes]
+    ) -> tuple[Any, ...]:
+        if value is None:
+            return _NULL
+        kind = column.data_type
+        if kind in STRING_KEY_TYPES:
+            return (1, weights[(index, _string_value(column, value))])
+        if kind in BINARY_KEY_TYPES:
+            return (1, self._binary(column, value))
+        if kind in DATETIME_TYPES:
+            return (1, _datetime_parts(value))
+        if kind == "time":
+            return (1, _time_micros(value))
+        if kind == "float":
+            return (1, self._normalize_value(column, value))
+        if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+            return (1, value)
+        if isinstance(value, bool):
+            return (1, int(value))
+        if isinstance(value, str) and (column.is_integer or column.is_decimal or kind == "year"):
+            return (1, Decimal(value))
+        raise CdcError(
+            f"table {self.schema.table}: key value {value!r} ({type(value).__name__}) does not fit "
+            f"column {column.name!r} ({column.column_type})"
+        )
+
+    # string weights from the server
+
+    def _connection(self) -> pymysql.connections.Connection:
+        if self._conn is None:
+            self._conn = self._conn_factory()
+        return self._conn
+
+    def _query_row(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
+        """One row; a dropped connection is reopened once (long-running streams outlive idle timeouts)."""
+        for attempt in (0, 1):
+            try:
+                with self._connection().cursor() as cur:
+                    cur.execute(sql, params)
+                    row = cur.fetchone()
+                self.weight_queries += 1
+                return tuple(row) if row is not None else ()
+            except pymysql.err.OperationalError as exc:
+                code = exc.args[0] if exc.args else None
+                if attempt or code not in (2006, 2013, 2055):
+                    raise
+                self.close()
+        raise AssertionError("unreachable")
+
+    def _string_column(self, index: int) -> _StringColumn:
+        info = self._strings.get(index)
+        if info is None:
+            info = self._load_string_column(self.columns[index])
+            self._strings[index] = info
+            self._verify(index, info)
+        return info
+
+    def _load_string_column(self, column: Column) -> _StringColumn:
+        charset, collation = column.charset, column.collation
+        if not charset or not collation or not _NAME.match(charset) or not _NAME.match(collation):
+            raise ConfigurationError(
+                f"table {self.schema.table}: column {column.name!r} has no usable character set/collation "
+                f"({charset!r}/{collation!r}); set the option chunk_key to another column"
+            )
+        candidates = [collation]
+        if collation.startswith(charset + "_"):  # MariaDB lists uca1400_ai_ci, not utf8mb4_uca1400_ai_ci
+            candidates.append(collation[len(charset) + 1:])
+        with self._connection().cursor() as cur:
+            cur.execute(
+                "SELECT * FROM information_schema.COLLATIONS WHERE COLLATION_NAME IN (%s, %s)",
+                (candidates[0], candidates[-1]),
+            )
+            names = [d[0].upper() for d in cur.description]
+            rows = {str(r[names.index("COLLATION_NAME")]): r for r in cur.fetchall()}
+        row = next((rows[c] for c in candidates if c in rows), None)
+        sortlen = _DEFAULT_SORTLEN
+        pad_attribute: str | None = None
+        if row is not None:
+            if "SORTLEN" in names and row[names.index("SORTLEN")]:
+                sortlen = max(int(row[names.index("SORTLEN")]), 1)
+            if "PAD_ATTRIBUTE" in names and row[names.index("PAD_ATTRIBUTE")]:
+                pad_attribute = str(row[names.index("PAD_ATTRIBUTE")]).upper()
+        if pad_attribute is not None:
+            pad_space = pad_attribute == "PAD SPACE"
+        else:
+            lowered = collation.lower()
+            pad_space = not ("nopad" in lowered or "_0900_" in lowered)
+        return _StringColumn(column, charset, collation, pad_space, sortlen)
+
+    def _weights(self, items: Iterable[tuple[int, Any]]) -> dict[tuple[int, Any], bytes]:
+        """Sort keys of string values: cached ones, the rest from the server in batches."""
+        found: dict[tuple[int, Any], bytes] = {}
+        pending: dict[tuple[int, Any], tuple[int, Any]] = {}
+        for index, value in items:
+            cache_key = (index, _cache_value(value))
+            if cache_key in found or cache_key in pending:
+                continue
+            cached = self._cache.get(cache_key)
+            if cached is not None:
+                self._cache.move_to_end(cache_key)
+                found[cache_key] = cached
+            else:
+                pending[cache_key] = (index, value)
+        work = list(pending.items())
+        start = 0
+        while start < len(work):
+            batch: list[tuple[tuple[int, Any], tuple[int, Any]]] = []
+            budget = 4 * 1024 * 1024  # keep each result row well below max_allowed_packet
+            while start < len(work) and len(batch) < self._batch_size:
+                info = self._string_column(work[start][1][0])
+                if batch and budget < info.approx_weight_bytes:
+                    break
+                budget -= info.approx_weight_bytes
+                batch.append(work[start])
+                start += 1
+            found.update(self._fetch_batch(batch))
+        return found
+
+    def _fetch_batch(
+        self, batch: list[tuple[tuple[int, Any], tuple[int, Any]]]
+    ) -> dict[tuple[int, Any], bytes]:
+        exprs: list[str] = []
+        params: list[Any] = []
+        for _, (index, value) in batch:
+            info = self._string_column(index)
+            self._check_length(info, value)
+            exprs.append(info.weight_sql)
+            params.append(value)
+        row = self._query_row("SELECT " + ", ".join(exprs), params)
+        out: dict[tuple[int, Any], bytes] = {}
+        for (cache_key, (index, value)), weight in zip(batch, row):
+            if weight is None:
+                raise CdcError(
+                    f"table {self.schema.table}: the server returned no sort key for {value!r} in column "
+                    f"{self.columns[index].name!r} (result larger than max_allowed_packet?)"
+                )
+            out[cache_key] = bytes(weight)
+            self._remember(cache_key, out[cache_key])
+        return out
+
+    def _check_length(self, info: _StringColumn, value: Any) -> None:
+        if not info.pad_space:
+            return
+        chars = len(value) if isinstance(value, str) else len(bytes(value)) // 4
+        if chars > info.max_chars:
+            raise CdcError(
+                f"table {self.schema.table}: key value of {chars} characters is longer than column "
+                f"{info.column.name!r} ({info.column.column_type}): was the column altered? Re-plan the table"
+            )
+
+    def _remember(self, cache_key: tuple[int, Any], weight: bytes) -> None:
+        old = self._cache.pop(cache_key, None)
+        if old is not None:
+            self._cache_bytes -= len(old)
+        self._cache[cache_key] = weight
+        self._cache_bytes += len(weight)
+        while self._cache_bytes > self._cache_limit and len(self._cache) > 1:
+            _, dropped = self._cache.popitem(last=False)
+            self._cache_bytes -= len(dropped)
+
+    def _verify(self, index: int, info: _StringColumn) -> None:
+        """Compare our order with the server's on tricky strings, once per column: disagreement is an error,
+        so a collation whose sort keys do not reproduce its comparisons can never misplace an event."""
+        probes = list(_COLLATION_PROBES)
+        row = self._query_row("SELECT " + ", ".join([info.weight_sql] * len(probes)), probes)
+        if len(row) != len(probes) or any(w is None for w in row):
+            raise CdcError(
+                f"table {self.schema.table}: the server returned no sort keys for the probe strings"
+            )
+        weights = {value: bytes(w) for value, w in zip(probes, row)}
+        pairs = [(a, b) for i, a in enumerate(probes) for b in probes[i + 1:]]
+        expr = f"({info.cast_sql} > {info.cast_sql}) - ({info.cast_sql} < {info.cast_sql})"
+        params: list[Any] = []
+        for a, b in pairs:
+            params.extend((a, b, a, b))
+        server_row = self._query_row("SELECT " + ", ".join([expr] * len(pairs)), params)
+        for (a, b), server in zip(pairs, server_row):
+            ours = (weights[a] > weights[b]) - (weights[a] < weights[b])
+            if ours != int(server):
+                raise ConfigurationError(
+                    f"table {self.schema.table}: the order of collation {info.column.collation} of column "
+                    f"{info.column.name!r} cannot be reproduced from its sort keys ({a!r} vs {b!r}: server "
+                    f"{int(server)}, ours {ours}). Fix: set the option chunk_key to a column with another "
+                    "collation, or change the column's collation"
+                )
+        for value, weight in weights.items():
+            self._remember((index, value), weight)
+
+
+def _cache_value(value: Any) -> Any:
+    return bytes(value) if isinstance(value, (bytearray, memoryview)) else value
+
+
+def _string_value(column: Column, value: Any) -> Any:
+    """The value a string column holds: CHAR drops trailing spaces (they matter under NO PAD collations)."""
+    value = _cache_value(value)
+    if column.data_type == "char":
+        return value.rstrip(" ") if isinstance(value, str) else value.rstrip(b" ")
+    return value
+
+
+def _datetime_parts(value: Any) -> tuple[int, ...]:
+    """DATE/DATETIME/TIMESTAMP as (y, m, d, H, M, S, us): also orders zero dates ('0000-00-00'), which pymysql
+    returns as text."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return (value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond)
+    if isinstance(value, date):
+        return (value.year, value.month, value.day, 0, 0, 0, 0)
+    if isinstance(value, (bytes, bytearray)):
+        value = bytes(value).decode("ascii")
+    if isinstance(value, str):
+        match = _TEMPORAL_TEXT.match(value.strip())
+        if match:
+            parts = [int(g) if g is not None else 0 for g in match.groups()[:6]]
+            fraction = match.group(7)
+            micros = int(fraction.ljust(6, "0")) if fraction else 0
+            return (*parts, micros)
+    raise CdcError(f"cannot order the date/time key value {value!r}")
+
+
+def _time_micros(value: Any) -> int:
+    if isinstance(value, timedelta):
+        return _micros(value)
+    if isinstance(value, time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    raise CdcError(f"cannot order the TIME key value {value!r}")
+
+
+# --- chunk lookup -----------------------------------------------------------------------------------------
+
+
+class ChunkLocator:
+    """Which chunk of a plan holds a key: precomputed boundary sort keys, then one bisect per key."""
+
+    def __init__(self, plan: "ChunkPlan", key_order: KeyOrder) -> None:
+        if tuple(plan.key_columns) != key_order.key_columns:
+            raise ConfigurationError(
+                f"table {plan.table}: the plan's chunk key {plan.key_columns} differs from the key order's "
+                f"{key_order.key_columns}"
+            )
+        self.plan = plan
+        self.key_order = key_order
+        self._chunk_ids = [c.chunk_id for c in plan.chunks]
+        starts = [c.start for c in plan.chunks[1:]]
+        if any(s is None for s in starts):
+            raise CdcError(
+                f"table {plan.table}: plan generation {plan.generation} has an unbounded inner chunk"
+            )
+        self._bounds = key_order.sort_keys(starts)  # type: ignore[arg-type]
+        if any(a >= b for a, b in zip(self._bounds, self._bounds[1:])):
+            raise CdcError(
+                f"table {plan.table}: the boundaries of plan generation {plan.generation} are not strictly "
+                "increasing under the columns' collation: re-plan the table"
+            )
+
+    def locate(self, keys: Sequence[Sequence[Any]]) -> list[int]:
+        """The chunk id of each key (a key with a NULL belongs to the first chunk)."""
+        sort_keys = self.key_order.sort_keys(keys)
+        first = self._chunk_ids[0]
+        out: list[int] = []
+        for key, sort_key in zip(keys, sort_keys):
+            if any(v is None for v in key):
+                out.append(first)
+            else:
+                out.append(self._chunk_ids[bisect.bisect_right(self._bounds, sort_key)])
+        return out
+
+    def locate_one(self, key: Sequence[Any]) -> int:
+        return self.locate([key])[0]

@@ -1,0 +1,1 @@
+"""Pieces every room of the engine shares: errors, environment variable names, secrets, retries."""

@@ -1,0 +1,148 @@
+"""Where output lives, and how it is committed so readers never see a torn or duplicated write.
+
+Plain Parquet has no transactions, so data goes into fresh, versioned directories first and becomes visible
+only when a small manifest names it (written last, atomically: temp file + rename):
+
+    <root>/<database>/<table>/
+      snapshot/generation=<g>/chunk=<id>/version=<v>/part-*.parquet   one directory per committed chunk read
+      changelog/batch=<batch id>/part-*.parquet                        one directory per stream micro-batch
+      changelog/_committed/batch=<batch id>.json                       marker: that batch is complete
+      changelog-json/batch=<batch id>/part-*.json                      optional Flink changelog-json
+      mirror/chunk=<id>/version=<v>/part-*.parquet                     materialized current state, per chunk
+      mirror/_manifest.json                                            the mirror files readers should read
+      _snapshot_manifest.json                                          committed chunk versions (export of the
+                                                                       chunk store, for readers without it)
+
+The chunk store is the source of truth for snapshot versions (its row and the manifest are written in one
+step); a rerun writes a new version directory and switches the manifest, so a killed rerun leaves only an
+unreferenced directory behind. Stream batches are written per batch id: a replayed batch overwrites the same
+directory with the same records, and its marker, so nothing is duplicated.
+
+Paths are strings understood by ``pyarrow.fs.FileSystem.from_uri`` (local paths, file://, s3://, gs://,
+hdfs://, abfs:// ...). Identifiers are percent-encoded into path segments.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import pyarrow.fs as pafs
+
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+
+LAYOUT_VERSION = 1
+SNAPSHOT, CHANGELOG, CHANGELOG_JSON, MIRROR = "snapshot", "changelog", "changelog-json", "mirror"
+SNAPSHOT_MANIFEST = "_snapshot_manifest.json"
+MIRROR_MANIFEST = "_manifest.json"
+COMMITTED = "_committed"
+STREAM_PROGRESS = "_mysqlcdc_stream_progress.json"  # in the output root: the latest committed batch
+STREAM_OWNER = "_mysqlcdc_stream.json"  # in the output root: the stream whose changelog it holds, its startup
+
+
+def segment(name: str) -> str:
+    """An identifier as one safe path segment (``shop`` stays ``shop``; ``a b/c`` becomes ``a%20b%2Fc``)."""
+    encoded = quote(name, safe="")
+    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
+
+
+def table_dir(root: str, table: TableId) -> str:
+    return posixpath.join(root.rstrip("/"), segment(table.database), segment(table.table))
+
+
+def new_version() -> str:
+    """A version id that sorts by creation and never repeats (a retry never reuses a directory)."""
+    import time
+
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+
+
+def snapshot_dir(root: str, table: TableId, generation: int, chunk_id: int, version: str) -> str:
+    return posixpath.join(
+        table_dir(root, table), SNAPSHOT, f"generation={generation}", f"chunk={chunk_id}", f"version={version}"
+    )
+
+
+def changelog_dir(root: str, table: TableId, batch_id: int, kind: str = CHANGELOG) -> str:
+    return posixpath.join(table_dir(root, table), kind, f"batch={batch_id:012d}")
+
+
+def changelog_marker(root: str, table: TableId, batch_id: int) -> str:
+    return posixpath.join(table_dir(root, table), CHANGELOG, COMMITTED, f"batch={batch_id:012d}.json")
+
+
+def stream_progress_path(root: str) -> str:
+    return posixpath.join(root.rstrip("/"), STREAM_PROGRESS)
+
+
+def stream_owner_path(root: str) -> str:
+    return posixpath.join(root.rstrip("/"), STREAM_OWNER)
+
+
+def mirror_dir(root: str, table: TableId, chunk_id: int, version: str) -> str:
+    return posixpath.join(table_dir(root, table), MIRROR, f"chunk={chunk_id}", f"version={version}")
+
+
+def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem for a path or URI, and the path inside it."""
+    if "://" not in path:
+        return pafs.LocalFileSystem(), path
+    return pafs.FileSystem.from_uri(path)
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """Write then rename, so a reader sees the old or the new file, never half of one."""
+    fs, inner = filesystem(path)
+    fs.create_dir(posixpath.dirname(inner), recursive=True)
+    tmp = f"{inner}.tmp-{uuid.uuid4().hex[:8]}"
+    with fs.open_output_stream(tmp) as out:
+        out.write(json.dumps({"layout_version": LAYOUT_VERSION, **data}, indent=1, default=str).encode())
+    fs.move(tmp, inner)
+
+
+def ensure_writable(root: str, what: str = "output") -> None:
+    """Fail before any work when ``root`` cannot take files (a path under a file, a read-only mount, missing
+    object store credentials), instead of failing every task after it has read its chunk."""
+    from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+
+    fs, inner = filesystem(root)
+    probe = posixpath.join(inner.rstrip("/"), f"_mysqlcdc_write_probe_{uuid.uuid4().hex}")
+    try:
+        fs.create_dir(inner, recursive=True)
+        with fs.open_output_stream(probe) as out:
+            out.write(b"")
+        fs.delete_file(probe)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigurationError(
+            f"the {what} {root} is not writable ({reason}): give a path or URI this job (and every Spark "
+            "executor) can create files under"
+        ) from None
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    fs, inner = filesystem(path)
+    try:
+        with fs.open_input_stream(inner) as src:
+            data = json.loads(src.read().decode())
+    except FileNotFoundError:
+        return None
+    version = data.get("layout_version")
+    if version != LAYOUT_VERSION:
+        from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+
+        raise CdcError(
+            f"{path} was written with output layout version {version}, this release reads {LAYOUT_VERSION}: "
+            "upgrade the provider"
+        )
+    return data
+
+
+def delete_dir(path: str) -> None:
+    fs, inner = filesystem(path)
+    try:
+        fs.delete_dir(inner)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,254 @@
+"""The mirror manifest: which Parquet files hold a table's current state, and as of which binlog position.
+
+``<table>/mirror/_manifest.json`` is written last and atomically by each refresh; readers that follow it never
+see a torn or half-refreshed mirror. It names one version directory per chunk (paths relative to the table
+directory), the changelog batch the mirror is refreshed through, each chunk's HW, and ``consistent_from``:
+the table's largest chunk HW. Until the stream has passed it, chunks reflect different points of the binlog
+(each its own HW, or the stream position if later) and the mirror is not a state the table ever had as a
+whole; ``consistent`` says whether it is.
+
+Readers need no Spark, MySQL or chunk store: :func:`mirror_files` lists the files, :func:`read_mirror` reads
+them with pyarrow. The mirror files hold the table's columns only, one schema for all files.
+
+Note for readers of the file list: the directories are named ``chunk=<id>/version=<v>``, which pyarrow and
+DuckDB take for Hive partitions and turn into two extra columns unless told otherwise: pass
+``partitioning=None`` (pyarrow) or ``hive_partitioning=false`` (DuckDB ``read_parquet``). Spark adds none when
+given the files themselves.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, MIRROR_MANIFEST, filesystem, read_json, table_dir, write_json_atomic
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+
+MIRROR_FORMAT = "mysqlcdc-mirror"
+MIRROR_FORMAT_VERSION = 1
+
+
+class MirrorNotFound(CdcError):
+    """No mirror has been written for the table yet."""
+
+
+@dataclass(frozen=True)
+class MirrorChunkEntry:
+    """One chunk's current mirror files and what they were built from."""
+
+    chunk_id: int
+    version: str  # the mirror version directory of this chunk
+    files: tuple[str, ...]  # relative to the table directory
+    rows: int
+    high_watermark: BinlogPosition  # the chunk's committed snapshot HW the files build on
+    snapshot_version: str | None  # the chunk store's output_version of that snapshot
+    through_batch: int | None  # the last changelog batch applied to these files
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chunk_id": self.chunk_id,
+            "version": self.version,
+            "files": list(self.files),
+            "rows": self.rows,
+            "high_watermark": str(self.high_watermark),
+            "snapshot_version": self.snapshot_version,
+            "through_batch": self.through_batch,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MirrorChunkEntry":
+        return cls(
+            chunk_id=int(data["chunk_id"]),
+            version=str(data["version"]),
+            files=tuple(str(f) for f in data["files"]),
+            rows=int(data["rows"]),
+            high_watermark=BinlogPosition.parse(data["high_watermark"]),
+            snapshot_version=data.get("snapshot_version"),
+            through_batch=data.get("through_batch"),
+        )
+
+
+@dataclass(frozen=True)
+class MirrorManifest:
+    table: str
+    generation: int  # the plan generation whose chunks the mirror is built from
+    key_columns: tuple[str, ...]  # the chunk key
+    primary_key: tuple[str, ...]  # empty: the mirror is a multiset of whole rows
+    columns: tuple[str, ...]
+    chunks: tuple[MirrorChunkEntry, ...]
+    through_batch: int | None  # every committed changelog batch up to this id is applied
+    stream_position: BinlogPosition | None  # how far the applied changelog reaches (None: no stream yet)
+    stream_position_exact: bool  # from the batch marker's end_offset (else estimated from the records)
+    refreshed_at: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- derived ---------------------------------------------------------------------------------------------
+
+    @property
+    def files(self) -> list[str]:
+        return [f for c in self.chunks for f in c.files]
+
+    @property
+    def rows(self) -> int:
+        return sum(c.rows for c in self.chunks)
+
+    @property
+    def min_hw(self) -> BinlogPosition | None:
+        return min((c.high_watermark for c in self.chunks), default=None)
+
+    @property
+    def consistent_from(self) -> BinlogPosition | None:
+        """The largest chunk HW: from this binlog position on, the whole mirror reflects one point in time."""
+        return max((c.high_watermark for c in self.chunks), default=None)
+
+    @property
+    def consistent(self) -> bool:
+        return is_consistent(self.min_hw, self.consistent_from, self.stream_position)
+
+    @property
+    def as_of(self) -> BinlogPosition | None:
+        """The binlog position the mirror reflects when consistent (None when chunks are mixed)."""
+        return consistent_as_of(self.min_hw, self.consistent_from, self.stream_position)
+
+    def describe(self) -> str:
+        """One line for people: rows, batch, and whether (and from where) the mirror is consistent."""
+        through = (
+            "no stream batch yet" if self.through_batch is None else f"through batch {self.through_batch}"
+        )
+        if self.consistent:
+            state = f"consistent as of {self.as_of}"
+        else:
+            state = (
+                f"NOT yet consistent: chunks mix their HWs {self.min_hw} .. {self.consistent_from}; "
+                f"consistent once the stream passes {self.consistent_from} (stream at "
+                f"{self.stream_position or 'not started'})"
+            )
+        return f"{self.table}: {self.rows} rows in {len(self.chunks)} chunks, {through}, {state}"
+
+    # -- JSON ------------------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": MIRROR_FORMAT,
+            "format_version": MIRROR_FORMAT_VERSION,
+            "table": self.table,
+            "generation": self.generation,
+            "key_columns": list(self.key_columns),
+            "primary_key": list(self.primary_key),
+            "multiset": not self.primary_key,
+            "columns": list(self.columns),
+            "rows": self.rows,
+            "through_batch": self.through_batch,
+            "stream_position": None if self.stream_position is None else str(self.stream_position),
+            "stream_position_exact": self.stream_position_exact,
+            "min_hw": None if self.min_hw is None else str(self.min_hw),
+            "consistent_from": None if self.consistent_from is None else str(self.consistent_from),
+            "consistent": self.consistent,
+            "as_of": None if self.as_of is None else str(self.as_of),
+            "refreshed_at": self.refreshed_at,
+            "files": self.files,
+            "chunks": [c.to_dict() for c in self.chunks],
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MirrorManifest":
+        if data.get("format") != MIRROR_FORMAT:
+            raise CdcError(f"not a mysqlcdc mirror manifest (format {data.get('format')!r})")
+        version = data.get("format_version")
+        if version != MIRROR_FORMAT_VERSION:
+            raise CdcError(
+                f"mirror manifest format version {version!r} is not supported (this release reads "
+                f"{MIRROR_FORMAT_VERSION}): upgrade the provider"
+            )
+        position = data.get("stream_position")
+        return cls(
+            table=str(data["table"]),
+            generation=int(data["generation"]),
+            key_columns=tuple(data["key_columns"]),
+            primary_key=tuple(data["primary_key"]),
+            columns=tuple(data["columns"]),
+            chunks=tuple(MirrorChunkEntry.from_dict(c) for c in data["chunks"]),
+            through_batch=data.get("through_batch"),
+            stream_position=BinlogPosition.parse(position) if position else None,
+            stream_position_exact=bool(data.get("stream_position_exact")),
+            refreshed_at=str(data.get("refreshed_at", "")),
+            extra=dict(data.get("extra") or {}),
+        )
+
+
+def is_consistent(
+    min_hw: BinlogPosition | None, max_hw: BinlogPosition | None, stream: BinlogPosition | None
+) -> bool:
+    """Whether every chunk reflects the same binlog point.
+
+    A chunk reflects max(its HW, stream position): its snapshot at HW plus the changes after HW that the
+    stream has delivered. They agree once the stream has passed the largest HW, or when all HWs are equal.
+    """
+    if max_hw is None:
+        return False
+    if stream is not None and stream >= max_hw:
+        return True
+    return min_hw == max_hw
+
+
+def consistent_as_of(
+    min_hw: BinlogPosition | None, max_hw: BinlogPosition | None, stream: BinlogPosition | None
+) -> BinlogPosition | None:
+    if not is_consistent(min_hw, max_hw, stream):
+        return None
+    assert max_hw is not None
+    return stream if stream is not None and stream > max_hw else max_hw
+
+
+def position_of(text: str, like: BinlogPosition) -> BinlogPosition:
+    """The event end a record's ``_position`` names, with a file name shaped like ``like``'s (one server's
+    binlog files share their basename; ``_position`` keeps only the file number)."""
+    number, pos = text.split(":")[:2]
+    base, _, digits = like.file.rpartition(".")
+    return BinlogPosition(f"{base}.{int(number):0{len(digits)}d}", int(pos))
+
+
+def now_text() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def manifest_path(root: str, table: TableId) -> str:
+    return posixpath.join(table_dir(root, table), MIRROR, MIRROR_MANIFEST)
+
+
+def read_manifest(root: str, table: TableId | str) -> MirrorManifest | None:
+    table = TableId.parse(table) if isinstance(table, str) else table
+    data = read_json(manifest_path(root, table))
+    return None if data is None else MirrorManifest.from_dict(data)
+
+
+def write_manifest(root: str, table: TableId, manifest: MirrorManifest) -> None:
+    write_json_atomic(manifest_path(root, table), manifest.to_dict())
+
+
+def mirror_files(root: str, table: TableId | str) -> list[str]:
+    """Full paths (or URIs) of the current mirror files of a table, as the manifest names them."""
+    table = TableId.parse(table) if isinstance(table, str) else table
+    manifest = read_manifest(root, table)
+    if manifest is None:
+        raise MirrorNotFound(
+            f"{table} has no mirror under {root!r} yet: run `mysqlcdc mirror --table {table}` (or let the "
+            "stream refresh it) after the table's snapshot is committed"
+        )
+    base = table_dir(root, table)
+    return [posixpath.join(base, f) for f in manifest.files]
+
+
+def read_mirror(root: str, table: TableId | str, columns: list[str] | None = None) -> pa.Table:
+    """The current state of a table as one Arrow table (files named by the manifest, no partition columns)."""
+    files = mirror_files(root, table)
+    fs, _ = filesystem(files[0])
+    return pq.read_table([filesystem(f)[1] for f in files], filesystem=fs, columns=columns, partitioning=None)

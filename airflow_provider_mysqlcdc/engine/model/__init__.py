@@ -1,0 +1,1 @@
+"""Shared value types: tables and columns, canonical values, binlog positions, resume offsets, records, Arrow batches."""

@@ -1,0 +1,221 @@
+"""Tables we capture: identifiers (always quoted), selection by name or pattern, and column metadata.
+
+Every identifier that reaches SQL goes through ``quote_ident``; values never do (they are parameters).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import functools
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+import pymysql
+
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+
+INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+DECIMAL_TYPES = {"decimal", "numeric"}
+STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set"}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+TEMPORAL_TYPES = {"date", "datetime", "timestamp", "time", "year"}
+
+
+def quote_ident(name: str) -> str:
+    """Backtick-quote one identifier (a backtick inside is doubled)."""
+    if not name or "\x00" in name:
+        raise ConfigurationError(f"invalid identifier {name!r}")
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True, order=True)
+class TableId:
+    database: str
+    table: str
+
+    @property
+    def quoted(self) -> str:
+        return f"{quote_ident(self.database)}.{quote_ident(self.table)}"
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @classmethod
+    def parse(cls, text: str) -> "TableId":
+        database, sep, table = text.partition(".")
+        if not sep or not database or not table:
+            raise ConfigurationError(f"table {text!r} must be written as database.table")
+        return cls(database, table)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str  # lower-case base type: int, varchar, decimal, datetime, ...
+    column_type: str  # full type: "int(10) unsigned", "enum('a','b')", "decimal(12,2)"
+    nullable: bool
+    charset: str | None = None
+    collation: str | None = None
+    char_max_length: int | None = None
+    numeric_precision: int | None = None
+    numeric_scale: int | None = None
+    datetime_precision: int | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type.lower()
+
+    @property
+    def is_integer(self) -> bool:
+        return self.data_type in INTEGER_TYPES
+
+    @property
+    def is_decimal(self) -> bool:
+        return self.data_type in DECIMAL_TYPES
+
+    @property
+    def is_string(self) -> bool:
+        return self.data_type in STRING_TYPES
+
+    @property
+    def is_binary(self) -> bool:
+        return self.data_type in BINARY_TYPES
+
+    @property
+    def quoted(self) -> str:
+        return quote_ident(self.name)
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    table: TableId
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    engine: str | None = None
+    approximate_rows: int = 0
+    column_by_name: dict[str, Column] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.column_by_name.update({c.name: c for c in self.columns})
+
+    def column(self, name: str) -> Column:
+        try:
+            return self.column_by_name[name]
+        except KeyError:
+            raise ConfigurationError(
+                f"table {self.table} has no column {name!r} (columns: {[c.name for c in self.columns]})"
+            ) from None
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @functools.cached_property
+    def schema_id(self) -> str:
+        """A short, stable name of this table's column layout (names and types): one per schema version."""
+        text = json.dumps([str(self.table), *([c.name, c.column_type, c.data_type, c.numeric_precision,
+                           c.numeric_scale, c.datetime_precision, c.nullable] for c in self.columns)],
+                          separators=(",", ":"))
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+
+    def to_dict(self) -> dict:
+        return {
+            "table": str(self.table),
+            "columns": [dataclasses.asdict(c) for c in self.columns],
+            "primary_key": list(self.primary_key),
+            "engine": self.engine,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TableSchema":
+        return cls(
+            TableId.parse(str(data["table"])),
+            tuple(Column(**c) for c in data["columns"]),
+            tuple(data.get("primary_key") or ()),
+            engine=data.get("engine"),
+        )
+
+
+def find_tables(settings: "MySQLSettings", patterns: Iterable[str]) -> list[TableId]:
+    """``list_tables`` on a session of its own."""
+    from airflow_provider_mysqlcdc.engine.source.connection import connect
+
+    with connect(settings) as conn:
+        return list_tables(conn, patterns)
+
+
+def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -> list[TableId]:
+    """Resolve ``db.table`` names and ``db.orders_*`` patterns (``*``, ``?``) to existing base tables.
+
+    A plain name that does not exist, or a pattern that matches nothing, is an error naming it.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
+            "AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')"
+        )
+        existing = [TableId(str(db), str(name)) for db, name in cur.fetchall()]
+    found: list[TableId] = []
+    for pattern in patterns:
+        matches = matching_tables(existing, [pattern])
+        if not matches:
+            kind = "pattern" if any(ch in pattern for ch in "*?[") else "table"
+            raise ConfigurationError(
+                f"{kind} {pattern!r} matches no table the CDC user can see: check the name, and that the user "
+                "has SELECT on it"
+            )
+        found.extend(t for t in sorted(matches) if t not in found)
+    return found
+
+
+def matching_tables(tables: Iterable[TableId | str], patterns: Iterable[str]) -> list[TableId]:
+    """The tables that match any of the ``db.table`` names or patterns, database and table matched apart
+    (so a ``*`` never crosses the dot), in name order."""
+    wanted = [TableId.parse(p.strip()) for p in patterns]
+    ids = [TableId.parse(t) if isinstance(t, str) else t for t in tables]
+    return sorted(
+        t for t in ids
+        if any(fnmatch.fnmatchcase(t.database, w.database) and fnmatch.fnmatchcase(t.table, w.table) for w in wanted)
+    )
+
+
+def load_schema(conn: pymysql.connections.Connection, table: TableId) -> TableSchema:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME, "
+            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY ORDINAL_POSITION",
+            (table.database, table.table),
+        )
+        rows = cur.fetchall()
+        if not rows:
+            raise ConfigurationError(f"table {table} does not exist or the CDC user cannot see it")
+        columns = tuple(
+            Column(
+                name=str(r[0]), data_type=str(r[1]).lower(), column_type=str(r[2]), nullable=r[3] == "YES",
+                charset=r[4], collation=r[5],
+                char_max_length=int(r[6]) if r[6] is not None else None,
+                numeric_precision=int(r[7]) if r[7] is not None else None,
+                numeric_scale=int(r[8]) if r[8] is not None else None,
+                datetime_precision=int(r[9]) if r[9] is not None else None,
+            )
+            for r in rows
+        )
+        cur.execute(
+            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+            (table.database, table.table),
+        )
+        primary_key = tuple(str(r[0]) for r in cur.fetchall())
+        cur.execute(
+            "SELECT ENGINE, TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (table.database, table.table),
+        )
+        engine, approx = cur.fetchone() or (None, 0)
+    return TableSchema(table, columns, primary_key, engine=engine, approximate_rows=int(approx or 0))

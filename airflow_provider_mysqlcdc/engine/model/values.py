@@ -1,0 +1,374 @@
+"""One canonical Python value per MySQL type, whether a row came from a snapshot SELECT or from the binlog.
+
+The snapshot reads through pymysql (session ``time_zone = '+00:00'``) with the select expressions of
+``select_list``; the binlog is decoded by mysql-replication. The two libraries disagree on several types, so
+each side gets its own normalizer and both produce:
+
+=====================  ==========================================================  ===========================
+MySQL type             canonical Python value                                      Arrow type
+=====================  ==========================================================  ===========================
+TINYINT..BIGINT        ``int`` (unsigned exact, BIGINT UNSIGNED up to 2**64-1)     int64; BIGINT UNSIGNED
+                                                                                   decimal128(20, 0)
+DECIMAL(p, s)          ``decimal.Decimal`` with the column scale                   decimal128(p, s); string
+                                                                                   if p > 38
+FLOAT                  ``float``: the exact single-precision value                 float32
+DOUBLE                 ``float``                                                   float64
+DATE                   ``datetime.date``                                           date32
+DATETIME(n)            naive ``datetime.datetime`` (wall clock, microseconds)      timestamp('us')
+TIMESTAMP(n)           aware ``datetime.datetime`` in UTC                          timestamp('us', tz='UTC')
+TIME(n)                ``datetime.timedelta`` (may be negative)                    duration('us')
+YEAR                   ``int`` (0 for YEAR 0000)                                   int16
+CHAR/VARCHAR/TEXT      ``str`` (CHAR without trailing spaces, as MySQL returns it)  string
+ENUM                   ``str`` ('' for the invalid-value index 0)                  string
+SET                    ``str`` with members in definition order: ``'a,c'``         string
+BIT(n)                 ``int``                                                     int64; BIT(64)
+                                                                                   decimal128(20, 0)
+BINARY(n)              ``bytes`` right-padded with 0x00 to n (as the server pads)  binary
+VARBINARY/BLOB         ``bytes``                                                   binary
+GEOMETRY types         ``bytes`` (MySQL's internal SRID + WKB)                     binary
+JSON                   canonical text: ``json.dumps(parsed, sort_keys=True,        string
+                       separators=(',', ':'), ensure_ascii=False)``
+=====================  ==========================================================  ===========================
+
+Zero dates: MySQL may store ``'0000-00-00'`` (and dates with a zero month or day, or TIMESTAMP 0) when the
+sql_mode allows it. Python cannot represent them; both paths map them to ``None``. Such values are therefore
+indistinguishable from NULL downstream, and the Arrow fields of DATE/DATETIME/TIMESTAMP columns are nullable
+even for NOT NULL columns.
+
+JSON on MariaDB: MariaDB's JSON is an alias of LONGTEXT (``information_schema`` says ``longtext``), so such a
+column is read as the text it stores, which is identical on both paths. Only columns whose ``data_type`` is
+``json`` (Oracle MySQL, or a schema that marks MariaDB's JSON columns so) are canonicalized.
+
+Types we cannot yet read identically from both sources (MariaDB's UUID, INET4, INET6, and any type this
+module does not know) raise UnsupportedType when a normalizer is built, rather than producing values that
+differ between the snapshot and the stream.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from decimal import Decimal
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.tables import INTEGER_TYPES, Column, TableSchema, quote_ident
+
+UTC = dt.timezone.utc
+_EPOCH = dt.datetime(1970, 1, 1)
+_EMPTY_SET = "empty set"  # pymysqlreplication.constants.NONE_SOURCE.EMPTY_SET
+_ONE_SECOND_US = 1_000_000
+
+TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+GEOMETRY_TYPES = {
+    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+    "geometrycollection",
+}
+ZERO_DATE_TYPES = {"date", "datetime", "timestamp"}
+ARROW_MAX_DECIMAL_PRECISION = 38
+
+
+class UnsupportedType(CdcError):
+    """A column type we cannot (yet) read identically from a snapshot and from the binlog."""
+
+
+Converter = Callable[[Any], Any]
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    """The one text form of a JSON document: sorted keys, no spaces, unicode kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json_plain(value: Any) -> Any:
+    """mysql-replication's binary JSON uses bytes for keys and strings and Decimal for opaque decimals."""
+    if isinstance(value, dict):
+        return {_json_key(k): _json_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, Decimal):
+        return float(value)  # what json.loads makes of the same number in the SELECT text
+    if isinstance(value, (dt.date, dt.time, dt.timedelta)):
+        return str(value)
+    return value
+
+
+def _json_key(key: Any) -> str:
+    return key.decode("utf-8") if isinstance(key, bytes) else str(key)
+
+
+def _json_from_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    return canonical_json(json.loads(value))
+
+
+def _json_from_binlog(value: Any) -> str:
+    if isinstance(value, (str, bytes)):  # MySQL sends text for JSON in some paths; MariaDB stores text
+        return _json_from_text(value)
+    return canonical_json(_json_plain(value))
+
+
+def enum_members(column_type: str) -> list[str]:
+    """Members of ``enum('a','b')`` / ``set('a','b')`` as information_schema writes them (quotes doubled)."""
+    body = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", body)]
+
+
+def _zero_date_to_none(value: Any) -> Any:
+    """pymysql returns the raw text when a DATE/DATETIME cannot be a Python date ('0000-00-00')."""
+    return None if isinstance(value, str) else value
+
+
+def _snapshot_timestamp(value: Any) -> Any:
+    if isinstance(value, str):
+        return None
+    return value.replace(tzinfo=UTC)
+
+
+def _binlog_timestamp(value: dt.datetime) -> dt.datetime | None:
+    # mysql-replication decodes TIMESTAMP as naive UTC; TIMESTAMP 0 is MySQL's zero date.
+    if value == _EPOCH:
+        return None
+    return value.replace(tzinfo=UTC)
+
+
+def _binlog_time(value: dt.timedelta) -> dt.timedelta:
+    """Undo mysql-replication 1.0.17's decoding of negative TIME(n) values with a fraction.
+
+    It reads the integer part and the fraction of the two's-complement TIME2 encoding separately and gets
+    ``-(T + 1s - f)`` for the true value ``-(T + f)`` (e.g. '-12:34:56.789' decodes as -12:34:56.211).
+    A negative value without a fraction is decoded correctly. The mapping is its own inverse.
+    """
+    if value >= dt.timedelta(0):
+        return value
+    magnitude = -value
+    fraction = magnitude.microseconds
+    if not fraction:
+        return value
+    whole = magnitude - dt.timedelta(microseconds=fraction)
+    return -(whole + dt.timedelta(microseconds=_ONE_SECOND_US - fraction))
+
+
+def _binlog_year(value: int) -> int:
+    return 0 if value == 1900 else value  # YEAR 0000 is stored as 0 and decoded as 1900 + 0
+
+
+def _bit_from_binlog(value: Any) -> int:
+    return int(value, 2) if isinstance(value, str) else int(value)
+
+
+def _set_from_binlog(order: dict[str, int]) -> Converter:
+    def convert(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        return ",".join(sorted(value, key=order.__getitem__))
+
+    return convert
+
+
+def _bytes(value: Any) -> bytes:
+    # mysql-replication returns '' (str) for an empty binary string: Python skips the codec for b''.
+    return value.encode("latin-1") if isinstance(value, str) else value
+
+
+def _padded(length: int) -> Converter:
+    def convert(value: Any) -> bytes:
+        value = _bytes(value)
+        return value if len(value) >= length else value.ljust(length, b"\x00")
+
+    return convert
+
+
+def _kind(column: Column) -> str:
+    """The value family of a column; raises UnsupportedType for what we cannot read identically."""
+    t = column.data_type
+    if t in INTEGER_TYPES:
+        return "int"
+    if t in ("decimal", "numeric"):
+        return "decimal"
+    if t in ("float", "double", "real"):
+        return t if t != "real" else "double"
+    if t in ("date", "datetime", "timestamp", "time", "year", "bit", "set", "json"):
+        return t
+    if t in TEXT_TYPES:
+        return "text"
+    if t in BINARY_TYPES:
+        return "binary" if t == "binary" else "bytes"
+    if t in GEOMETRY_TYPES:
+        return "bytes"
+    raise UnsupportedType(
+        f"column {column.name!r} has type {column.column_type!r}, which mysqlcdc cannot yet read identically "
+        "from a snapshot and from the binlog; exclude the table or convert the column"
+    )
+
+
+# --- SQL ----------------------------------------------------------------------------------------------------
+
+
+def select_expression(column: Column) -> str:
+    """The expression whose pymysql value the snapshot normalizer expects for this column."""
+    kind = _kind(column)
+    q = column.quoted
+    if kind == "bit":
+        return f"{q} + 0"  # an unsigned integer instead of a big-endian byte string
+    if kind in ("float", "double"):
+        # The server prints FLOAT with 6 significant digits; as DOUBLE it prints the exact single-precision
+        # value (shortest round-trip form), which is what the binlog carries.
+        return f"CAST({q} AS DOUBLE)"
+    return q
+
+
+def select_list(schema: TableSchema) -> str:
+    """``SELECT`` expressions for every column, in schema order, each aliased to its column name."""
+    return ", ".join(f"{select_expression(c)} AS {quote_ident(c.name)}" for c in schema.columns)
+
+
+# --- normalizers --------------------------------------------------------------------------------------------
+
+
+def _snapshot_converter(column: Column) -> Converter | None:
+    kind = _kind(column)
+    if kind in ("date", "datetime"):
+        return _zero_date_to_none
+    if kind == "timestamp":
+        return _snapshot_timestamp
+    if kind == "json":
+        return _json_from_text
+    return None  # pymysql already returns BINARY(n) padded, and bytes for every binary type
+
+
+def _binlog_converter(column: Column) -> Converter | None:
+    kind = _kind(column)
+    if kind == "timestamp":
+        return _binlog_timestamp
+    if kind == "time" and (column.datetime_precision or 0) > 0:
+        return _binlog_time
+    if kind == "year":
+        return _binlog_year
+    if kind == "bit":
+        return _bit_from_binlog
+    if kind == "set":
+        return _set_from_binlog({m: i for i, m in enumerate(enum_members(column.column_type))})
+    if kind == "json":
+        return _json_from_binlog
+    if kind == "binary" and column.char_max_length:
+        return _padded(int(column.char_max_length))  # the binlog strips trailing 0x00 of BINARY(n)
+    if kind in ("binary", "bytes"):
+        return _bytes
+    return None
+
+
+def snapshot_normalizer(schema: TableSchema) -> Callable[[tuple], tuple]:
+    """Canonical values of a row fetched with ``SELECT {select_list(schema)}``; identity if nothing to do."""
+    converters = [(i, conv) for i, c in enumerate(schema.columns) if (conv := _snapshot_converter(c))]
+    if not converters:
+        return _identity
+
+    def normalize(row: tuple) -> tuple:
+        out = list(row)
+        for i, conv in converters:
+            value = out[i]
+            if value is not None:
+                out[i] = conv(value)
+        return tuple(out)
+
+    return normalize
+
+
+def binlog_normalizer(schema: TableSchema) -> Callable[..., dict]:
+    """Canonical values for one row image of mysql-replication: ``normalize(values, none_sources=None)``.
+
+    ``none_sources`` (the row's ``none_sources``/``before_none_sources``/``after_none_sources``) tells an
+    empty SET (``''``) apart from NULL: mysql-replication decodes both as None.
+    """
+    converters = [(c.name, conv) for c in schema.columns if (conv := _binlog_converter(c))]
+    set_columns = [c.name for c in schema.columns if c.data_type == "set"]
+    if not converters and not set_columns:
+        return _identity_dict
+
+    def normalize(values: dict[str, Any], none_sources: dict[str, str] | None = None) -> dict[str, Any]:
+        out = dict(values)
+        for name, conv in converters:
+            value = out[name]
+            if value is not None:
+                out[name] = conv(value)
+        if none_sources:
+            for name in set_columns:
+                if out[name] is None and none_sources.get(name) == _EMPTY_SET:
+                    out[name] = ""
+        return out
+
+    return normalize
+
+
+def _identity(row: tuple) -> tuple:
+    return row
+
+
+def _identity_dict(values: dict[str, Any], none_sources: dict[str, str] | None = None) -> dict[str, Any]:
+    return values
+
+
+# --- Arrow --------------------------------------------------------------------------------------------------
+
+
+def arrow_type(column: Column) -> pa.DataType:
+    kind = _kind(column)
+    if kind == "int":
+        return pa.decimal128(20, 0) if column.data_type == "bigint" and column.unsigned else pa.int64()
+    if kind == "decimal":
+        precision = column.numeric_precision or 10
+        if precision > ARROW_MAX_DECIMAL_PRECISION:
+            return pa.string()
+        return pa.decimal128(precision, column.numeric_scale or 0)
+    if kind == "float":
+        return pa.float32()
+    if kind == "double":
+        return pa.float64()
+    if kind == "date":
+        return pa.date32()
+    if kind == "datetime":
+        return pa.timestamp("us")
+    if kind == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    if kind == "time":
+        return pa.duration("us")
+    if kind == "year":
+        return pa.int16()
+    if kind == "bit":
+        bits = column.numeric_precision or 64
+        return pa.int64() if bits < 64 else pa.decimal128(20, 0)
+    if kind in ("text", "set", "json"):
+        return pa.string()
+    return pa.binary()
+
+
+def arrow_schema(schema: TableSchema) -> pa.Schema:
+    """The Arrow schema of canonical rows; DATE/DATETIME/TIMESTAMP are nullable because of zero dates."""
+    return pa.schema(
+        [
+            pa.field(c.name, arrow_type(c), nullable=c.nullable or c.data_type in ZERO_DATE_TYPES)
+            for c in schema.columns
+        ]
+    )
+
+
+def to_arrow_batch(schema: TableSchema, rows: list[tuple]) -> pa.RecordBatch:
+    """A RecordBatch of canonical rows (tuples in schema order), converted column by column by pyarrow."""
+    target = arrow_schema(schema)
+    columns = list(zip(*rows)) if rows else [()] * len(target)
+    arrays = []
+    for field, column, values in zip(target, schema.columns, columns):
+        if column.is_decimal and pa.types.is_string(field.type):
+            values = [None if v is None else str(v) for v in values]  # wider than decimal128: exact text
+        arrays.append(pa.array(values, type=field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=target)

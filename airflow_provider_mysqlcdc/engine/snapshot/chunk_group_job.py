@@ -1,0 +1,116 @@
+"""One chunk's snapshot records as Arrow batches, shared by the Spark reader and the Spark writer.
+
+The driver resolves the plan and the table schema once (``SnapshotJob.load``) and ships them, with the
+options, to the tasks; a task then reads its chunk with the engine's ``ChunkRead`` (one read view, one LW/HW)
+and gets batches of metadata columns + table columns, minus the excluded columns.
+
+Excluded columns are still selected (a backfill replays whole binlog row images, and the row must be whole to
+apply them) but are dropped before anything leaves the task. Key columns cannot be excluded: the mirror and the
+stream filter locate rows by them.
+
+A chunk's columns are those of the table at the chunk's HW: when DDL changed the table after the driver loaded
+its schema, the read reloads it (``ChunkRead.schema``), and the chunk's output follows the read's schema, not
+the driver's (``output_schema``); excluded columns stay excluded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.source.connection import connect
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema
+from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
+from airflow_provider_mysqlcdc.engine.model.tables import TableSchema, load_schema
+from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+
+
+@dataclass(frozen=True)
+class SnapshotJob:
+    """Options plus what the driver resolved for them: picklable, free of secrets."""
+
+    options: SnapshotOptions
+    plan: ChunkPlan
+    schema: TableSchema
+
+    @classmethod
+    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None) -> "SnapshotJob":
+        """Resolve the plan (latest generation unless given) and the table schema; check ids and exclusions."""
+        own = store is None
+        store = store or ChunkStore(options.store_url())
+        try:
+            plan = load_plan(store, options.table_id, options.generation)
+        finally:
+            if own:
+                store.close()
+        with connect(options.settings()) as conn:
+            schema = load_schema(conn, options.table_id)
+        known = {c.chunk_id for c in plan.chunks}
+        ids = options.chunk_ids if options.chunk_ids is not None else tuple(sorted(known))
+        if not ids:
+            raise ConfigurationError(f"{options.table}: no chunk ids to snapshot")
+        unknown = sorted(set(ids) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"{options.table} plan generation {plan.generation} has no chunk(s) {unknown} "
+                f"(chunks 0-{len(known) - 1})"
+            )
+        _check_excluded(schema, plan, options.exclude_columns)
+        return cls(options.with_(generation=plan.generation, chunk_ids=tuple(ids)), plan, schema)
+
+    @property
+    def chunk_ids(self) -> tuple[int, ...]:
+        assert self.options.chunk_ids is not None
+        return self.options.chunk_ids
+
+    def arrow_schema(self) -> pa.Schema:
+        """The output's schema as the driver loaded the table: metadata columns, then the table's columns
+        except the excluded ones. A chunk's own output follows its read: ``output_schema(read.schema)``."""
+        return self.output_schema(self.schema)
+
+    def output_schema(self, schema: TableSchema) -> pa.Schema:
+        """Metadata columns, then the columns of ``schema`` except the excluded ones."""
+        excluded = set(self.options.exclude_columns)
+        return pa.schema([f for f in record_schema(schema) if f.name not in excluded])
+
+    def read(self, chunk_id: int, slot: int) -> ChunkRead:
+        return ChunkRead(self.options.settings(), self.schema, self.plan, self.plan.chunk(chunk_id),
+                         self.options.read_options(slot))
+
+    def batches(self, read: ChunkRead) -> Iterator[pa.RecordBatch]:
+        """The read's batches in its output schema (exhaust it: ``read.result`` is complete only then).
+
+        ``read.schema`` is final once the first batch arrives (a reread after DDL yields nothing before)."""
+        target: pa.Schema | None = None
+        for batch in read.batches():
+            if target is None:
+                if read.schema is not self.schema:
+                    _check_names(read.schema)  # DDL added columns: none may look like metadata columns
+                target = self.output_schema(read.schema)
+            if self.options.exclude_columns:
+                batch = batch.select(target.names)
+            yield batch
+
+
+def _check_excluded(schema: TableSchema, plan: ChunkPlan, excluded: tuple[str, ...]) -> None:
+    names = set(schema.column_names)
+    missing = [c for c in excluded if c not in names]
+    if missing:
+        raise ConfigurationError(f"{schema.table} has no column(s) {missing} to exclude")
+    keys = [c for c in excluded if c in set(schema.primary_key) | set(plan.key_columns)]
+    if keys:
+        raise ConfigurationError(
+            f"{schema.table}: key column(s) {keys} cannot be excluded (the mirror locates rows by them)"
+        )
+    _check_names(schema)
+
+
+def _check_names(schema: TableSchema) -> None:
+    clash = [c for c in schema.column_names if c in METADATA_NAMES]
+    if clash:
+        raise ConfigurationError(f"{schema.table} has column(s) {clash} named like our metadata columns")

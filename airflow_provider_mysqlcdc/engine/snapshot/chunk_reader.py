@@ -1,0 +1,468 @@
+"""Reading one chunk: low watermark, a fresh read view, the rows in Arrow batches, high watermark, backfill.
+
+The result reflects the table exactly as of the chunk's high watermark (HW), and is emitted as snapshot
+records (``+I``) at HW. In ``consistent_snapshot`` mode LW == HW and no binlog is read, so rows stream out in
+bounded memory. In ``watermark_table`` mode the chunk is buffered (bounded by the chunk size) and corrected
+with the binlog events (LW, HW] of this table whose row images fall in the chunk. ``skip_backfill`` gives an
+at-least-once chunk filtered at its LW instead.
+
+DDL during a chunk read makes the chunk be read again in a fresh read view (at most ``DDL_REREADS`` times):
+DDL that rebuilt the table after the view opened (the server refuses the view), and DDL that changed the
+table's columns after the schema the read uses was loaded but before HW (an instant ADD/DROP/RENAME COLUMN
+leaves the view valid, so only comparing the columns after HW is fixed finds it: ``schema_changed``). So a
+chunk's records always have the table's columns as of HW (or later), and their values. DDL that changed the
+primary key or the chunk key fails the chunk (``ChunkKeyChanged``): the table must be re-planned.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pymysql.cursors
+
+from airflow_provider_mysqlcdc.engine.model import values
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, ResnapshotRequired, RowChange
+from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
+from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
+from airflow_provider_mysqlcdc.engine.chunks.keys import ChunkLocator, KeyOrder
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.chunks.planner import Chunk, ChunkPlan, plan_predicate
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
+    ReadViewMode,
+    open_consistent_snapshot,
+    open_plain_snapshot,
+    resolve_mode,
+    write_marker,
+)
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch
+from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from airflow_provider_mysqlcdc.engine.source.server import server_info
+from airflow_provider_mysqlcdc.engine.source.limits import RateLimiter, SourceLimits, is_query_timeout, read_slot, set_query_timeout
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema, load_schema
+
+log = logging.getLogger(__name__)
+DEFAULT_BATCH_ROWS = 4096
+TABLE_DEF_CHANGED = 1412  # "Table definition has changed, please retry transaction"
+BAD_FIELD = 1054  # "Unknown column": a column the SELECT names was dropped or renamed since the schema loaded
+DDL_REREADS = 3  # how often a chunk is read again in a fresh read view after DDL changed its table
+COLUMNS_CHANGED = "after its schema was loaded (its columns differ at the chunk's high watermark)"
+# lost connection, server gone away, connection KILLed, server shutting down
+
+
+def _close_unbuffered(cur: Any) -> None:
+    """Close a streaming cursor. On a dead connection pymysql cannot drain the rest of the result and would
+    retry from its finalizers; mark the result finished so nothing does."""
+    try:
+        cur.close()
+    except Exception:  # noqa: BLE001 - the read's own error is the one that matters
+        result = getattr(cur, "_result", None)
+        if result is not None:
+            result.unbuffered_active = False
+        cur.connection = None
+
+
+def _end_read_view(conn: Any) -> None:
+    """Close the read view; on a connection that died mid-read there is none left (the read's error tells)."""
+    with contextlib.suppress(pymysql.err.MySQLError):
+        conn.rollback()
+
+
+class WatermarkNotFound(CdcError):
+    """The marker row never showed up in the binlog (binlog off for that table, or filtered by the server)."""
+
+
+@dataclass
+class ChunkReadOptions:
+    mode: ReadViewMode = "auto"
+    watermark_table: TableId | None = None
+    skip_backfill: bool = False
+    batch_rows: int = DEFAULT_BATCH_ROWS
+    server_id: int | None = None  # binlog reader id for the backfill (from the configured range)
+    marker_slot: int = 0  # row id in the watermark table: one per concurrent reader
+    backfill_timeout: float = 120.0
+    limits: SourceLimits = field(default_factory=SourceLimits)  # what the read may ask of the server
+
+
+@dataclass
+class ChunkReadResult:
+    table: str
+    generation: int
+    chunk_id: int
+    mode: str
+    rows: int = 0
+    low_watermark: BinlogPosition | None = None
+    high_watermark: BinlogPosition | None = None
+    backfill_events: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "generation": self.generation,
+            "chunk_id": self.chunk_id,
+            "mode": self.mode,
+            "rows": self.rows,
+            "low_watermark": str(self.low_watermark) if self.low_watermark else None,
+            "high_watermark": str(self.high_watermark) if self.high_watermark else None,
+            "backfill_events": self.backfill_events,
+            "timings": dict(self.timings),
+        }
+
+
+class TableChangedDuringRead(CdcError):
+    """DDL changed the table during the chunk's read, over every read view the reread budget allows: it
+    rebuilt the table after a view opened (the server refuses that view), or changed its columns after the
+    schema the read uses was loaded."""
+
+
+class ChunkKeyChanged(CdcError):
+    """DDL changed the primary key or the chunk key of a planned table: the plan's boundaries no longer apply."""
+
+
+def _column_signature(name: Any, column_type: Any, nullable: bool, collation: Any, key: bool) -> tuple:
+    return (str(name), str(column_type), bool(nullable), None if collation is None else str(collation), key)
+
+
+def schema_changed(conn: Any, schema: TableSchema) -> TableSchema | None:
+    """The table's schema now if its columns differ from ``schema``, else None.
+
+    Compares, in column order, name, COLUMN_TYPE (length, precision, unsigned, enum values), nullability,
+    collation and primary key membership: one information_schema query when nothing changed (the usual case),
+    the full ``load_schema`` only when something did. information_schema is not versioned by the read view: it
+    shows the table's definition now, i.e. at or after any watermark taken before this call.
+    """
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLLATION_NAME, COLUMN_KEY "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (schema.table.database, schema.table.table),
+        )
+        now = [_column_signature(name, type_, nullable == "YES", collation, key == "PRI")
+               for name, type_, nullable, collation, key in cur.fetchall()]
+    primary = set(schema.primary_key)
+    loaded = [_column_signature(c.name, c.column_type, c.nullable, c.collation, c.name in primary)
+              for c in schema.columns]
+    if now == loaded:
+        return None
+    # COLUMN_KEY may say PRI for a NOT NULL unique key of a table without a primary key: load and compare whole.
+    current = load_schema(conn, schema.table)
+    if current.columns == schema.columns and current.primary_key == schema.primary_key:
+        return None
+    return current
+
+
+class ChunkRead:
+    """One chunk read. Iterate ``batches()`` once; ``result`` is complete when the iterator is exhausted."""
+
+    def __init__(
+        self, settings: MySQLSettings, schema: TableSchema, plan: ChunkPlan, chunk: Chunk,
+        options: ChunkReadOptions | None = None,
+    ) -> None:
+        self.settings, self.schema, self.plan, self.chunk = settings, schema, plan, chunk
+        self._given_schema = schema  # ``self.schema`` is what the read uses: reloaded when DDL changed the table
+        self.options = options or ChunkReadOptions()
+        self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id, mode=self.options.mode)
+        self._used = False
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        if self._used:
+            raise RuntimeError("a chunk read runs once: each read opens its own read view and watermarks")
+        self._used = True
+        started = time.monotonic()
+        conn = connect(self.settings)
+        what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
+        try:
+            info = server_info(conn)
+            mode = resolve_mode(conn, info, self.options.mode, self.options.watermark_table)
+            self.result.mode = mode
+            with read_slot(conn, self.options.limits, what):
+                waited = time.monotonic()
+                self.result.timings["slot_wait_s"] = waited - started
+                set_query_timeout(conn, info.flavor, self.options.limits.query_timeout_s)
+                if mode == "consistent_snapshot":
+                    yield from self._read_consistent(conn, waited)
+                else:
+                    yield from self._read_with_watermarks(conn, info, waited)
+        finally:
+            conn.close()
+        self.result.timings["total_s"] = time.monotonic() - started
+
+    # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
+
+    def _read_consistent(self, conn: Any, started: float) -> Iterator[pa.RecordBatch]:
+        stale = False  # the previous view was refused after DDL: reload the schema before the next one
+        for attempt in range(DDL_REREADS + 1):
+            if stale:
+                self._adopt(schema_changed(conn, self.schema))
+                stale = False
+            position = open_consistent_snapshot(conn)
+            self.result.low_watermark = self.result.high_watermark = position
+            try:
+                # HW is fixed now: it is this view's binlog point. DDL that committed after the schema was
+                # loaded and before HW changed the columns of the table as of HW, without invalidating the
+                # view (instant ADD/DROP/RENAME COLUMN, widening MODIFY): read again with the new columns. DDL
+                # after HW but before the SELECT is seen here too (a harmless extra reread) or, if it dropped
+                # or renamed a column, fails the SELECT (BAD_FIELD); once the SELECT runs, its metadata lock
+                # holds DDL off until the view ends. Nothing is yielded before this check.
+                if self._adopt(schema_changed(conn, self.schema)):
+                    self._reread(attempt, COLUMNS_CHANGED)
+                    continue
+                for rows in self._select(conn):
+                    self.result.rows += len(rows)
+                    yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
+                break
+            except TableChangedDuringRead:
+                # DDL that rebuilt the table (or dropped a column the SELECT names) committed after the read
+                # view opened: the server refuses the SELECT before any row is sent, so the chunk is read again
+                # in a fresh view (a later HW).
+                if self.result.rows or attempt == DDL_REREADS:
+                    raise
+                self._reread(attempt, "after the read view opened")
+                stale = True
+            finally:
+                _end_read_view(conn)
+        self.result.timings["read_s"] = time.monotonic() - started
+
+    def _adopt(self, current: TableSchema | None) -> bool:
+        """Read with ``current`` from now on (if the table changed); fail if its keys changed (re-plan)."""
+        if current is None:
+            return False
+        planned = self._given_schema
+        keys = list(dict.fromkeys([*planned.primary_key, *self.plan.key_columns]))
+
+        def key_type(schema: TableSchema, name: str) -> tuple | None:
+            c = schema.column_by_name.get(name)
+            return None if c is None else (c.column_type, c.nullable, c.collation)
+
+        changed = [k for k in keys if key_type(current, k) != key_type(planned, k)]
+        if changed or current.primary_key != planned.primary_key:
+            what = (f"key column(s) {changed} were dropped, renamed or changed type" if changed else
+                    f"the primary key changed from {list(planned.primary_key)} to {list(current.primary_key)}")
+            raise ChunkKeyChanged(
+                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table's chunk key or primary key "
+                f"while the chunk was read ({what}); the chunk boundaries of plan generation "
+                f"{self.plan.generation} no longer apply and nothing of this chunk was committed: the table must "
+                "be re-planned (run `mysqlcdc plan` for it again, or rerun the plan task) and then snapshotted"
+            )
+        log.info("%s chunk %s: the table's columns changed (DDL): now %s", self.schema.table, self.chunk.chunk_id,
+                 [f"{c.name} {c.column_type}" for c in current.columns])
+        self.schema = current
+        return True
+
+    def _reread(self, attempt: int, why: str) -> None:
+        """Count one reread against DDL_REREADS; fail clearly when DDL keeps coming."""
+        if attempt == DDL_REREADS:
+            raise TableChangedDuringRead(
+                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was read "
+                f"({why}) and kept changing it over {DDL_REREADS + 1} read views; nothing of this chunk was "
+                "committed: rerun it once the schema change is done"
+            )
+        log.warning("%s chunk %s: the table's definition changed %s; reading the chunk again in a new read view",
+                    self.schema.table, self.chunk.chunk_id, why)
+
+    def _select(self, conn: Any) -> Iterator[list[tuple]]:
+        where, params = plan_predicate(self.plan, self.schema, self.chunk)
+        sql = f"SELECT {values.select_list(self.schema)} FROM {self.schema.table.quoted} WHERE {where}"
+        normalize = values.snapshot_normalizer(self.schema)
+        limiter = RateLimiter(self.options.limits.per_read_rows_per_second)
+        cur = conn.cursor(pymysql.cursors.SSCursor)
+        try:
+            cur.execute(sql, params)
+            while True:
+                rows = cur.fetchmany(self.options.batch_rows)
+                if not rows:
+                    return
+                yield [normalize(r) for r in rows]
+                limiter.take(len(rows))
+        except pymysql.err.MySQLError as exc:
+            if is_query_timeout(exc):
+                raise CdcError(
+                    f"{self.schema.table} chunk {self.chunk.chunk_id}: the SELECT ran longer than the per-query "
+                    f"time limit ({self.options.limits.query_timeout_s:g}s, query_timeout) and the server "
+                    "stopped it; nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
+                    "(chunk_size), then rerun the chunk"
+                ) from None
+            if getattr(exc, "args", (None,))[0] in (TABLE_DEF_CHANGED, BAD_FIELD):
+                # BAD_FIELD: a column the SELECT names was dropped or renamed (DDL after the schema check)
+                raise TableChangedDuringRead(
+                    f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was "
+                    f"read ({exc.args[-1]}) and kept changing it over {DDL_REREADS + 1} read views; nothing of "
+                    "this chunk was committed: rerun it once the schema change is done"
+                ) from None
+            if getattr(exc, "args", (None,))[0] in LOST_CONNECTION_ERRORS:
+                raise ServerUnavailable(
+                    f"{self.schema.table} chunk {self.chunk.chunk_id}: the connection to MySQL was lost during the "
+                    f"read ({exc.args[-1]}); nothing of this chunk was committed: rerun it (a retry reads it again "
+                    "in a new read view)"
+                ) from None
+            raise
+        finally:
+            _close_unbuffered(cur)
+
+    # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
+
+    def _read_with_watermarks(self, conn: Any, info: Any, started: float) -> Iterator[pa.RecordBatch]:
+        table = self.options.watermark_table
+        assert table is not None
+        stale = False  # the previous view was refused after DDL: reload the schema before the next one
+        for attempt in range(DDL_REREADS + 1):
+            if stale:
+                self._adopt(schema_changed(conn, self.schema))
+                stale = False
+            low = write_marker(conn, info, table, self.options.marker_slot)
+            open_plain_snapshot(conn)
+            try:
+                buffer = ChunkBuffer(self.schema)
+                for rows in self._select(conn):
+                    buffer.load(rows)
+            except TableChangedDuringRead:
+                if attempt == DDL_REREADS:
+                    raise
+                self._reread(attempt, "after the read view opened")
+                stale = True
+                continue
+            finally:
+                _end_read_view(conn)
+            high = write_marker(conn, info, table, self.options.marker_slot)
+            # HW is fixed now (the high marker committed): DDL that committed after the schema was loaded and
+            # before HW changed the table's columns as of HW without invalidating the view. Read again, from a
+            # new LW marker, with the new columns (nothing has been yielded yet).
+            if self._adopt(schema_changed(conn, self.schema)):
+                self._reread(attempt, COLUMNS_CHANGED)
+                continue
+            read_done = time.monotonic()
+            self.result.timings["read_s"] = read_done - started
+            try:
+                if self.options.skip_backfill:
+                    # At-least-once: no binlog correction; the chunk counts as of its LW (found from the marker).
+                    lw, _hw, _events = self._locate_markers(low, high, table, apply_to=None)
+                    self.result.low_watermark = self.result.high_watermark = lw
+                else:
+                    lw, hw, events = self._locate_markers(low, high, table, apply_to=buffer)
+                    self.result.low_watermark, self.result.high_watermark = lw, hw
+                    self.result.backfill_events = events
+            except ResnapshotRequired:
+                # DDL between the watermarks changed rows without row events (TRUNCATE, a partition DROP):
+                # the buffer cannot be corrected, so the chunk is read again after it
+                if attempt == DDL_REREADS:
+                    raise
+                self._reread(attempt, "between its watermarks (TRUNCATE or a partition operation)")
+                continue
+            self.result.timings["backfill_s"] = time.monotonic() - read_done
+            break
+        hw_position = self.result.high_watermark
+        assert hw_position is not None
+        rows = buffer.rows()
+        self.result.rows = len(rows)
+        for start in range(0, max(len(rows), 1), self.options.batch_rows):
+            part = rows[start : start + self.options.batch_rows]
+            if part or start == 0:
+                yield snapshot_batch(self.schema, part, hw_position, self.chunk.chunk_id, self.plan.generation)
+
+    def _locate_markers(
+        self, low: Any, high: Any, table: TableId, apply_to: "ChunkBuffer | None"
+    ) -> tuple[BinlogPosition, BinlogPosition, int]:
+        """Scan the binlog from before the LW marker to the HW marker; apply chunk events in between."""
+        from airflow_provider_mysqlcdc.engine.binlog.reader import claimed_server_id
+
+        with connect(self.settings) as conn:
+            schemas = {self.schema.table: self.schema, table: load_schema(conn, table)}
+        with contextlib.ExitStack() as stack:
+            server_id = self.options.server_id or stack.enter_context(
+                claimed_server_id(self.settings, prefer=self.options.marker_slot)
+            )
+            reader = BinlogReader(self.settings, server_id, {self.schema.table, table}, schemas)
+            key_order = KeyOrder(lambda: connect(self.settings), self.schema, self.plan.key_columns)
+            stack.callback(key_order.close)
+            return self._scan_markers(reader, ChunkLocator(self.plan, key_order), low, high, table, apply_to)
+
+    def _scan_markers(
+        self, reader: BinlogReader, locator: ChunkLocator, low: Any, high: Any, table: TableId,
+        apply_to: "ChunkBuffer | None",
+    ) -> tuple[BinlogPosition, BinlogPosition, int]:
+        lw: BinlogPosition | None = None
+        events = 0
+        pending: list[RowChange] = []
+        deadline = time.monotonic() + self.options.backfill_timeout
+        for change in reader.read(BinlogOffset.at(low.written_after), end=None, blocking=True,
+                                  timeout=self.options.backfill_timeout, sync_to_transaction=True):
+            if time.monotonic() > deadline:
+                break
+            if not isinstance(change, RowChange):
+                continue
+            if change.table == table:
+                # A marker is a one-row transaction: the row's offset_after is its commit's end, a transaction
+                # boundary the stream can start from.
+                end = change.offset_after.position
+                token = change.values.get("token")
+                if lw is None and token == low.token and change.op in (INSERT, UPDATE_AFTER):
+                    lw = end
+                elif lw is not None and token == high.token and change.op in (INSERT, UPDATE_AFTER):
+                    if apply_to is not None:
+                        events = apply_to.apply(pending, locator, self.chunk.chunk_id, self.plan.key_columns)
+                    return lw, end, events
+                continue
+            if lw is not None and apply_to is not None:
+                pending.append(change)
+        raise WatermarkNotFound(
+            f"the watermark markers for chunk {self.chunk.chunk_id} of {self.schema.table} did not appear in "
+            f"the binlog within {self.options.backfill_timeout:.0f}s: check that the watermark table {table} is "
+            "not excluded by binlog-ignore-db/replicate filters and that binlog_format=ROW"
+        )
+
+
+class ChunkBuffer:
+    """The chunk's rows keyed by primary key (a multiset of whole rows for tables without one)."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        names = schema.column_names
+        self._pk_index = [names.index(c) for c in schema.primary_key]
+        self._names = names
+        self._by_key: dict[tuple, tuple] = {}
+        self._multiset: Counter[tuple] = Counter()
+
+    def load(self, rows: list[tuple]) -> None:
+        if self._pk_index:
+            for row in rows:
+                self._by_key[tuple(row[i] for i in self._pk_index)] = row
+        else:
+            self._multiset.update(rows)
+
+    def rows(self) -> list[tuple]:
+        if self._pk_index:
+            return list(self._by_key.values())
+        return list(self._multiset.elements())
+
+    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int, key_columns: tuple[str, ...]) -> int:
+        """Replay (LW, HW] in order: insert/update replace, delete remove, each image filtered by its own chunk."""
+        images = split_key_changes(changes, identity_columns(self.schema.primary_key, key_columns))
+        keys = [tuple(img.values.get(c) for c in key_columns) for img in images]
+        chunk_ids = locator.locate(keys) if keys else []
+        applied = 0
+        for image, owner in zip(images, chunk_ids):
+            if owner != chunk_id:
+                continue
+            row = tuple(image.values.get(n) for n in self._names)
+            applied += 1
+            if self._pk_index:
+                pk = tuple(row[i] for i in self._pk_index)
+                if image.op in (DELETE, UPDATE_BEFORE):
+                    self._by_key.pop(pk, None)
+                else:
+                    self._by_key[pk] = row
+            elif image.op in (DELETE, UPDATE_BEFORE):
+                if self._multiset[row] > 0:
+                    self._multiset[row] -= 1
+                    if not self._multiset[row]:
+                        del self._multiset[row]
+            else:
+                self._multiset[row] += 1
+        return applied

@@ -1,0 +1,219 @@
+"""How we reach a MySQL server: settings parsed from a URL, and sessions that all run in UTC.
+
+The password may come from the URL or from the ``MYSQLCDC_MYSQL_PASSWORD`` environment variable, so that
+command lines (``spark-submit``, ``ps``) never need to carry it. It never appears in ``repr``, logs or errors.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
+import pymysql
+import pymysql.cursors
+
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ConnectionFailed, ServerUnavailable
+
+PASSWORD_ENV = "MYSQLCDC_MYSQL_PASSWORD"
+# Client error codes of a server that cannot be reached now: can't connect, unknown host, gone away, lost.
+UNREACHABLE_ERRORS = frozenset({2003, 2005, 2006, 2013})
+# ... and of a session the server ended: killed (1927 MariaDB), shutdown in progress (1053).
+LOST_CONNECTION_ERRORS = frozenset({2013, 2006, 1927, 1053})
+URL_ENV = "MYSQLCDC_MYSQL_URL"
+DEFAULT_SERVER_ID_RANGE = (5400, 5499)
+
+_SSL_KEYS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key"}
+_KNOWN_QUERY_KEYS = set(_SSL_KEYS) | {"ssl", "ssl_verify", "charset", "server_id", "connect_timeout"}
+
+
+@dataclass(frozen=True)
+class MySQLSettings:
+    """Where and how to connect; ``password`` is excluded from ``repr`` on purpose."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = field(default="", repr=False)
+    database: str | None = None
+    charset: str = "utf8mb4"
+    ssl: dict[str, Any] | None = None
+    server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE
+    connect_timeout: int = 10
+
+    @classmethod
+    def from_url(cls, url: str, password: str | None = None) -> "MySQLSettings":
+        """Parse ``mysql://user[:password]@host[:port][/database][?ssl_ca=..&server_id=5400-5499]``."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
+            raise ConfigurationError(
+                f"MySQL URL must start with mysql:// (got scheme {parts.scheme or 'none'!r}); "
+                "example: mysql://cdc@db.example.com:3306"
+            )
+        if not parts.hostname:
+            raise ConfigurationError("MySQL URL has no host; example: mysql://cdc@db.example.com:3306")
+        try:
+            port = parts.port or 3306
+        except ValueError as exc:
+            raise ConfigurationError(f"MySQL URL has an invalid port: {exc}") from None
+        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        unknown = set(query) - _KNOWN_QUERY_KEYS
+        if unknown:
+            raise ConfigurationError(
+                f"MySQL URL has unknown option(s) {sorted(unknown)}; known: {sorted(_KNOWN_QUERY_KEYS)}"
+            )
+        resolved_password = password
+        if resolved_password is None:
+            resolved_password = unquote(parts.password) if parts.password is not None else None
+        if resolved_password is None:
+            resolved_password = os.environ.get(PASSWORD_ENV, "")
+        database = unquote(parts.path.lstrip("/")) or None
+        return cls(
+            host=parts.hostname,
+            port=port,
+            user=unquote(parts.username or "root"),
+            password=resolved_password,
+            database=database,
+            charset=query.get("charset", "utf8mb4"),
+            ssl=_ssl_options(query),
+            server_id_range=parse_server_id_range(query.get("server_id")),
+            connect_timeout=int(query.get("connect_timeout", 10)),
+        )
+
+    def redacted_url(self) -> str:
+        """The URL without the password: safe for logs, XCom and command lines."""
+        auth = quote(self.user, safe="")
+        db = quote(self.database, safe="") if self.database else ""
+        return f"mysql://{auth}@{self.host}:{self.port}/{db}"
+
+    def url_without_password(self) -> str:
+        """The URL with every option (TLS, charset, server_id range, timeout) but no password: it parses back
+        to the same settings plus the password from the environment or a file (spark-submit arguments)."""
+        query: dict[str, str] = {}
+        if self.ssl is not None:
+            query["ssl"] = "true"
+            for key, name in (("ca", "ssl_ca"), ("cert", "ssl_cert"), ("key", "ssl_key")):
+                if self.ssl.get(key):
+                    query[name] = str(self.ssl[key])
+            if self.ssl.get("check_hostname") is False:
+                query["ssl_verify"] = "false"
+        if self.charset != "utf8mb4":
+            query["charset"] = self.charset
+        if self.server_id_range != DEFAULT_SERVER_ID_RANGE:
+            query["server_id"] = "{}-{}".format(*self.server_id_range)
+        if self.connect_timeout != 10:
+            query["connect_timeout"] = str(self.connect_timeout)
+        base = self.redacted_url()
+        return f"{base}?{urlencode(query)}" if query else base
+
+    def with_database(self, database: str | None) -> "MySQLSettings":
+        return dataclasses.replace(self, database=database)
+
+    def pymysql_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            charset=self.charset,
+            connect_timeout=self.connect_timeout,
+            autocommit=True,
+            init_command="SET time_zone = '+00:00'",
+        )
+        if self.database:
+            kwargs["database"] = self.database
+        if self.ssl is not None:
+            kwargs["ssl"] = self.ssl
+        return kwargs
+
+    def replication_kwargs(self) -> dict[str, Any]:
+        """Connection settings for mysql-replication's ``BinLogStreamReader``."""
+        kwargs: dict[str, Any] = dict(
+            host=self.host, port=self.port, user=self.user, passwd=self.password, charset=self.charset
+        )
+        if self.ssl is not None:
+            kwargs["ssl"] = self.ssl
+        return kwargs
+
+
+def _ssl_options(query: dict[str, str]) -> dict[str, Any] | None:
+    opts = {_SSL_KEYS[k]: v for k, v in query.items() if k in _SSL_KEYS and v}
+    wanted = query.get("ssl", "").lower() in ("1", "true", "required", "on") or bool(opts)
+    if not wanted:
+        return None
+    opts["check_hostname"] = query.get("ssl_verify", "true").lower() not in ("0", "false", "off")
+    return opts
+
+
+def parse_server_id_range(value: str | None) -> tuple[int, int]:
+    """``"5400-5499"`` or ``"5400"``: the replica ids our binlog readers may use (each reader needs its own)."""
+    if not value:
+        return DEFAULT_SERVER_ID_RANGE
+    try:
+        low, _, high = value.partition("-")
+        lo, hi = int(low), int(high or low)
+    except ValueError:
+        raise ConfigurationError(
+            f"server_id must be a number or a range like 5400-5499, got {value!r}"
+        ) from None
+    if not (1 <= lo <= hi <= 2**32 - 1):
+        raise ConfigurationError(f"server_id range {value!r} must satisfy 1 <= low <= high <= 4294967295")
+    return lo, hi
+
+
+class Connection(pymysql.connections.Connection):
+    """A pymysql connection that builds each TLS context once per process, not once per connection.
+
+    pymysql 1.2 tries TLS on every connection ("preferred" mode when no SSL option is set) and builds a fresh
+    context for it, loading the system CA store: 30-60 ms per connection, and the engine opens many. A context
+    for the same options is the same every time and safe to share.
+    """
+
+    _contexts: dict[tuple, Any] = {}
+
+    def _create_ssl_ctx(self, sslp: Any) -> Any:
+        if not isinstance(sslp, dict):
+            return super()._create_ssl_ctx(sslp)
+        key = tuple(sorted((k, str(v)) for k, v in sslp.items()))
+        ctx = Connection._contexts.get(key)
+        if ctx is None:
+            ctx = Connection._contexts[key] = super()._create_ssl_ctx(sslp)
+        return ctx
+
+
+def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Connection:
+    """Open a session in UTC; failures become a ConnectionFailed that names host and user, never the password."""
+    kwargs = settings.pymysql_kwargs()
+    kwargs.update(overrides)
+    try:
+        return Connection(**kwargs)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        where = f"{settings.user}@{settings.host}:{settings.port}"
+        if code == 1045:
+            raise ConnectionFailed(
+                f"MySQL refused the credentials of {where} (access denied): check the user name and "
+                f"the password (URL or ${PASSWORD_ENV})"
+            ) from None
+        if code == 1049:
+            raise ConnectionFailed(
+                f"MySQL at {settings.host}:{settings.port} has no database {settings.database!r}: "
+                "fix the database in the URL"
+            ) from None
+        if "[SSL" in _message(exc):  # pymysql reports a failed TLS handshake as "can't connect"
+            raise ConnectionFailed(
+                f"the TLS handshake with MySQL at {settings.host}:{settings.port} failed ({_message(exc)}): "
+                "the server's certificate must be signed by the CA in ssl_ca and name the host you connect to "
+                "(or set ssl_verify=false to skip the host name check only)"
+            ) from None
+        if code in UNREACHABLE_ERRORS:
+            raise ServerUnavailable(
+                f"cannot reach MySQL at {settings.host}:{settings.port} ({_message(exc)}): "
+                "check host, port, firewall and that the server is running"
+            ) from None
+        raise ConnectionFailed(f"cannot connect to MySQL as {where}: {_message(exc)}") from None
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc.args[1]) if len(exc.args) > 1 else str(exc)

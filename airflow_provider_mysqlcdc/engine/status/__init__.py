@@ -1,0 +1,1 @@
+"""Where each table stands: snapshot progress, stream position and lag, mirror consistency."""

@@ -1,0 +1,1 @@
+"""The stream phase: the filter that decides which events are emitted, startup modes, failover, admission."""

@@ -1,0 +1,103 @@
+"""Admission control for stream micro-batches: where the next batch ends, without decoding rows on the driver.
+
+A batch ends at a *transaction boundary* (``engine.binlog.boundaries``: an offset that never points into a
+transaction), so the batch's end is exact and a replay of the batch reads the very same changes. The batch
+takes the last boundary within ``max_bytes`` of binlog from its start; a first transaction larger than the
+budget is admitted whole (a batch always makes progress). ``until`` bounds the batch end (the binlog end
+observed when an ``AvailableNow`` run started). The binlog reader re-checks every end it is given and fails
+loudly if one lies inside a transaction, so a wrong boundary can never drop rows silently.
+
+The same scan leaves *marks* (a boundary about every ``mark_bytes``) from which ``cut_points`` splits a batch
+that is far behind into partitions decoded in parallel (parallel catch-up), at no extra scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pymysql
+
+from airflow_provider_mysqlcdc.engine.binlog.boundaries import PAGE_EVENTS, binary_logs, iter_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogPurged
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The end of the next batch and the binlog bytes it spans (``end == start``: nothing to read)."""
+
+    end: BinlogOffset
+    bytes: int
+    boundaries_scanned: int
+    marks: tuple[tuple[int, BinlogPosition], ...] = ()  # (bytes after start, boundary), in binlog order
+
+MARK_BYTES = 512 * 1024
+
+
+def next_batch_end(
+    conn: pymysql.connections.Connection,
+    start: BinlogOffset,
+    *,
+    max_bytes: int | None,
+    until: BinlogPosition | None = None,
+    page_events: int = PAGE_EVENTS,
+    mark_bytes: int = MARK_BYTES,
+) -> Admission:
+    """The last transaction boundary after ``start`` within ``max_bytes`` (None: no limit) and ``until``,
+    with the boundaries that lie at least ``mark_bytes`` apart on the way (``Admission.marks``)."""
+    logs = binary_logs(conn)
+    names = [name for name, _ in logs]
+    if start.file not in names:
+        oldest = names[0] if names else "none"
+        raise BinlogPurged(
+            f"the stream's offset {start} names binlog file {start.file}, which the server no longer has "
+            f"(oldest: {oldest}): the changes since the offset are gone. Re-snapshot the tables and start a "
+            "new stream "
+            "(new checkpoint); keep binlogs longer so the stream can fall behind safely"
+        )
+    sizes = dict(logs)
+    best, best_bytes, found = start, 0, False
+    until_key = until.key if until is not None else None
+    scanned = 0
+    marks: list[tuple[int, BinlogPosition]] = []
+    for boundary in iter_boundaries(conn, names, start.file, start.pos, page_events=page_events):
+        scanned += 1
+        if boundary.file == start.file and boundary.pos <= start.pos:
+            continue
+        if until_key is not None and boundary.key > until_key:
+            break
+        used = _bytes_between(names, sizes, start, boundary)
+        if max_bytes is not None and used > max_bytes and found:
+            break
+        best, best_bytes, found = BinlogOffset.at(boundary), used, True
+        if used - (marks[-1][0] if marks else 0) >= mark_bytes:
+            marks.append((used, boundary))
+        if max_bytes is not None and used >= max_bytes:
+            break
+    return Admission(best, best_bytes, scanned, tuple(marks))
+
+
+def cut_points(
+    marks: Sequence[tuple[int, BinlogPosition]], total: int, *, partitions: int, min_bytes: int
+) -> list[BinlogPosition]:
+    """Boundaries inside a range of ``total`` bytes that split it into at most ``partitions`` parts of about
+    equal size, none planned smaller than ``min_bytes``: [] (one part) when the range is small, which is when
+    the stream has caught up."""
+    parts = min(partitions, total // max(min_bytes, 1))
+    cuts: list[tuple[int, BinlogPosition]] = []
+    for k in range(1, parts):
+        target = total * k // parts
+        after = cuts[-1][0] if cuts else 0
+        mark = next((m for m in marks if m[0] >= target and after < m[0] < total), None)
+        if mark is not None:
+            cuts.append(mark)
+    return [position for _, position in cuts]
+
+
+def _bytes_between(names: list[str], sizes: dict[str, int], start: BinlogOffset, end: BinlogPosition) -> int:
+    if end.file == start.file:
+        return end.pos - start.pos
+    first, last = names.index(start.file), names.index(end.file)
+    return sizes[start.file] - start.pos + sum(sizes[n] for n in names[first + 1:last]) + end.pos

@@ -1,0 +1,175 @@
+"""The stream phase in plain Python: binlog reader + stream filter, with chunk HWs from the chunk store.
+
+The Spark streaming source calls this per micro-batch; tests and the CLI call it directly. ``read`` returns
+the emitted records and the offset to resume from, which is exact (inside a transaction or a rows event too).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, TableView
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.chunks.keys import ChunkLocator, KeyOrder
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.records import UPDATE_BEFORE, Record
+from airflow_provider_mysqlcdc.engine.stream.filter import GenerationFilter, StreamFilter, TableFilter, stream_start
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema, load_schema
+
+
+@dataclass
+class StreamBatch:
+    records: list[Record]
+    start: BinlogOffset
+    end: BinlogOffset  # resume here; equals start when nothing was read
+    rows_read: int = 0
+    seconds: float = 0.0
+    dropped: int = 0
+    schemas: dict[str, TableSchema] = field(default_factory=dict)  # schema_id -> schema, of the records
+    schema_changes: list[SchemaChange] = field(default_factory=list)  # DDL of captured tables, in order
+
+
+@dataclass
+class _Locators:
+    order: KeyOrder
+    locator: ChunkLocator
+
+
+@dataclass
+class ChangeStream:
+    settings: MySQLSettings
+    store: ChunkStore
+    tables: list[TableId]
+    server_id: int
+    schemas: dict[TableId, TableSchema] = field(default_factory=dict)
+    _locators: dict[tuple[TableId, int], _Locators] = field(default_factory=dict, repr=False)
+    _filter: StreamFilter | None = field(default=None, repr=False)
+    _views: dict[str, TableView] = field(default_factory=dict, repr=False)
+    _replanned: dict[TableId, BinlogPosition] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.schemas:
+            with connect(self.settings) as conn:
+                self.schemas = {t: _captured_schema(conn, t) for t in self.tables}
+        self.refresh()
+
+    def close(self) -> None:
+        for item in self._locators.values():
+            item.order.close()
+        self._locators.clear()
+
+    # -- chunk HWs -------------------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Reload chunk HWs and plans (reruns committed, tables re-planned) into the filter."""
+        self._views = self.store.stream_view([str(t) for t in self.tables])
+        filters = [self._table_filter(t, self._views.get(str(t))) for t in self.tables]
+        if self._filter is None:
+            self._filter = StreamFilter(filters)
+        else:
+            for f in filters:
+                self._filter.update(f)
+
+    def _table_filter(self, table: TableId, view: TableView | None) -> TableFilter:
+        schema = self.schemas[table]
+        if view is None:
+            return TableFilter(schema, [])  # not planned yet: everything is emitted
+        generations = []
+        for gen_view in view.generations:
+            plan = ChunkPlan.from_dict(self.store.plan(str(table), gen_view.generation).plan)
+            locators = self._locators.get((table, gen_view.generation))
+            if locators is None:
+                order = KeyOrder(lambda: connect(self.settings), schema, plan.key_columns)
+                locators = _Locators(order, ChunkLocator(plan, order))
+                self._locators[(table, gen_view.generation)] = locators
+            if plan.planned_at is not None and gen_view.generation == max(g.generation for g in view.generations):
+                self._replanned[table] = plan.planned_at
+            hws = {c.chunk_id: c.hw for c in gen_view.chunks}
+            generations.append(GenerationFilter(gen_view.generation, plan.key_columns, locators.locator, hws))
+        return TableFilter(schema, generations)
+
+    def start_offset(self) -> BinlogOffset:
+        """min(HW) over all committed chunks of the captured tables."""
+        return BinlogOffset.at(stream_start(v.min_hw for v in self._views.values()))
+
+    # -- reading ---------------------------------------------------------------------------------------------
+
+    def read(
+        self,
+        start: BinlogOffset,
+        end: BinlogPosition | None = None,
+        *,
+        max_rows: int | None = None,
+        timeout: float | None = None,
+        blocking: bool = False,
+        on_batch: Callable[[list[Record]], None] | None = None,
+        file_number_base: int = 0,
+    ) -> StreamBatch:
+        """Read from ``start`` up to ``end`` (default: the current end of the binlog), at most ``max_rows``
+        row images (never cutting between the two images of an update).
+
+        ``file_number_base`` is added to the binlog file number of every row's position before the stream
+        filter sees it (a stream that failed over to another server: ``engine/stream/failover.py``)."""
+        assert self._filter is not None
+        started = time.monotonic()
+        reader = BinlogReader(self.settings, self.server_id, set(self.tables), self.schemas, self._replanned)
+        pending: list[RowChange] = []
+        ddl: list[SchemaChange] = []
+        offset = start
+        rows = 0
+        for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout):
+            if type(item) is SchemaChange:
+                ddl.append(item)
+                offset = item.offset
+                continue
+            if isinstance(item, Heartbeat):
+                offset = item.offset
+                if max_rows is not None and rows >= max_rows and not _open_update(pending):
+                    break
+                continue
+            pending.append(item)
+            offset = item.offset_after
+            rows += 1
+            if max_rows is not None and rows >= max_rows and item.op != UPDATE_BEFORE:
+                break
+        else:
+            # Read to the end: the reader knows the exact resume point (past trailing foreign transactions).
+            if reader.last_offset is not None:
+                offset = reader.last_offset
+        dropped_before = self._filter.dropped
+        if file_number_base:
+            pending = [_rebased(change, file_number_base) for change in pending]
+            ddl = [dataclasses.replace(d, key=(file_number_base + d.key[0], *d.key[1:])) for d in ddl]
+        schemas = {c.schema.schema_id: c.schema for c in pending if c.schema is not None}
+        records = self._filter.apply(pending)
+        if on_batch is not None:
+            on_batch(records)
+        return StreamBatch(
+            records=records, start=start, end=offset, rows_read=rows, seconds=time.monotonic() - started,
+            dropped=self._filter.dropped - dropped_before, schemas=schemas, schema_changes=ddl,
+        )
+
+
+def _captured_schema(conn: object, table: TableId) -> TableSchema:
+    try:
+        return load_schema(conn, table)  # type: ignore[arg-type]
+    except ConfigurationError as exc:
+        raise ConfigurationError(
+            f"{exc}. If {table} was dropped or renamed for good, take it out of the pipeline (mysqlcdc "
+            f"remove-table {table}, or the DAG param remove_tables) and restart the stream"
+        ) from None
+
+
+def _open_update(pending: list[RowChange]) -> bool:
+    return bool(pending) and pending[-1].op == UPDATE_BEFORE
+
+
+def _rebased(change: RowChange, base: int) -> RowChange:
+    number, pos, index, half = change.key
+    return dataclasses.replace(change, key=(base + number, pos, index, half))

@@ -1,0 +1,128 @@
+"""Which binlog rows the stream phase emits.
+
+Start at min(HW) over all committed chunks. Emit a row iff its event ends after the largest HW of its table,
+or after the HW of the chunk that holds its key. Never drop a row unless a committed snapshot provably covers
+it: a chunk that is planned but not committed (a newly added table, a rerun in progress) counts as HW = -inf,
+and while a table has two plan generations in use (a re-plan not yet fully committed) a row is dropped only
+if *every* generation's chunk covers it. Key-changing updates are split into -D/+I first, each half judged by
+the chunk of its own row image.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol, Sequence
+
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.records import Record
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+
+
+class Locator(Protocol):
+    def locate(self, keys: list[tuple]) -> list[int]: ...
+
+
+@dataclass
+class GenerationFilter:
+    """One plan generation of a table: its chunk locator and each chunk's effective HW (None = -inf)."""
+
+    generation: int
+    key_columns: tuple[str, ...]
+    locator: Locator
+    high_watermarks: dict[int, BinlogPosition | None]
+
+    def covered(self, images: Sequence, positions: list[tuple[int, int]]) -> list[bool]:
+        keys = [tuple(img.values.get(c) for c in self.key_columns) for img in images]
+        chunk_ids = self.locator.locate(keys)
+        out = []
+        for chunk_id, pos in zip(chunk_ids, positions):
+            hw = self.high_watermarks.get(chunk_id)
+            out.append(hw is not None and pos <= hw.key)
+        return out
+
+
+@dataclass
+class TableFilter:
+    schema: TableSchema
+    generations: list[GenerationFilter] = field(default_factory=list)
+
+    @property
+    def max_high_watermark(self) -> tuple[int, int] | None:
+        """Past this every row of the table is emitted (None: nothing committed, so everything is)."""
+        committed = [hw.key for g in self.generations for hw in g.high_watermarks.values() if hw is not None]
+        return max(committed) if committed else None
+
+
+class StreamFilter:
+    """Decides emission for batches of binlog row changes (anything with table/op/values/key/commit_ts)."""
+
+    def __init__(self, tables: Iterable[TableFilter]) -> None:
+        self.tables: dict[TableId, TableFilter] = {t.schema.table: t for t in tables}
+        self.emitted = 0
+        self.dropped = 0
+
+    def update(self, table_filter: TableFilter) -> None:
+        """Swap in fresh chunk HWs (a rerun committed, a table was added or re-planned)."""
+        self.tables[table_filter.schema.table] = table_filter
+
+    def remove(self, table: TableId) -> None:
+        self.tables.pop(table, None)
+
+    def apply(self, changes: Sequence) -> list[Record]:
+        by_table: dict[TableId, list] = defaultdict(list)
+        order: list[TableId] = []
+        for change in changes:
+            if change.table not in self.tables:
+                continue
+            if change.table not in by_table:
+                order.append(change.table)
+            by_table[change.table].append(change)
+        emitted: list[Record] = []
+        for table in order:
+            emitted.extend(self._apply_table(self.tables[table], by_table[table]))
+        emitted.sort(key=lambda r: r.key)
+        return emitted
+
+    def _apply_table(self, tf: TableFilter, changes: list) -> list[Record]:
+        key_columns = {c for g in tf.generations for c in g.key_columns}
+        identity = identity_columns(tf.schema.primary_key, sorted(key_columns))
+        images = split_key_changes(changes, identity)
+        positions = [(img.key[0], img.key[1]) for img in images]
+        keep = [True] * len(images)
+        past_max = tf.max_high_watermark
+        if past_max is not None:
+            candidates = [i for i, pos in enumerate(positions) if pos <= past_max]
+            if candidates:
+                sub_images = [images[i] for i in candidates]
+                sub_pos = [positions[i] for i in candidates]
+                covered_all = [True] * len(candidates)
+                for generation in tf.generations:
+                    for j, covered in enumerate(generation.covered(sub_images, sub_pos)):
+                        covered_all[j] = covered_all[j] and covered
+                for j, i in enumerate(candidates):
+                    keep[i] = not covered_all[j]
+        table_name = str(tf.schema.table)
+        out = []
+        for image, emit in zip(images, keep):
+            if not emit:
+                self.dropped += 1
+                continue
+            self.emitted += 1
+            out.append(
+                Record(
+                    table=table_name, op=image.op, phase="stream", key=image.key, values=image.values,
+                    commit_ts=image.commit_ts, binlog_file=image.binlog_file,
+                    schema_id=image.schema.schema_id if getattr(image, "schema", None) is not None else None,
+                )
+            )
+        return out
+
+
+def stream_start(high_watermarks: Iterable[BinlogPosition | None]) -> BinlogPosition:
+    """min(HW) over all committed chunks: every row a chunk does not cover lies after it."""
+    committed = [hw for hw in high_watermarks if hw is not None]
+    if not committed:
+        raise CdcError("no committed chunk: run the snapshot phase before the stream (or choose a start offset)")
+    return min(committed)

@@ -1,0 +1,1 @@
+"""What every task of a pipeline shares (Airflow-free): its settings, and the record of it kept in XCom."""

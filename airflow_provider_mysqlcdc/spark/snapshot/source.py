@@ -1,0 +1,116 @@
+"""``mysql_cdc_snapshot``: the snapshot phase as a PySpark (4.x) Python data source.
+
+Two directions, one name:
+
+* ``df.write.format("mysql_cdc_snapshot")`` -- the snapshot phase. ``df`` holds the chunk ids to snapshot,
+  one per partition (``snapshot_job.run_chunk_group`` builds it); each write task reads its chunk and writes a
+  versioned Parquet directory, and the driver commits each chunk to the chunk store and the manifest
+  (``snapshot_writer``). This is the path that records LW/HW.
+* ``spark.read.format("mysql_cdc_snapshot")`` -- the same chunk reads as a DataFrame, one partition per chunk,
+  Arrow batches straight from ``ChunkRead`` (for previews and for reading the types Spark gets). A plain read
+  records nothing in the chunk store: each action reads again, with new watermarks.
+
+Options (strings): ``mysql_url`` (no password), ``password_file``, ``table``, ``generation``, ``chunk_ids``
+(``"3,7"``, ``"0-15"``), ``chunk_store``, ``output``, ``read_view_mode``, ``watermark_table``,
+``skip_backfill``, ``batch_rows``, ``rows_per_file``, ``exclude_columns`` (``"a,b"``), ``run_id``,
+``reader_slot_base``. See ``snapshot_options``.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotWriter
+
+SOURCE_NAME = "mysql_cdc_snapshot"
+
+
+def spark_schema(arrow_schema: pa.Schema) -> StructType:
+    """Spark types of the output, the same as Spark infers from the Parquet output: DECIMAL(p,s) stays decimal,
+    DATETIME is TimestampNTZ, TIMESTAMP a (UTC instant) TimestampType, BIGINT UNSIGNED and BIT(64) are
+    decimal(20,0), TIME is bigint microseconds (Parquet has no duration type; pyarrow reads it back as
+    duration[us] from the schema it stores)."""
+    return from_arrow_schema(_spark_arrow_schema(arrow_schema), prefer_timestamp_ntz=True)
+
+
+def _spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_type(pa.int64()) if pa.types.is_duration(f.type) else f for f in schema])
+
+
+def spark_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch as the reader hands it to Spark (TIME durations as int64 microseconds)."""
+    if not any(pa.types.is_duration(t) for t in batch.schema.types):
+        return batch
+    target = _spark_arrow_schema(batch.schema)
+    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(batch.columns, target)], schema=target)
+
+
+class ChunkPartition(InputPartition):
+    def __init__(self, chunk_id: int, slot: int) -> None:
+        super().__init__(chunk_id)
+        self.chunk_id, self.slot = chunk_id, slot
+
+
+class SnapshotReader(DataSourceReader):
+    def __init__(self, job: SnapshotJob) -> None:
+        self.job = job
+
+    def partitions(self) -> Sequence[InputPartition]:
+        base = self.job.options.reader_slot_base
+        return [ChunkPartition(c, base + i) for i, c in enumerate(self.job.chunk_ids)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ChunkPartition)
+        read = self.job.read(partition.chunk_id, partition.slot)
+        declared = self.job.arrow_schema()
+        for batch in self.job.batches(read):
+            if not batch.schema.equals(declared):
+                # DDL changed the table's columns after the DataFrame's schema was resolved on the driver: the
+                # chunk was read with the new ones, which Spark cannot take under the old schema.
+                raise CdcError(
+                    f"{self.job.options.table} chunk {partition.chunk_id}: the table's columns changed (DDL) since "
+                    f"this DataFrame's schema was resolved ({declared.names} -> {batch.schema.names}): read it again"
+                )
+            yield spark_batch(batch)
+
+
+class SnapshotDataSource(DataSource):
+    """Registered as ``mysql_cdc_snapshot`` (``session.register_snapshot_source``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _job(self) -> SnapshotJob:
+        job = getattr(self, "_loaded", None)
+        if job is None:
+            job = self._loaded = SnapshotJob.load(SnapshotOptions.from_options(self.options))
+        return job
+
+    def schema(self) -> StructType:
+        return spark_schema(self._job().arrow_schema())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SnapshotReader(self._job())
+
+    def writer(self, schema: StructType, overwrite: bool) -> SnapshotWriter:
+        job = self._job()
+        if not job.options.attempts:
+            job = _start_chunks(job)  # used without snapshot_job: start the attempts here, on the driver
+        return SnapshotWriter(job)
+
+
+def _start_chunks(job: SnapshotJob) -> SnapshotJob:
+    options = job.options
+    with ChunkStore(options.store_url()) as store:
+        attempts = {c: store.start_chunk(options.table, job.plan.generation, c, run_id=options.run_id).attempts
+                    for c in job.chunk_ids}
+    return SnapshotJob(options.with_(attempts=attempts), job.plan, job.schema)

@@ -1,0 +1,411 @@
+"""The stream's sink: each micro-batch's changes, per table, as an exactly-once changelog (``foreachBatch``).
+
+Per batch id and table (``output_layout``):
+
+1. executors take the typed record batches the source built (``stream_rows``: the
+   ``record_batches.records_batch`` layout, in Arrow IPC) and write
+   ``changelog/batch=<id>/part-<partition>-<attempt>.parquet`` (and, optionally, the Flink ``changelog-json`` form under ``changelog-json/batch=<id>/``);
+2. the driver writes the batch marker ``changelog/_committed/batch=<id>.json`` atomically for every table
+   with changes in the batch: the files of this attempt (readers that follow markers never see a torn or
+   duplicated batch), ``rows``, ``first_position``/``last_position`` and the binlog range the batch covered,
+   ``start_offset``/``end_offset`` (``BinlogOffset`` dicts, from the source's range rows);
+3. on a replay of the batch id (the run was killed after planning it), files and markers of earlier attempts
+   are removed after the new markers are in place: a replayed batch overwrites, it never duplicates;
+4. ``on_batch_committed(batch_id, tables_changed)`` is called (the mirror refresh hooks in here).
+
+A replay is recognised by the batch ledger in the stream's checkpoint (``mysqlcdc/batches/batch=<id>.json``),
+written before the batch's files. Files of an attempt killed before its markers are unreferenced until the
+replay removes them; readers never see them.
+
+Flink ``changelog-json``: one object per line, ``{"data": {...}, "op": "+I"}``; DECIMAL and integers as JSON
+numbers (exact), DATETIME as ``"yyyy-MM-dd HH:mm:ss.SSSSSS"``, TIMESTAMP the same with a ``Z`` (UTC), DATE
+``"yyyy-MM-dd"``, TIME ``"HH:mm:ss.SSSSSS"``, binary as base64 (Flink's JSON format conventions).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import posixpath
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    CHANGELOG,
+    CHANGELOG_JSON,
+    changelog_dir,
+    changelog_marker,
+    delete_dir,
+    filesystem,
+    new_version,
+    read_json,
+    stream_progress_path,
+    write_json_atomic,
+)
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
+from airflow_provider_mysqlcdc.engine.model.records import Record
+from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
+from airflow_provider_mysqlcdc.engine.stream.transport import stream_changes
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger(__name__)
+
+WRITE_RESULT_SCHEMA = (
+    "table STRING, kind STRING, file STRING, rows LONG, first_position STRING, last_position STRING"
+)
+RANGE = "range"  # result rows that carry a partition's binlog range instead of a file
+DDL = "ddl"  # result rows that carry a DDL statement of a table (its schema history)
+LEDGER_DIR = "mysqlcdc/batches"
+LEDGER_RETAIN = 1000  # batch ledgers kept in the checkpoint (Spark itself keeps ~100 batches of metadata)
+
+BatchHook = Callable[[int, list[TableId]], None]
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """What one committed micro-batch wrote (progress output, the ledger)."""
+
+    batch_id: int
+    rows: dict[str, int]  # changes written per table ("database.table")
+    replay: bool  # this batch id was attempted before (its earlier output was replaced)
+    seconds: float
+    start_offset: dict | None = None  # the binlog range the batch covered (BinlogOffset dicts)
+    end_offset: dict | None = None
+    schema_changes: dict[str, int] = field(default_factory=dict)  # DDL statements per table
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+    def describe(self) -> str:
+        tables = ", ".join(f"{t} {n}" for t, n in sorted(self.rows.items())) or "no captured changes"
+        replayed = " (replayed)" if self.replay else ""
+        return f"batch {self.batch_id}: {self.total_rows} changes ({tables}) in {self.seconds:.1f}s{replayed}"
+
+
+# --- executors: write one partition ---------------------------------------------------------------------
+
+
+class _TableFiles:
+    """The open output files of one table in one partition."""
+
+    def __init__(self, schema: TableSchema, parquet_path: str, json_path: str | None) -> None:
+        self.schema = schema  # the table's columns at these changes (one file per schema version)
+        self.arrow_schema = record_schema(schema)
+        self.parquet_path, self.json_path = parquet_path, json_path
+        fs, inner = filesystem(parquet_path)
+        fs.create_dir(posixpath.dirname(inner), recursive=True)
+        self.parquet = pq.ParquetWriter(inner, self.arrow_schema, filesystem=fs)
+        self.json: Any = None
+        if json_path is not None:
+            jfs, jinner = filesystem(json_path)
+            jfs.create_dir(posixpath.dirname(jinner), recursive=True)
+            self.json = jfs.open_output_stream(jinner)
+        self.rows = 0
+        self.first: str | None = None
+        self.last: str | None = None
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Changes in binlog order, as the source built them (``stream_rows``), less excluded columns."""
+        if batch.num_rows == 0:
+            return
+        data = pa.RecordBatch.from_arrays([batch.column(n) for n in self.arrow_schema.names],
+                                          schema=self.arrow_schema)
+        self.parquet.write_batch(data)
+        if self.json is not None:
+            records = arrow_records(pa.Table.from_batches([data]), self.schema)
+            self.json.write("".join(flink_json_line(r) + "\n" for r in records).encode("utf-8"))
+        positions = data.column("_position")
+        self.rows += data.num_rows
+        self.first = self.first or positions[0].as_py()
+        self.last = positions[-1].as_py()
+
+    def close(self) -> list[tuple]:
+        self.parquet.close()
+        out = [(CHANGELOG, posixpath.basename(self.parquet_path))]
+        if self.json is not None:
+            self.json.close()
+            out.append((CHANGELOG_JSON, posixpath.basename(self.json_path or "")))
+        return [(str(self.schema.table), kind, name, self.rows, self.first, self.last) for kind, name in out]
+
+
+@dataclass
+class PartitionWriter:
+    """``mapInArrow`` function: stream rows in, one result row per file written out."""
+
+    root: str
+    batch_id: int
+    attempt: str
+    schemas: dict[str, TableSchema]  # by table: for changes that carry no schema version
+    changelog_json: bool = False
+    exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        task = context.taskAttemptId() if context is not None else 0
+        files: dict[tuple[str, str | None], _TableFiles] = {}
+        ranges: list[dict] = []
+        versions: dict[str, TableSchema] = {}
+        ddl: list[dict] = []
+        try:
+            for batch in batches:
+                for changes in stream_changes(batch, ranges, versions, ddl):
+                    key = (changes.table, changes.schema_id)
+                    out = files.get(key)
+                    if out is None:
+                        out = files[key] = self._open(*key, versions, partition, task)
+                    out.write(changes.batch)
+        finally:
+            results = [row for out in files.values() for row in out.close()]
+        results += [("", RANGE, json.dumps(r, separators=(",", ":")), 0, None, None) for r in ranges]
+        results += [(d["table"], DDL, json.dumps(d, separators=(",", ":")), 0, d["position"], None) for d in ddl]
+        names = ["table", "kind", "file", "rows", "first_position", "last_position"]
+        columns = list(zip(*results)) if results else [[] for _ in names]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(list(c), pa.int64() if n == "rows" else pa.string()) for n, c in zip(names, columns)],
+            names=names,
+        )
+
+    def _open(self, table: str, schema_id: str | None, versions: dict[str, TableSchema],
+              partition: int, task: int = 0) -> _TableFiles:
+        schema = versions.get(schema_id) if schema_id is not None else None
+        if schema is None:
+            schema = self.schemas.get(table)
+        if schema is None:
+            raise CdcError(f"the stream delivered changes of {table} without their schema ({schema_id})")
+        schema = without_columns(schema, self.exclude.get(table, ()))
+        tid = schema.table
+        # the task attempt: a partition computed twice (a task retried) never shares a file with itself
+        stem = f"part-{partition:05d}-{self.attempt}-t{task}" + (f"-{schema_id}" if schema_id else "")
+        parquet = posixpath.join(changelog_dir(self.root, tid, self.batch_id), f"{stem}.parquet")
+        json_path = None
+        if self.changelog_json:
+            json_path = posixpath.join(
+                changelog_dir(self.root, tid, self.batch_id, CHANGELOG_JSON), f"{stem}.json"
+            )
+        return _TableFiles(schema, parquet, json_path)
+
+
+# --- driver: commit one batch -----------------------------------------------------------------------------
+
+
+@dataclass
+class ChangelogSink:
+    """``df.writeStream.foreachBatch(ChangelogSink(...))``: exactly-once changelog files per batch id."""
+
+    root: str
+    schemas: dict[TableId, TableSchema]
+    checkpoint: str
+    changelog_json: bool = False
+    on_batch_committed: BatchHook | None = None  # mirror refresh: (batch_id, tables with new changes)
+    on_progress: Callable[[CommittedBatch], None] | None = None
+    exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
+    _by_name: dict[str, TableSchema] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._by_name = {str(t): s for t, s in self.schemas.items()}
+
+    def __call__(self, df: "DataFrame", batch_id: int) -> None:
+        started = time.monotonic()
+        attempt = new_version()
+        ledger = self.ledger_path(batch_id)
+        replay = read_json(ledger) is not None
+        write_json_atomic(ledger, {"batch_id": batch_id, "state": "writing", "attempt": attempt})
+        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude)
+        results = [tuple(r) for r in df.mapInArrow(writer, WRITE_RESULT_SCHEMA).collect()]
+        batch = self.commit(batch_id, attempt, results, replay=replay)
+        write_json_atomic(
+            ledger,
+            {
+                "batch_id": batch_id,
+                "state": "committed",
+                "attempt": attempt,
+                "replay": replay,
+                "rows": batch.rows,
+                "start_offset": batch.start_offset,
+                "end_offset": batch.end_offset,
+                "committed_at": datetime.now(timezone.utc).isoformat(),
+            },
+        )
+        if batch_id >= LEDGER_RETAIN:
+            _delete_file(self.ledger_path(batch_id - LEDGER_RETAIN))
+        if self.on_batch_committed is not None:
+            changed = sorted({*batch.rows, *batch.schema_changes})
+            self.on_batch_committed(batch_id, [TableId.parse(t) for t in changed])
+        batch = replace(batch, seconds=time.monotonic() - started)
+        log.info("%s", batch.describe())
+        if self.on_progress is not None:
+            self.on_progress(batch)
+
+    def ledger_path(self, batch_id: int) -> str:
+        return posixpath.join(self.checkpoint.rstrip("/"), LEDGER_DIR, f"batch={batch_id:012d}.json")
+
+    def commit(self, batch_id: int, attempt: str, results: list[tuple], *, replay: bool) -> CommittedBatch:
+        """Write the markers of this attempt; on a replay, then drop what earlier attempts left."""
+        by_table: dict[str, dict[str, list[tuple]]] = defaultdict(lambda: defaultdict(list))
+        ranges = []
+        ddl: dict[str, list[dict]] = defaultdict(list)
+        for row in results:
+            if row[1] == RANGE:
+                ranges.append(json.loads(row[2]))
+            elif row[1] == DDL:
+                ddl[row[0]].append(json.loads(row[2]))
+            else:
+                by_table[row[0]][row[1]].append(row)
+        for table, changes in sorted(ddl.items()):  # before the markers: a reader never sees data ahead of it
+            record_schema_changes(self.root, TableId.parse(table), changes, batch_id)
+        start_offset, end_offset = _batch_range(ranges)
+        rows: dict[str, int] = {}
+        for table, kinds in sorted(by_table.items()):
+            parquet = sorted(kinds.get(CHANGELOG, []), key=lambda r: r[2])
+            rows[table] = sum(r[3] for r in parquet)
+            firsts = [r[4] for r in parquet if r[4]]
+            lasts = [r[5] for r in parquet if r[5]]
+            write_json_atomic(
+                changelog_marker(self.root, TableId.parse(table), batch_id),
+                {
+                    "batch_id": batch_id,
+                    "table": table,
+                    "attempt": attempt,
+                    "files": [r[2] for r in parquet],
+                    "changelog_json_files": sorted(r[2] for r in kinds.get(CHANGELOG_JSON, [])),
+                    "rows": rows[table],
+                    "first_position": min(firsts) if firsts else None,
+                    "last_position": max(lasts) if lasts else None,
+                    "start_offset": start_offset,
+                    "end_offset": end_offset,
+                    "committed_at": datetime.now(timezone.utc).isoformat(),
+                },
+            )
+        if replay:
+            for table in sorted({*self._by_name, *by_table}):
+                tid = TableId.parse(table)
+                kinds = by_table.get(table)
+                if kinds is None:  # an earlier attempt may have written this table: drop its marker first
+                    _delete_file(changelog_marker(self.root, tid, batch_id))
+                for kind in (CHANGELOG, CHANGELOG_JSON):
+                    keep = {r[2] for r in (kinds or {}).get(kind, [])}
+                    _delete_other_files(changelog_dir(self.root, tid, batch_id, kind), keep)
+        if end_offset is not None:  # after the markers: idle tables' position advances with the stream
+            write_json_atomic(
+                stream_progress_path(self.root),
+                {
+                    "batch_id": batch_id,
+                    "end_offset": end_offset,
+                    "tables": sorted({*self._by_name, *by_table, *ddl}),
+                    "committed_at": datetime.now(timezone.utc).isoformat(),
+                },
+            )
+        return CommittedBatch(batch_id, rows, replay, 0.0, start_offset, end_offset,
+                              {t: len(c) for t, c in ddl.items()})
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+
+
+def without_columns(schema: TableSchema, names: tuple[str, ...]) -> TableSchema:
+    """``schema`` without the excluded columns (secrets, blobs never reach a file)."""
+    if not names or not any(n in schema.column_by_name for n in names):
+        return schema
+    return replace(schema, columns=tuple(c for c in schema.columns if c.name not in names), column_by_name={})
+
+
+def _batch_range(ranges: list[dict]) -> tuple[dict | None, dict | None]:
+    """The binlog range a batch covered: the lowest start and the highest end of its partitions."""
+    if not ranges:
+        return None, None
+    starts = [BinlogOffset.from_dict(r["start"]) for r in ranges]
+    ends = [BinlogOffset.from_dict(r["end"]) for r in ranges]
+    return min(starts, key=lambda o: o.key).to_dict(), max(ends, key=lambda o: o.key).to_dict()
+
+
+def _delete_file(path: str) -> None:
+    fs, inner = filesystem(path)
+    try:
+        fs.delete_file(inner)
+    except FileNotFoundError:
+        pass
+
+
+def _delete_other_files(directory: str, keep: set[str]) -> None:
+    """Remove every file of ``directory`` not in ``keep`` (the whole directory if nothing is kept)."""
+    if not keep:
+        delete_dir(directory)
+        return
+    fs, inner = filesystem(directory)
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True))
+    except FileNotFoundError:
+        return
+    for info in infos:
+        if info.type == pafs.FileType.File and posixpath.basename(info.path) not in keep:
+            fs.delete_file(info.path)
+
+
+def flink_json_line(record: Record) -> str:
+    """One line of Flink's ``changelog-json`` format for a record."""
+    data = {name: _flink_value(value) for name, value in record.values.items()}
+    return "".join(_encode_json({"data": data, "op": record.op}))
+
+
+class _RawNumber(str):
+    """A number that must be written verbatim (a Decimal or a huge integer keeps every digit)."""
+
+
+def _encode_json(value: Any) -> Iterator[str]:
+    if isinstance(value, _RawNumber):
+        yield str.__str__(value)
+    elif isinstance(value, dict):
+        yield "{"
+        for i, (k, v) in enumerate(value.items()):
+            if i:
+                yield ","
+            yield json.dumps(k, ensure_ascii=False)
+            yield ":"
+            yield from _encode_json(v)
+        yield "}"
+    else:
+        yield json.dumps(value, ensure_ascii=False, allow_nan=True)
+
+
+def _flink_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, str, float)):
+        return value
+    if isinstance(value, int):
+        return _RawNumber(str(value))
+    if isinstance(value, Decimal):
+        return _RawNumber(format(value, "f"))
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%fZ")
+        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        sign = "-" if value < timedelta(0) else ""
+        micros = abs(value) // timedelta(microseconds=1)
+        seconds, micro = divmod(micros, 1_000_000)
+        minutes, second = divmod(seconds, 60)
+        hours, minute = divmod(minutes, 60)
+        return f"{sign}{hours:02d}:{minute:02d}:{second:02d}.{micro:06d}"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return str(value)

@@ -1,0 +1,109 @@
+"""The Airflow hook (a standard mysql connection -> engine settings, the CDC connection test) and the plan
+task's pure parts (redo parsing, groups bounded by max_map_length, reader slots of concurrent groups)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk import Connection
+
+from airflow_provider_mysqlcdc.engine.chunks.groups import chunk_groups
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.chunks.planner import Chunk, ChunkPlan
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook, settings_from_connection
+from airflow_provider_mysqlcdc.operators.plan import parse_redo_chunks, plan_groups
+from airflow_provider_mysqlcdc.operators.snapshot import reader_slot_base
+
+
+def _conn(**kw) -> Connection:
+    base = dict(conn_id="src", conn_type="mysql", host="db.example.com", port=3307, login="cdc",
+                password="s3cr3t-pw", schema="shop")
+    base.update(kw)
+    return Connection(**base)
+
+
+def test_connection_fields_and_extras_become_engine_settings():
+    extra = {"ssl": {"ca": "/etc/ca.pem", "verify": False}, "server_id": "6000-6099", "charset": "utf8mb3"}
+    settings = settings_from_connection(_conn(extra=json.dumps(extra)))
+    assert (settings.host, settings.port, settings.user, settings.password, settings.database) == (
+        "db.example.com", 3307, "cdc", "s3cr3t-pw", "shop")
+    assert settings.ssl == {"ca": "/etc/ca.pem", "check_hostname": False}
+    assert settings.server_id_range == (6000, 6099) and settings.charset == "utf8mb3"
+    url = settings.url_without_password()
+    assert "s3cr3t-pw" not in url
+    again = MySQLSettings.from_url(url, password="s3cr3t-pw")
+    assert again == settings, "the URL handed to spark-submit must parse back to the same settings"
+    plain = settings_from_connection(_conn(extra=json.dumps({"ssl": "true"})))
+    assert plain.ssl == {"check_hostname": True}
+    assert MySQLSettings.from_url(plain.url_without_password(), password="s3cr3t-pw") == plain
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"conn_type": "postgres"}, "needs a connection of type mysql"),
+        ({"host": None}, "has no host"),
+        ({"extra": json.dumps({"sslmode": "require"})}, "unknown extra"),
+        ({"extra": json.dumps({"server_id": "abc"})}, "server_id must be a number"),
+        ({"extra": json.dumps({"ssl": {"capath": "/x"}})}, "unknown ssl option"),
+    ],
+)
+def test_bad_connections_say_what_to_fix(kw, message):
+    with pytest.raises(ConfigurationError, match=message) as info:
+        settings_from_connection(_conn(**kw))
+    assert "s3cr3t-pw" not in str(info.value)
+
+
+def test_connection_test_runs_the_cdc_check(mysql_server, monkeypatch):
+    cdc = MySQLSettings.from_url(mysql_server.cdc_url)
+    conn = {"conn_type": "mysql", "host": cdc.host, "port": cdc.port, "login": cdc.user, "password": cdc.password}
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_OK", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_BAD", json.dumps({**conn, "password": "wrong-pw"}))
+    ok, message = MySqlCdcHook("cdc_ok").test_connection()
+    assert ok, message
+    assert "binlog_format" in message and "ready for CDC" in message and cdc.password not in message
+    ok, message = MySqlCdcHook("cdc_bad").test_connection()
+    assert not ok and "access denied" in message and "wrong-pw" not in message
+
+
+def test_redo_chunks_parsing():
+    assert parse_redo_chunks("shop.orders=3,7; shop.items:0-2") == {"shop.orders": (3, 7), "shop.items": (0, 1, 2)}
+    assert parse_redo_chunks({"shop.orders": [7, 3]}) == {"shop.orders": (3, 7)}
+    assert parse_redo_chunks("") == {} and parse_redo_chunks(None) == {}
+    with pytest.raises(ConfigurationError, match="db.table=3,7"):
+        parse_redo_chunks("3,7")
+
+
+def _plan(name: str, n: int) -> ChunkPlan:
+    chunks = tuple(Chunk(i, None, None) for i in range(n))
+    return ChunkPlan(TableId("db", name), 1, ("id",), chunks, "even", 100, n * 100)
+
+
+def test_groups_fit_max_map_length():
+    plans = [_plan("a", 300), _plan("b", 40)]
+    assert len(plan_groups(plans, 64, 1024)) == len(chunk_groups(plans[0], 64)) + 1
+    groups = plan_groups(plans, 4, 20)
+    assert len(groups) <= 20
+    assert sorted(i for g in groups if g.table == "db.a" for i in g.chunk_ids) == list(range(300))
+    with pytest.raises(ConfigurationError, match="max_map_length"):
+        plan_groups([_plan(str(i), 2) for i in range(5)], 1, 3)
+
+
+def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
+    """Chunk reads of many groups at once each hold their own binlog reader id (GET_LOCK), whatever their
+    slot hint; the stream's slot 0 and the check's top id are never handed out."""
+    import contextlib
+
+    from airflow_provider_mysqlcdc.engine.binlog.reader import claimed_server_id
+    from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url + "?server_id=7000-7005")
+    with contextlib.ExitStack() as stack:
+        ids = [stack.enter_context(claimed_server_id(settings, prefer=reader_slot_base(i, 64))) for i in range(4)]
+        assert sorted(ids) == [7001, 7002, 7003, 7004]
+        with pytest.raises(ServerNotReady, match="in use: widen server_id"):
+            stack.enter_context(claimed_server_id(settings))
+    with claimed_server_id(settings, prefer=3) as again:
+        assert again == 7003  # released with the claiming session

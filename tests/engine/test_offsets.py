@@ -1,0 +1,96 @@
+"""Resume offsets: JSON round trip, ordering, stored versions stay readable, newer versions are refused."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset, OffsetFormatError
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+
+
+def test_json_round_trip_keeps_every_field():
+    offsets = [
+        BinlogOffset("mysql-bin.000001", 4),
+        BinlogOffset("mysql-bin.000042", 123456, skip_events=3, skip_rows=17, gtid="0-1-99"),
+        BinlogOffset("binlog.1000000", 2**32 + 5, skip_events=0, skip_rows=1, gtid="3e11fa47-71ca:23"),
+    ]
+    for offset in offsets:
+        text = offset.to_json()
+        assert json.loads(text)["version"] == 1
+        assert BinlogOffset.from_json(text) == offset
+
+
+def test_version_one_as_stored_today_is_read_forever():
+    stored = '{"file":"mysql-bin.000007","gtid":null,"pos":9876,"skip_events":2,"skip_rows":5,"version":1}'
+    assert BinlogOffset.from_json(stored) == BinlogOffset("mysql-bin.000007", 9876, 2, 5)
+    # optional fields may be missing in hand-written offsets
+    assert BinlogOffset.from_json('{"version":1,"file":"mysql-bin.000007","pos":4}') == BinlogOffset(
+        "mysql-bin.000007", 4
+    )
+
+
+def test_newer_version_is_rejected_with_a_clear_error():
+    future = '{"version":3,"file":"mysql-bin.000007","pos":4,"skip_events":0,"skip_rows":0,"extra":"?"}'
+    with pytest.raises(OffsetFormatError, match="newer mysqlcdc release.*upgrade"):
+        BinlogOffset.from_json(future)
+    with pytest.raises(OffsetFormatError):
+        BinlogOffset("mysql-bin.000001", 4, version=3)
+
+
+def test_failover_fields_round_trip_and_only_a_file_number_base_needs_version_two():
+    """The server identity and GTID position ride along in version 1 (older releases ignore them); a file
+    number base (a stream that failed over) makes it version 2, which older releases refuse."""
+    same = BinlogOffset("mysql-bin.000003", 1234, server="mariadb:11", gtid_position="0-11-57")
+    assert same.to_dict()["version"] == 1
+    assert BinlogOffset.from_json(same.to_json()) == same
+    moved = BinlogOffset("mysql-bin.000001", 400, server="mariadb:12", gtid_position="0-11-57",
+                         file_number_base=4)
+    assert moved.to_dict()["version"] == 2
+    assert BinlogOffset.from_json(moved.to_json()) == moved
+    assert moved.key > same.key  # positions of the new server order after the old server's
+    assert moved.ordered_position == BinlogPosition("mysql-bin.000005", 400) > same.ordered_position
+    assert same.ordered_position == same.position
+    # version 1 never carries a base: a stray key is not read as one
+    stray = '{"version":1,"file":"mysql-bin.000001","pos":4,"file_number_base":9}'
+    assert BinlogOffset.from_json(stray).file_number_base == 0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[1, 2]",
+        '{"file":"mysql-bin.000001","pos":4}',  # no version
+        '{"version":"1","file":"mysql-bin.000001","pos":4}',
+        '{"version":1,"pos":4}',
+        '{"version":1,"file":"mysql-bin.000001","pos":"4"}',
+        '{"version":1,"file":"mysql-bin.000001","pos":4,"skip_rows":-1}',
+        '{"version":1,"file":"mysql-bin","pos":4}',
+        '{"version":1,"file":"mysql-bin.000001","pos":4,"gtid":5}',
+        '{"version":2,"file":"mysql-bin.000001","pos":4,"file_number_base":"1"}',
+        '{"version":2,"file":"mysql-bin.000001","pos":4,"file_number_base":-1}',
+        '{"version":1,"file":"mysql-bin.000001","pos":4,"server":11}',
+    ],
+)
+def test_malformed_offsets_are_rejected(text):
+    with pytest.raises(CdcError):
+        BinlogOffset.from_json(text)
+
+
+def test_at_a_boundary_and_ordering():
+    boundary = BinlogOffset.at(BinlogPosition("mysql-bin.000003", 1234), gtid="0-1-5")
+    assert boundary.at_boundary and boundary.position == BinlogPosition("mysql-bin.000003", 1234)
+    assert boundary.gtid == "0-1-5"
+    inside = BinlogOffset("mysql-bin.000003", 1234, skip_events=1)
+    assert not inside.at_boundary
+    ordered = [
+        BinlogOffset("mysql-bin.999999", 9999),
+        BinlogOffset("mysql-bin.1000000", 4),
+        BinlogOffset("mysql-bin.1000000", 4, 0, 1),
+        BinlogOffset("mysql-bin.1000000", 4, 1, 0),
+        BinlogOffset("mysql-bin.1000000", 5),
+    ]
+    assert sorted(reversed(ordered), key=lambda o: o.key) == ordered
+    assert str(inside) == "mysql-bin.000003:1234+1ev+0rows"

@@ -1,0 +1,142 @@
+"""`mysqlcdc check` on a real server: a good server passes, each misconfiguration names its setting and fix."""
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from typing import Iterator
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.source.readiness import _check_version
+from airflow_provider_mysqlcdc.engine.source.server import ServerInfo
+
+
+def run_check(url: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["mysqlcdc", "check", "--mysql-url", url, *extra], capture_output=True, text=True)
+
+
+def assert_no_password(result: subprocess.CompletedProcess, password: str) -> None:
+    assert password not in result.stdout and password not in result.stderr
+
+
+@contextlib.contextmanager
+def global_variable(server, name: str, value: object) -> Iterator[None]:
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT @@GLOBAL.{name}")
+        (old,) = cur.fetchone()
+        cur.execute(f"SET GLOBAL {name} = %s", (value,))
+    try:
+        yield
+    finally:
+        with server.admin() as conn, conn.cursor() as cur:
+            cur.execute(f"SET GLOBAL {name} = %s", (old,))
+
+
+def test_good_server_passes(mysql_server):
+    result = run_check(mysql_server.cdc_url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "result: ready for CDC" in result.stdout
+    assert "current binlog position:" in result.stdout
+    assert ("MariaDB" in result.stdout) or ("MySQL" in result.stdout)
+    assert_no_password(result, mysql_server.cdc_url.split(":")[2].split("@")[0])
+
+
+def test_json_report(mysql_server):
+    result = run_check(mysql_server.cdc_url, "--json")
+    report = json.loads(result.stdout)
+    assert report["ok"] is True
+    assert report["server"]["flavor"] in ("mariadb", "mysql")
+    assert report["binlog"]["file"] and report["binlog"]["position"] > 0
+    assert "password" not in result.stdout.lower()
+
+
+# (variable, bad value, flavor or None for both)
+MISCONFIGURATIONS = [
+    ("binlog_format", "STATEMENT", None),
+    ("binlog_format", "MIXED", None),
+    ("binlog_row_image", "MINIMAL", None),
+    ("binlog_row_image", "NOBLOB", None),
+    ("binlog_row_metadata", "MINIMAL", None),
+    ("log_bin_compress", "ON", "mariadb"),
+    ("binlog_transaction_compression", "ON", "mysql"),
+    ("binlog_row_value_options", "PARTIAL_JSON", "mysql"),
+]
+
+
+@pytest.mark.parametrize("name, bad, flavor", MISCONFIGURATIONS, ids=[f"{n}={v}" for n, v, _ in MISCONFIGURATIONS])
+def test_each_misconfiguration_is_named(mysql_server, server_flavor, name, bad, flavor):
+    if flavor and flavor != server_flavor:
+        pytest.skip(f"{name} exists only on {flavor}")
+    with global_variable(mysql_server, name, bad):
+        result = run_check(mysql_server.cdc_url)
+    assert result.returncode == 1, result.stdout
+    fail_lines = [line for line in result.stdout.splitlines() if "[FAIL]" in line]
+    assert len(fail_lines) == 1, result.stdout
+    assert name in fail_lines[0] and bad in fail_lines[0]
+    assert f"fix: set {name}=" in result.stdout
+
+
+def test_short_retention_warns(mysql_server, server_flavor):
+    with global_variable(mysql_server, "binlog_expire_logs_seconds", 3600):
+        result = run_check(mysql_server.cdc_url)
+    assert result.returncode == 0, result.stdout
+    assert "[WARN] binlog retention: binlogs expire after 1 h" in result.stdout
+    assert "binlog_expire_logs_seconds" in result.stdout
+
+
+def test_missing_replication_client(limited_user):
+    result = run_check(limited_user("cdc_noclient", "SELECT, REPLICATION SLAVE"))
+    assert result.returncode == 1
+    assert "[FAIL] privilege REPLICATION CLIENT" in result.stdout
+    assert "GRANT" in result.stdout
+    assert_no_password(result, "limited-pw-123")
+
+
+def test_missing_replication_slave(limited_user):
+    result = run_check(limited_user("cdc_noslave", "SELECT, REPLICATION CLIENT"))
+    assert result.returncode == 1
+    assert "[FAIL] privilege REPLICATION SLAVE" in result.stdout
+    assert "GRANT REPLICATION SLAVE ON *.*" in result.stdout
+
+
+def test_wrong_password_is_clear_and_hidden(mysql_server):
+    url = f"mysql://cdc:not-the-password-42@127.0.0.1:{mysql_server.port}/"
+    result = run_check(url)
+    assert result.returncode == 2
+    assert "refused the credentials of cdc@127.0.0.1" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert_no_password(result, "not-the-password-42")
+
+
+def test_unreachable_server_is_clear():
+    from airflow_provider_mysqlcdc.testing.mariadb import free_port
+
+    result = run_check(f"mysql://cdc:pw-xyz@127.0.0.1:{free_port()}/")
+    assert result.returncode == 2
+    assert "cannot reach MySQL at 127.0.0.1" in result.stderr
+    assert_no_password(result, "pw-xyz")
+
+
+def test_server_without_binlog(mariadb_only):
+    """log_bin cannot change at runtime: start a second server without it."""
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+
+    with MariaDBServer(options={"log-bin": False}) as server:
+        result = run_check(server.cdc_url)
+    assert result.returncode == 1
+    assert "[FAIL] log_bin: log_bin = OFF" in result.stdout
+    assert "--log-bin" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "flavor, version, ok",
+    [("mysql", (5, 7, 44), False), ("mysql", (8, 0, 36), True), ("mariadb", (10, 4, 30), False),
+     ("mariadb", (10, 11, 6), True), ("mariadb", (11, 4, 2), True)],
+)
+def test_version_floor_by_flavor(flavor, version, ok):
+    info = ServerInfo(flavor, version, "x", 1, None, "OFF")
+    result = _check_version(info)
+    assert (result.status == "ok") is ok
+    if not ok:
+        assert "binlog_row_metadata" in result.detail and "upgrade" in result.fix

@@ -1,0 +1,181 @@
+"""Startup modes on the real server: where each one begins (always a transaction start), the errors of a
+start that cannot be found, and streams without a snapshot on Spark whose changelog holds exactly the changes
+after their start (checked against the server's own mariadb-binlog)."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.stream.startup import StartupError, StartupMode, resolve_start
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, run_stream
+from tests.support.binlog_audit import (
+    TableExpectation,
+    assert_clean,
+    audit_changelog,
+    entries_from_records,
+    read_binlog,
+)
+
+from tests.support.engine_harness import password_file
+from tests.faults.test_stream_faults import _purge_all_but_current
+
+
+def _status(cur) -> BinlogPosition:
+    cur.execute("SHOW MASTER STATUS")
+    file, pos = cur.fetchone()[:2]
+    return BinlogPosition(file, int(pos))
+
+
+def _events(cur, file: str) -> list[tuple]:
+    cur.execute("SHOW BINLOG EVENTS IN %s", (file,))
+    return cur.fetchall()
+
+
+@pytest.fixture
+def settings(private_mariadb) -> MySQLSettings:
+    with private_mariadb.admin() as admin, admin.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS modes")
+        cur.execute("CREATE TABLE IF NOT EXISTS modes.t (id INT PRIMARY KEY, v INT)")
+    return MySQLSettings.from_url(private_mariadb.cdc_url)
+
+
+def test_each_mode_begins_at_a_transaction_start(private_mariadb, settings):
+    with private_mariadb.admin("modes") as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM t")
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("INSERT INTO t VALUES (1, 1), (2, 2)")  # transaction A
+        time.sleep(1.2)  # binlog times have one-second resolution
+        between = datetime.now(timezone.utc)
+        time.sleep(1.2)
+        before_b = _status(cur)
+        conn.begin()  # transaction B: several rows events
+        cur.execute("INSERT INTO t VALUES (3, 3), (4, 4)")
+        cur.execute("UPDATE t SET v = v + 10")
+        conn.commit()
+        end = _status(cur)
+        events = _events(cur, end.file)
+        cur.execute("SHOW BINARY LOGS")
+        oldest = cur.fetchall()[0][0]
+    # B's first event (its GTID) starts where A's commit ended; pick a position inside B's rows
+    b_rows = [e for e in events if before_b.pos <= int(e[1]) < end.pos and str(e[2]).endswith("_rows_v1")]
+    assert b_rows, events
+    inside_b = BinlogPosition(end.file, int(b_rows[-1][1]))
+
+    latest = resolve_start(settings, StartupMode.parse("latest-offset"))
+    assert latest.position == end  # idle server: the end of the binlog is a transaction boundary
+    earliest = resolve_start(settings, StartupMode.parse("earliest-offset"))
+    assert earliest.file == oldest
+    specific = resolve_start(settings, StartupMode.parse(f"specific-offset:{inside_b.file}:{inside_b.pos}"))
+    assert specific.position == before_b, "rounded down to the start of the transaction that holds it"
+    at_time = resolve_start(settings, StartupMode.parse(f"timestamp:{between.isoformat()}"))
+    assert at_time.position == before_b, "the first transaction that began at or after the time"
+    future = resolve_start(settings, StartupMode.parse("timestamp:2999-01-01T00:00:00Z"))
+    assert future.position == end
+    with private_mariadb.admin() as conn, conn.cursor() as cur:  # the GTID position just before B
+        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (before_b.file, before_b.pos))
+        gtid_before_b = cur.fetchone()[0]
+    by_gtid = resolve_start(settings, StartupMode.parse(f"specific-offset:gtid={gtid_before_b}"))
+    assert by_gtid.position == before_b, "the first transaction the GTID set does not contain"
+
+
+def test_starts_that_cannot_be_found_are_named(private_mariadb, settings):
+    with pytest.raises(ConfigurationError, match="use initial .* timestamp"):
+        StartupMode.parse("specific-offset:12")
+    with pytest.raises(ConfigurationError, match="no time zone"):
+        StartupMode.parse("timestamp:2026-11-21T08:00:00")
+    purged_file, _ = _purge_all_but_current(private_mariadb)
+    with pytest.raises(StartupError, match=rf"no binlog file {purged_file} \(purged: the oldest is"):
+        resolve_start(settings, StartupMode.parse(f"specific-offset:{purged_file}:4"))
+    with pytest.raises(StartupError, match="is this offset from another server"):
+        resolve_start(settings, StartupMode.parse("specific-offset:mysql-bin.999999:4"))
+
+
+def test_streams_without_a_snapshot_on_spark(private_mariadb, settings, spark, tmp_path):
+    """latest-offset on a table that was never planned: the first run writes nothing of what came before;
+    the next holds exactly the changes after the start. snapshot-only refuses to stream."""
+    with private_mariadb.admin("modes") as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM t")
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(100, 200)])  # before: not wanted
+    table = TableId("modes", "t")
+    store, output, checkpoint = str(tmp_path / "chunks.db"), str(tmp_path / "lake"), tmp_path / "ckpt"
+    config = StreamConfig(mysql_url=settings.redacted_url(), tables=("modes.t",), chunk_store=store,
+                          output=output, checkpoint=str(checkpoint), password_file=password_file(tmp_path, settings),
+                          startup_mode="latest-offset")
+    run_stream(spark, config)
+    with connect(settings) as conn:
+        schema = load_schema(conn, table)
+    assert changelog_records(output, schema) == []
+    started = resolve_start(settings, StartupMode.parse("latest-offset"))
+    with private_mariadb.admin("modes") as conn, conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = -v WHERE id < 120")
+        cur.execute("DELETE FROM t WHERE id >= 190")
+        cur.execute("INSERT INTO t VALUES (500, 5)")
+        cur.execute("UPDATE t SET id = 501 WHERE id = 500")  # a key change: -D/+I
+        end = _status(cur)
+    run_stream(spark, config)
+    records = changelog_records(output, schema)
+    ops = sorted(r.op for r in records)
+    assert ops.count("-U") == ops.count("+U") == 20 and ops.count("-D") == 11 and ops.count("+I") == 2, ops
+    report = audit_changelog(
+        read_binlog(settings, started.file), entries_from_records(records),
+        [TableExpectation.from_plan(schema, schema.primary_key, {}, [])], start=started.position, end=end,
+    )
+    assert_clean(report, min_checked_after_max_hw=30)
+    assert (checkpoint / "mysqlcdc" / "startup.json").exists()
+    with ChunkStore(store) as chunk_store:
+        status = collect_status(chunk_store, output)
+    assert status.startup_mode == "latest-offset", status
+    assert f"stream startup mode latest-offset: began at {started.file}:{started.pos}" in status.render()
+
+    with ChunkStore(store) as chunk_store:
+        plan_tables(settings, chunk_store, ["modes.t"])
+    only = replace(config, checkpoint=str(tmp_path / "ckpt2"), startup_mode="snapshot-only")
+    with pytest.raises(ConfigurationError, match="snapshot-only snapshots the tables and takes no stream"):
+        run_stream(spark, only)
+    assert not Path(tmp_path / "ckpt2" / "offsets").exists()
+
+
+class _TaskInstance:
+    """Collects what the plan task pushes to XCom (the operator is run directly, outside a DAG run)."""
+
+    def __init__(self) -> None:
+        self.pushed: dict = {}
+
+    def xcom_push(self, key: str, value) -> None:
+        self.pushed[key] = value
+
+
+def test_operators_follow_the_startup_mode(private_mariadb, settings, tmp_path, monkeypatch):
+    """A mode without a snapshot plans nothing (the mapped snapshot task gets no instance) and records the
+    tables for the stream; snapshot-only makes the stream task skip."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
+    from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
+    from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_MODES_SRC", private_mariadb.cdc_url)
+    store = str(tmp_path / "chunks.db")
+    plan = MySqlCdcPlanOperator(task_id="plan", tables="modes.*", output_path=str(tmp_path / "lake"),
+                                chunk_store=store, mysql_conn_id="modes_src", startup_mode="latest-offset")
+    ti = _TaskInstance()
+    assert plan.execute({"run_id": "manual__modes", "ti": ti}) == []
+    assert ti.pushed[XCOM_KEY]["tables"] == ["modes.t"]
+    with ChunkStore(store) as chunk_store:
+        assert chunk_store.tables() == [], "nothing may be planned"
+    stream = MySqlCdcStreamOperator(task_id="stream", tables="modes.*", output_path=str(tmp_path / "lake"),
+                                    chunk_store=store, mysql_conn_id="modes_src", startup_mode="snapshot-only")
+    with pytest.raises(AirflowSkipException, match="snapshot-only"):
+        stream.execute({"run_id": "manual__modes"})

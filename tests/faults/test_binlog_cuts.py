@@ -1,0 +1,123 @@
+"""A binlog read whose connection is cut mid-read (the network drops it after some of the events arrived)
+resumes where it stopped and returns exactly what an uncut read returns: nothing skipped, nothing twice; an
+outage is waited out for its budget only, and permanent errors are not waited on."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.errors import ConnectionFailed, ServerUnavailable
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.source.outages import retry_while_unavailable
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.testing.mariadb import free_port
+from tests.support.tcp_proxy import CuttableProxy
+
+
+def _binlog_end(conn) -> BinlogPosition:
+    status = current_binlog_status(conn, server_info(conn))
+    return BinlogPosition(status.file, status.position)
+
+
+def test_binlog_read_cut_mid_read_resumes_exactly(mysql_server, mysql_db, tmp_path, caplog):
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(40))")
+        cur.executemany("INSERT INTO t VALUES (%s, 0, %s)", [(i, f"row {i}") for i in range(1500)])
+        start = BinlogOffset.at(_binlog_end(conn))
+        for round_ in range(3):  # three big transactions, ~1 MB of binlog in all
+            conn.begin()
+            for _ in range(4):
+                cur.execute("UPDATE t SET v = v + 1, note = CONCAT('r', %s, ' ', id)", (round_,))
+            cur.execute("DELETE FROM t WHERE id %% 50 = %s", (round_,))
+            conn.commit()
+        end = _binlog_end(conn)
+    table = TableId(mysql_db, "t")
+    direct = MySQLSettings.from_url(mysql_server.cdc_url)
+    with connect(direct) as conn:
+        schemas = {table: load_schema(conn, table)}
+    store = ChunkStore(str(tmp_path / "chunks.db"))  # nothing planned: every change is emitted
+
+    def read(settings: MySQLSettings) -> list[tuple]:
+        stream = ChangeStream(settings, store, [table], allocate_server_id(settings, 0), schemas=dict(schemas))
+        try:
+            batch = stream.read(start, end)
+        finally:
+            stream.close()
+        assert batch.end.position == end
+        return [(r.key, r.op, tuple(sorted(r.values.items()))) for r in batch.records]
+
+    want = read(direct)
+    assert len(want) > 30_000
+    proxy = CuttableProxy(("127.0.0.1", mysql_server.port))
+    try:
+        cut = MySQLSettings.from_url(mysql_server.cdc_url.replace(f":{mysql_server.port}/", f":{proxy.port}/"))
+        with caplog.at_level(logging.WARNING):
+            for limit in (48 * 1024, 250 * 1024, 500 * 1024):  # early, in the middle, late in the ~580 KB range
+                proxy.cut_connection_after(limit)
+                got = read(cut)
+                assert proxy.connection_cuts == 1 and not proxy.armed, "the read was not cut"
+                assert len(got) == len(want) and got == want, f"cut after {limit} bytes: {len(got)} vs {len(want)}"
+                proxy.connection_cuts = 0
+        assert caplog.text.count("binlog stream connection lost; reconnecting") >= 3, caplog.text[-2000:]
+    finally:
+        proxy.close()
+
+
+def test_outage_budget_and_permanent_errors(mysql_server):
+    """A server that stays away is waited out for the budget, then named; a wrong password fails at once."""
+    gone = MySQLSettings.from_url(f"mysql://cdc:cdc-secret-pw@127.0.0.1:{free_port()}/")
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match=r"stayed unavailable for \d+ s while reading .*reconnect_timeout"):
+        retry_while_unavailable(lambda: connect(gone), what="reading", where="127.0.0.1", budget_s=2.0)
+    assert 1.0 <= time.monotonic() - started < 10
+    wrong = MySQLSettings.from_url(f"mysql://cdc:not-the-password@127.0.0.1:{mysql_server.port}/")
+    started = time.monotonic()
+    with pytest.raises(ConnectionFailed, match="refused the credentials") as info:
+        retry_while_unavailable(lambda: connect(wrong), what="reading", where="127.0.0.1", budget_s=60.0)
+    assert not isinstance(info.value, ServerUnavailable) and time.monotonic() - started < 5
+
+
+def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mysql_db, tmp_path, monkeypatch):
+    """A NAT or firewall that forgot the driver's session drops its traffic without closing it: the driver's
+    read times out (its ping reconnects, or the outage retry opens a new session) and the batch is planned."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from airflow_provider_mysqlcdc.spark.stream import binlog_source
+    from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogSourceOptions, BinlogStreamReader
+
+    monkeypatch.setattr(binlog_source, "DRIVER_READ_TIMEOUT_S", 2.0)
+    proxy = CuttableProxy(("127.0.0.1", mysql_server.port))
+    try:
+        settings = MySQLSettings.from_url(mysql_server.cdc_url)
+        url = settings.redacted_url().replace(f":{mysql_server.port}", f":{proxy.port}")
+        options = BinlogSourceOptions(mysql_url=url, tables=(TableId(mysql_db, "t"),),
+                                      chunk_store=str(tmp_path / "chunks.db"), reconnect_timeout=60.0)
+        reader = BinlogStreamReader(options, settings.password)
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+            start = BinlogOffset.at(_binlog_end(conn))
+            first = reader.latestOffset(start.to_dict(), ReadAllAvailable())  # opens the driver's session
+            cur.execute("INSERT INTO t VALUES (1)")
+            end = _binlog_end(conn)
+        assert proxy.blackhole_live() == 1
+        result: dict = {}
+        planner = threading.Thread(target=lambda: result.update(end=reader.latestOffset(first, ReadAllAvailable())),
+                                   daemon=True)
+        started = time.monotonic()
+        planner.start()
+        planner.join(timeout=30)
+        assert not planner.is_alive(), "the driver hangs on its dead session"
+        assert time.monotonic() - started >= 2.0, "the dead session was not even tried"
+        assert BinlogOffset.from_dict(result["end"]).position == end
+        reader.stop()
+    finally:
+        proxy.close()

@@ -1,0 +1,318 @@
+"""Failover, on real servers: a primary and a replica (a second MariaDB replicating from the first by GTID,
+both started here).
+
+* capture from a replica: writers on the primary, the whole pipeline (plan, Spark snapshot, Spark stream)
+  against the replica; the mirror equals the source;
+* failover with GTIDs: the stream reads the primary, the replica is promoted (writes go to it now), the stream
+  is pointed at it and continues from its GTID position under writes; the mirror equals the source, and every
+  position the stream reports from the new server orders after the old server's;
+* a server that is not of the topology, on the same checkpoint: the stream stops with the error that says so,
+  and writes nothing; without a GTID position (or with the same server_id but another binlog) likewise.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, GenerationView, StreamChunk, TableView
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.stream.failover import ServerChanged, resolve_offset, server_identity
+from airflow_provider_mysqlcdc.engine.binlog.gtid import GtidNotFound, GtidPosition, position_after_gtid_set
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
+from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer, find_mariadbd
+
+from tests.support.engine_harness import assert_mirror_equals_source, password_file
+from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
+
+SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci", "t_comp")]
+TOPOLOGY_OPTIONS = {"log-slave-updates": None, "gtid-strict-mode": "ON"}
+SEED = 61
+
+
+@pytest.fixture
+def topology() -> Iterator[tuple[MariaDBServer, MariaDBServer]]:
+    """A primary (server_id 11) and a replica (server_id 12) replicating from it by GTID."""
+    try:
+        find_mariadbd()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    primary = MariaDBServer(options={"server-id": "11", **TOPOLOGY_OPTIONS}).start()
+    replica = MariaDBServer(options={"server-id": "12", **TOPOLOGY_OPTIONS}).start()
+    try:
+        _replicate(replica, primary)
+        yield primary, replica
+    finally:
+        replica.stop()
+        primary.stop()
+
+
+def _replicate(replica: MariaDBServer, primary: MariaDBServer) -> None:
+    """Start replication at the primary's current GTID position. Each server made its CDC user at start
+    (so the replica's binlog is reset, and those transactions of the primary are not replayed on it)."""
+    with primary.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        (position,) = cur.fetchone()
+    with replica.admin() as conn, conn.cursor() as cur:
+        cur.execute("RESET MASTER")
+        cur.execute("SET GLOBAL gtid_slave_pos = %s", (position,))
+        cur.execute(
+            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, MASTER_USER = 'root', "
+            "MASTER_USE_GTID = slave_pos",
+            (primary.port,),
+        )
+        cur.execute("START SLAVE")
+
+
+def _caught_up(replica: MariaDBServer, primary: MariaDBServer, timeout: float = 60.0) -> str:
+    """Wait until the replica applied everything the primary logged; returns that GTID position."""
+    with primary.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
+        (position,) = cur.fetchone()
+    with replica.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
+        (waited,) = cur.fetchone()
+        if waited != 0:
+            cur.execute("SHOW SLAVE STATUS")
+            status = dict(zip([d[0] for d in cur.description], cur.fetchone() or ()))
+            raise AssertionError(f"the replica did not reach {position}: {status.get('Last_Error')!r}")
+    return str(position)
+
+
+def _promote(replica: MariaDBServer) -> None:
+    with replica.admin() as conn, conn.cursor() as cur:
+        cur.execute("STOP SLAVE")
+        cur.execute("RESET SLAVE ALL")
+
+
+def _writers(server: MariaDBServer, db: str, seed: int) -> Workload:
+    return Workload(lambda: server.admin(), db, seed=seed, writers=2, specs=SPECS, rotate_every=25,
+                    pace=0.01).start()
+
+
+def _create(server: MariaDBServer, db: str) -> None:
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{db}`")
+        create_tables(conn, db, SPECS)
+        seed_rows(conn, db, rows_per_table=200, seed=SEED, specs=SPECS)
+
+
+def _snapshot(spark, settings: MySQLSettings, db: str, store: str, output: str, secret: str) -> list[TableId]:
+    with ChunkStore(store) as chunk_store:
+        plans = plan_tables(settings, chunk_store, [f"{db}.t_*"], chunk_size=120)
+    for plan in plans:
+        options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(plan.table), output=output,
+                                  chunk_store=store, password_file=secret)
+        result = run_chunk_group(spark, options)
+        assert result.ok, result
+    return [p.table for p in plans]
+
+
+def _stream(spark, config: StreamConfig) -> None:
+    with mirror_refresh(config) as hook:
+        run_stream(spark, config, on_batch_committed=hook)
+
+
+def _ledgers(checkpoint: str) -> list[dict]:
+    """The sink's ledger entries of the committed batches, in order."""
+    folder = Path(checkpoint) / "mysqlcdc" / "batches"
+    entries = [json.loads(p.read_text()) for p in folder.glob("batch=*.json")]
+    return sorted((e for e in entries if e.get("state") == "committed"), key=lambda e: e["batch_id"])
+
+
+def _committed_offset(checkpoint: str) -> dict:
+    """The end offset of the last batch the sink committed."""
+    return _ledgers(checkpoint)[-1]["end_offset"]
+
+
+def _committed_batches(output: str) -> list[str]:
+    return sorted(str(p) for p in Path(output).rglob("changelog/_committed/*.json"))
+
+
+def test_capture_from_a_replica(topology, spark, tmp_path):
+    primary, replica = topology
+    db = "fo_replica"
+    _create(primary, db)
+    _caught_up(replica, primary)
+    settings = MySQLSettings.from_url(replica.cdc_url)  # the whole pipeline reads the replica
+    secret = password_file(tmp_path, settings)
+    store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    workload = _writers(primary, db, SEED)  # the application writes to the primary
+    try:
+        tables = _snapshot(spark, settings, db, store, output, secret)
+        config = StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{db}.t_*",), chunk_store=store,
+                              output=output, checkpoint=str(tmp_path / "ckpt"), password_file=secret,
+                              max_bytes_per_batch=100_000)
+        _stream(spark, config)  # under writes
+    finally:
+        stats = workload.stop()
+    assert stats.transactions > 20, stats
+    _caught_up(replica, primary)
+    _stream(spark, config)
+
+    ledgers = _ledgers(config.checkpoint)
+    assert len(ledgers) >= 3, "admission control should split the runs into several batches"
+    for before, after in zip(ledgers, ledgers[1:]):  # the batches tile the replica's binlog
+        assert after["start_offset"] == before["end_offset"], (before, after)
+    offset = ledgers[-1]["end_offset"]
+    assert offset["server"] == "mariadb:12" and offset.get("gtid_position"), offset
+    assert not offset.get("file_number_base"), offset
+    assert_mirror_equals_source(settings, output, tables, min_rows=100)  # the replica ...
+    primary_settings = MySQLSettings.from_url(primary.cdc_url)
+    assert_mirror_equals_source(primary_settings, output, tables, min_rows=100)  # = the primary
+
+
+def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topology, spark, tmp_path):
+    primary, replica = topology
+    db = "fo_promote"
+    _create(primary, db)
+    old = MySQLSettings.from_url(primary.cdc_url)
+    new = MySQLSettings.from_url(replica.cdc_url)
+    secret = password_file(tmp_path, old)  # one CDC password on both servers
+    store, output, checkpoint = str(tmp_path / "chunks.db"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
+
+    def config(settings: MySQLSettings) -> StreamConfig:
+        return StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{db}.t_*",), chunk_store=store,
+                            output=output, checkpoint=checkpoint, password_file=secret,
+                            max_bytes_per_batch=100_000)
+
+    workload = _writers(primary, db, SEED)
+    try:
+        tables = _snapshot(spark, old, db, store, output, secret)
+        _stream(spark, config(old))
+    finally:
+        before = workload.stop()
+    _stream(spark, config(old))  # the primary's last transactions
+    on_primary = _committed_offset(checkpoint)
+    assert on_primary["server"] == "mariadb:11", on_primary
+    positions_before = _positions(output, tables, old)
+
+    # the failover: the replica applied everything, is promoted and takes the writes from now on
+    gtid_position = _caught_up(replica, primary)
+    assert GtidPosition.parse(on_primary["gtid_position"]) == GtidPosition.parse(gtid_position)
+    _promote(replica)
+    workload = _writers(replica, db, SEED + 1)
+    try:
+        time.sleep(1.0)  # some of the new primary's own transactions exist before the stream moves
+        _stream(spark, config(new))
+    finally:
+        after = workload.stop()
+    _stream(spark, config(new))
+    assert before.transactions > 20 and after.transactions > 20 and after.rotations >= 1, (before, after)
+
+    moved = _committed_offset(checkpoint)
+    assert moved["server"] == "mariadb:12", moved
+    assert moved["file_number_base"] > int(on_primary["file"].rsplit(".", 1)[1]), moved
+    positions_after = _positions(output, tables, new)
+    assert len(positions_after) > len(positions_before)
+    first_new = min(set(positions_after) - set(positions_before))
+    assert first_new > max(positions_before), "a position of the new server orders before the old server's"
+    assert_mirror_equals_source(new, output, tables, min_rows=100)
+    failover_point = BinlogOffset.from_dict(on_primary).ordered_position
+    for table in tables:  # each mirror says it is consistent, as of a position in the stream's order
+        manifest = read_manifest(output, table)
+        assert manifest.consistent and manifest.stream_position > failover_point, manifest.describe()
+
+    # a server of another topology on the same checkpoint: a clear error, nothing written
+    stranger = MariaDBServer(options={"server-id": "13"}).start()
+    try:
+        _create(stranger, db)
+        settings = MySQLSettings.from_url(stranger.cdc_url)
+        written = _committed_batches(output)
+        with pytest.raises(CdcError) as info:
+            _stream(spark, config(settings))
+        message = str(info.value)
+        assert f"127.0.0.1:{stranger.port} is not the one this checkpoint streamed from" in message, message
+        assert "server_id 12 -> server_id 13" in message and "not comparable" in message, message
+        assert settings.password not in message
+        assert _committed_batches(output) == written, "nothing may be written"
+        assert _committed_offset(checkpoint) == moved
+    finally:
+        stranger.stop()
+
+
+def _positions(output: str, tables: list[TableId], settings: MySQLSettings) -> list[str]:
+    from airflow_provider_mysqlcdc.engine.model.tables import load_schema
+
+    with connect(settings) as conn:
+        schemas = [load_schema(conn, t) for t in tables]
+    return sorted(r.position for schema in schemas for r in changelog_records(output, schema))
+
+
+def test_offsets_move_only_within_the_topology(topology, tmp_path):
+    """The engine side of failover without Spark: GTID positions found again on the replica; a server with
+    the same server_id but another binlog, and an offset without a GTID position, stop with the error."""
+    primary, replica = topology
+    with primary.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE fo_engine")
+        cur.execute("CREATE TABLE fo_engine.t (id INT PRIMARY KEY, v INT)")
+        for i in range(5):
+            cur.execute("INSERT INTO fo_engine.t VALUES (%s, %s)", (i, i))
+    position = _caught_up(replica, primary)
+    _promote(replica)
+    with replica.admin() as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO fo_engine.t VALUES (100, 100)")  # the new primary's first own transaction
+        cur.execute("SHOW BINLOG EVENTS")
+        own = [(row[0], row[1]) for row in cur.fetchall() if row[2] == "Gtid" and "0-12-" in row[5]]
+    with connect(MySQLSettings.from_url(replica.cdc_url).with_database(None)) as conn:
+        found = position_after_gtid_set(conn, position)
+        assert (found.file, found.pos) == own[0] and found.gtid_position == position
+        with pytest.raises(GtidNotFound, match="has not applied GTID"):  # ahead of this server
+            position_after_gtid_set(conn, "0-12-999")
+        with pytest.raises(GtidNotFound, match="does not hold GTID 0-99-3: it has 0-11-3 in its place"):
+            position_after_gtid_set(conn, "0-99-3")  # same seq, another origin
+
+    with connect(MySQLSettings.from_url(primary.cdc_url).with_database(None)) as conn:
+        cur = conn.cursor()
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        identity = server_identity(conn)
+        on_primary = resolve_offset(conn, BinlogOffset(file, pos), identity, lambda: {})
+    assert on_primary.server == "mariadb:11" and on_primary.gtid_position == position
+
+    # on the promoted replica: moved by GTID once the stream is past every chunk HW, else stopped
+    table = "fo_engine.t"
+    hw_before, hw_after = BinlogPosition(file, pos - 1), BinlogPosition(file, pos + 1)
+    with connect(MySQLSettings.from_url(replica.cdc_url).with_database(None)) as conn:
+        identity = server_identity(conn)
+        past = {table: _view(table, [hw_before, hw_before])}
+        moved = resolve_offset(conn, on_primary, identity, lambda: past)
+        assert (moved.file, moved.pos) == own[0] and moved.server == "mariadb:12"
+        assert moved.key > on_primary.key and moved.gtid_position == position
+        for hws in ([hw_before, hw_after], [hw_before, None]):  # a chunk HW after the stream; one uncommitted
+            with pytest.raises(ServerChanged, match=rf"not past the snapshot of {table}.*redone on the new"):
+                resolve_offset(conn, on_primary, identity, lambda: {table: _view(table, hws)})
+
+    # another server configured with the same server_id: its binlog at that position is not the stream's
+    twin = MariaDBServer(options={"server-id": "11"}).start()
+    try:
+        with connect(MySQLSettings.from_url(twin.cdc_url).with_database(None)) as conn:
+            identity = server_identity(conn)
+            with pytest.raises(ServerChanged, match=r"server_id 11 as before, but its binlog"):
+                resolve_offset(conn, on_primary, identity, lambda: {})
+            # an offset without a GTID position cannot move at all
+            bare = BinlogOffset(file, pos, server="mariadb:12")
+            with pytest.raises(ServerChanged, match=r"server_id 12 -> server_id 11.*not comparable.*no GTID"):
+                resolve_offset(conn, bare, identity, lambda: {})
+    finally:
+        twin.stop()
+
+
+def _view(table: str, hws: list[BinlogPosition | None]) -> TableView:
+    chunks = tuple(StreamChunk(i, None, None, hw, hw, "committed" if hw else "planned")
+                   for i, hw in enumerate(hws))
+    committed = [hw for hw in hws if hw is not None]
+    return TableView(table, 1, 1 if len(committed) == len(hws) else None, (GenerationView(1, True, chunks),),
+                     min(committed), max(committed))

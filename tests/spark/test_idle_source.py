@@ -1,0 +1,112 @@
+"""Idle sources: when the captured tables see no writes while the binlog moves on (other databases,
+rotations), the stream's committed offset still advances, so a restart after the old binlogs were purged needs
+none of them; and a plan warns when binlog retention is shorter than the snapshot is expected to take."""
+from __future__ import annotations
+
+import logging
+import time
+
+from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
+from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, mirror_refresh, run_stream
+
+from tests.support.engine_harness import assert_mirror_equals_source, password_file
+from tests.engine.test_readiness_check import global_variable
+
+
+def _committed_offset(output: str) -> dict:
+    """The end offset of the stream's last committed batch (what a restart resumes from)."""
+    progress = read_stream_progress(output)
+    assert progress is not None, "the stream committed no batch"
+    return progress.end_offset.to_dict()
+
+
+def _purge_to(server, file: str) -> str:
+    """PURGE BINARY LOGS TO ``file``; returns the oldest file left (MariaDB may keep files until its binlog
+    checkpoint moves on: retried for a moment)."""
+    with server.admin() as admin, admin.cursor() as cur:
+        deadline = time.monotonic() + 20
+        while True:
+            cur.execute("PURGE BINARY LOGS TO %s", (file,))
+            cur.execute("SHOW BINARY LOGS")
+            oldest = cur.fetchall()[0][0]
+            if oldest == file or time.monotonic() > deadline:
+                return oldest
+            time.sleep(0.3)
+
+
+def _stream(spark, config: StreamConfig) -> None:
+    with mirror_refresh(config) as hook:
+        run_stream(spark, config, on_batch_committed=hook)
+
+
+def test_idle_tables_advance_the_offset_past_purged_binlogs(private_mariadb, spark, tmp_path):
+    server = private_mariadb
+    with server.admin() as admin, admin.cursor() as cur:
+        cur.execute("CREATE DATABASE quiet")
+        cur.execute("CREATE DATABASE busy")
+        cur.execute("CREATE TABLE quiet.accounts (id INT PRIMARY KEY, balance DECIMAL(12,2))")
+        cur.executemany("INSERT INTO quiet.accounts VALUES (%s, %s)", [(i, i * 1.5) for i in range(300)])
+        cur.execute("CREATE TABLE busy.events (id INT AUTO_INCREMENT PRIMARY KEY, payload VARCHAR(64))")
+    settings = MySQLSettings.from_url(server.cdc_url)
+    secret = password_file(tmp_path, settings)
+    store, output, checkpoint = str(tmp_path / "chunks.db"), str(tmp_path / "lake"), tmp_path / "ckpt"
+    with ChunkStore(store) as chunk_store:
+        plan_tables(settings, chunk_store, ["quiet.accounts"], chunk_size=100)
+    assert run_chunk_group(spark, SnapshotOptions(mysql_url=settings.redacted_url(), table="quiet.accounts",
+                                                  output=output, chunk_store=store, password_file=secret)).ok
+    config = StreamConfig(mysql_url=settings.redacted_url(), tables=("quiet.accounts",), chunk_store=store,
+                          output=output, checkpoint=str(checkpoint), password_file=secret)
+    with server.admin() as admin, admin.cursor() as cur:
+        cur.execute("UPDATE quiet.accounts SET balance = 0 WHERE id = 1")  # the last change for a while
+    _stream(spark, config)
+    first = _committed_offset(output)
+
+    # days of other traffic, compressed: another database written, binlogs rotated; quiet.accounts untouched
+    with server.admin() as admin, admin.cursor() as cur:
+        for round_ in range(4):
+            cur.executemany("INSERT INTO busy.events (payload) VALUES (%s)",
+                            [(f"r{round_}-{i}",) for i in range(200)])
+            cur.execute("FLUSH BINARY LOGS")
+    _stream(spark, config)
+    advanced = _committed_offset(output)
+    assert (int(advanced["file"].rsplit(".", 1)[1]), advanced["pos"]) > (int(first["file"].rsplit(".", 1)[1]),
+                                                                        first["pos"])
+    assert advanced["file"] != first["file"], "the offset must move to the newest binlog file"
+
+    # every binlog before the stream's file is purged (what days of expiry do); the stream needs none of them
+    assert _purge_to(server, advanced["file"]) == advanced["file"]
+    with server.admin() as admin, admin.cursor() as cur:
+        cur.execute("UPDATE quiet.accounts SET balance = balance + 1 WHERE id < 10")
+        cur.execute("DELETE FROM quiet.accounts WHERE id = 299")
+    _stream(spark, config)
+    assert _committed_offset(output) != advanced
+    assert_mirror_equals_source(settings, output, [TableId("quiet", "accounts")], min_rows=299)
+
+
+def test_plan_warns_when_binlog_retention_is_shorter_than_the_snapshot(mysql_server, mysql_db, tmp_path, caplog):
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{mysql_db}`.big (id INT PRIMARY KEY)")
+        cur.executemany(f"INSERT INTO `{mysql_db}`.big VALUES (%s)", [(i,) for i in range(3000)])
+        cur.execute(f"ANALYZE TABLE `{mysql_db}`.big")
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    table = f"{mysql_db}.big"
+    with ChunkStore(str(tmp_path / "chunks.db")) as store, caplog.at_level(logging.WARNING):
+        with global_variable(mysql_server, "binlog_expire_logs_seconds", 3600):
+            plan_tables(settings, store, [table], expected_rows_per_second=0.5)  # ~1.7 h for 3000 rows
+            warned = caplog.text
+            caplog.clear()
+            plan_tables(settings, store, [table], expected_rows_per_second=1000.0)  # 3 s
+            quiet = caplog.text
+        with global_variable(mysql_server, "binlog_expire_logs_seconds", 0):  # never expire: nothing to say
+            caplog.clear()
+            plan_tables(settings, store, [table], expected_rows_per_second=0.5)
+            never = caplog.text
+    assert "binlog retention (1 h) is shorter than the estimated snapshot time" in warned, warned
+    assert "binlog_expire_logs_seconds" in warned
+    assert "binlog retention" not in quiet and "binlog retention" not in never

@@ -1,0 +1,143 @@
+"""The engine pipeline of ``engine_harness`` writing its output as files in the documented layout.
+
+Snapshot chunks go to ``snapshot/generation=<g>/chunk=<id>/version=<v>/`` (committed with the chunk store
+row);
+stream batches to ``changelog/batch=<id>/`` plus the marker ``changelog/_committed/batch=<id>.json`` carrying
+``end_offset``, as the Spark stream does. The in-memory snapshots and changelog of ``Pipeline`` are kept too,
+so tests can compare the file mirror with the engine's mirror rule (``tests/support/reference_mirror.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadResult
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    changelog_dir,
+    changelog_marker,
+    new_version,
+    snapshot_dir,
+    write_json_atomic,
+)
+from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
+from airflow_provider_mysqlcdc.engine.model.records import Record
+from airflow_provider_mysqlcdc.engine.snapshot.phase import snapshot_chunk
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+
+from tests.support.engine_harness import Pipeline
+
+
+@dataclass
+class LayoutPipeline(Pipeline):
+    root: str = ""
+    next_batch: int = 0
+    last_rows_read: int = 0
+    end_offsets: bool = True  # write end_offset into the batch markers
+    empty_batches: bool = True  # write a marker (and no files) for captured tables without records
+    tables: list[TableId] = field(default_factory=list)
+
+    # -- snapshot ------------------------------------------------------------------------------------------
+
+    def _writer(self, plan: ChunkPlan, chunk_id: int) -> Callable[[Iterator[pa.RecordBatch]], str]:
+        schema = self.schemas[plan.table]
+
+        def write(batches: Iterator[pa.RecordBatch]) -> str:
+            data = pa.Table.from_batches(list(batches), schema=record_schema(schema))
+            version = new_version()
+            directory = snapshot_dir(self.root, plan.table, plan.generation, chunk_id, version)
+            os.makedirs(directory)
+            pq.write_table(data, os.path.join(directory, "part-00000.parquet"))
+            self.snapshots[(plan.table, chunk_id)] = _data_rows(data)
+            return version
+
+        return write
+
+    def snapshot_result(self, plan: ChunkPlan, chunk_id: int) -> ChunkReadResult:
+        return snapshot_chunk(
+            self.settings,
+            self.store,
+            plan,
+            chunk_id,
+            self._writer(plan, chunk_id),
+            options=self.read_options,
+            schema=self.schemas[plan.table],
+        )
+
+    def read_uncommitted(self, plan: ChunkPlan, chunk_id: int) -> Callable[[], ChunkReadResult]:
+        """Start a rerun and read it now; the returned function writes and commits it later."""
+        schema = self.schemas[plan.table]
+        state = self.store.start_chunk(str(plan.table), plan.generation, chunk_id)
+        read = ChunkRead(self.settings, schema, plan, plan.chunk(chunk_id), self.read_options)
+        batches = list(read.batches())
+
+        def commit() -> ChunkReadResult:
+            version = self._writer(plan, chunk_id)(iter(batches))
+            r = read.result
+            self.store.commit_chunk(
+                str(plan.table),
+                plan.generation,
+                chunk_id,
+                rows=r.rows,
+                lw=r.low_watermark,
+                hw=r.high_watermark,
+                output_version=version,
+                attempt=state.attempts,
+            )
+            return r
+
+        return commit
+
+    # -- stream --------------------------------------------------------------------------------------------
+
+    def stream_batch(self, max_rows: int | None = None) -> tuple[int, set[TableId]]:
+        """Read one micro-batch and write it per table; return its id and the tables it changed."""
+        assert self.stream is not None and self.offset is not None
+        self.stream.refresh()  # pick up reruns committed since the last batch, as the Spark source does
+        batch = self.stream.read(self.offset, max_rows=max_rows)
+        self.changelog.extend(batch.records)
+        self.offset = batch.end
+        self.last_rows_read = batch.rows_read
+        batch_id = self.next_batch
+        self.next_batch += 1
+        changed = {TableId.parse(r.table) for r in batch.records}
+        for table in self.tables or sorted(changed):
+            records = [r for r in batch.records if r.table == str(table)]
+            if records or self.empty_batches:
+                self.write_batch(table, batch_id, records, batch.end.to_dict() if self.end_offsets else None)
+        return batch_id, changed
+
+    def write_batch(
+        self, table: TableId, batch_id: int, records: list[Record], end_offset: dict | None
+    ) -> None:
+        directory = changelog_dir(self.root, table, batch_id)
+        os.makedirs(directory, exist_ok=True)
+        if records:
+            batch = records_batch(self.schemas[table], records)
+            pq.write_table(pa.Table.from_batches([batch]), os.path.join(directory, "part-00000.parquet"))
+        marker = {"batch_id": batch_id, "rows": len(records)}
+        if end_offset is not None:
+            marker["end_offset"] = end_offset
+        write_json_atomic(changelog_marker(self.root, table, batch_id), marker)
+
+    def stream_batches(self, rng: random.Random, count: int) -> list[tuple[int, set[TableId]]]:
+        return [self.stream_batch(max_rows=rng.randint(20, 300)) for _ in range(count)]
+
+    def drain(self, max_rows: int = 400) -> list[tuple[int, set[TableId]]]:
+        """Batches until the stream has caught up with the binlog (the last one read nothing)."""
+        out = []
+        while True:
+            out.append(self.stream_batch(max_rows=max_rows))
+            if self.last_rows_read == 0:
+                return out
+
+
+def _data_rows(data: pa.Table) -> list[dict]:
+    names = [n for n in data.schema.names if n not in METADATA_NAMES]
+    return data.select(names).to_pylist()
