@@ -85,7 +85,7 @@ def binlog_bytes(server: Any, start: BinlogPosition, end: BinlogPosition) -> int
 def commit_plan_at(settings: Any, store_path: Path, table: str, position: BinlogPosition, chunk_size: int) -> int:
     """Plan ``table`` and commit every chunk with LW = HW = ``position`` (no snapshot is written: the stream
     then starts there and emits every change after it). Returns the number of chunks."""
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 
     with ChunkStore(str(store_path)) as store:

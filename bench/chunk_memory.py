@@ -59,7 +59,7 @@ def peak_mb(reset: bool) -> float:
 
 
 def chunk_child(cfg: dict[str, Any]) -> int:
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
     from airflow_provider_mysqlcdc.spark.snapshot.writer import write_chunk
@@ -121,7 +121,7 @@ def run_section(work: Path, *, table_rows: int, small_rows: int, chunk_sizes: tu
                 independence_size: int) -> list[Figure]:
     from catchup import password_file
 
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer

@@ -40,7 +40,8 @@ import pymysql.cursors
 
 from airflow_provider_mysqlcdc.engine.chunks import planner
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan, plan_table
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
+from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 

@@ -90,7 +90,7 @@ def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Me
 def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]:
     """Plan + what each Spark task does (``write_chunk``: chunk read -> versioned Parquet), one chunk after
     another in this process, without Spark and without chunk store commits: the engine's own cost."""
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
@@ -113,7 +113,7 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
 
 def spark_child(cfg_path: str) -> int:
     cfg = json.loads(Path(cfg_path).read_text())
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
     from airflow_provider_mysqlcdc.engine.model.tables import TableId

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from tests.support.binlog_audit import (
     AuditReport,

@@ -151,7 +151,7 @@ def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.engine.chunks.groups import chunk_groups
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV, read_password_file
 
@@ -186,7 +186,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_remove_table(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.phase import remove_tables
     from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
 
@@ -214,7 +214,7 @@ def _cmd_snapshot(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit, urlunsplit
 
     from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
     from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
     from airflow_provider_mysqlcdc.spark.session import build_session

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, URL_ENV, MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest, read_mirror

@@ -16,7 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
-from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV

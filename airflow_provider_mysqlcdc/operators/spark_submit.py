@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS, table_asset
+from airflow_provider_mysqlcdc.engine.common.secrets import url_has_password
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 
@@ -31,7 +32,7 @@ class SparkAppMixin:
         env.update(hook.spark_env())
         if settings.password:
             mask_secret(settings.password)
-        if _has_password(store_url):
+        if url_has_password(store_url):
             env[store_env] = store_url
             mask_secret(store_url)
             password = make_url(store_url).password
@@ -51,12 +52,3 @@ class SparkAppMixin:
         asset = table_asset(settings.host, settings.port, table)
         context["outlet_events"][ASSET_ALIAS].add(asset, extra={"table": table, **extra})
         self.log.info("asset event: %s", asset.uri)  # type: ignore[attr-defined]
-
-
-def _has_password(url: str) -> bool:
-    if "://" not in url:
-        return False
-    try:
-        return make_url(url).password is not None
-    except Exception:  # noqa: BLE001 - not a SQLAlchemy URL: a path
-        return False

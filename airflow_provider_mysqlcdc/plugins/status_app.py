@@ -33,7 +33,7 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from airflow.models.dagrun import DagRun
 from airflow.models.xcom import XComModel
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, normalize_url
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, normalize_url
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import weakref
 from typing import Mapping
 
 from pyspark.sql import SparkSession
@@ -48,14 +49,13 @@ def ensure_no_speculation(spark: SparkSession) -> None:
         )
 
 
-_REGISTERED: set[tuple[str, str]] = set()
+# (session, source name) pairs already registered: a registration belongs to one session
+_REGISTERED: "weakref.WeakKeyDictionary[SparkSession, set[str]]" = weakref.WeakKeyDictionary()
 
 
-def register_snapshot_source(spark: SparkSession) -> None:
-    """Register ``mysql_cdc_snapshot`` in this application (once: Spark warns on every re-registration)."""
-    from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
-
-    key = (spark.sparkContext.applicationId, SOURCE_NAME)
-    if key not in _REGISTERED:
-        spark.dataSource.register(SnapshotDataSource)
-        _REGISTERED.add(key)
+def register_data_source(spark: SparkSession, source: type) -> None:
+    """Make ``format(source.name())`` known to this session, once (Spark warns on every re-registration)."""
+    names = _REGISTERED.setdefault(spark, set())
+    if source.name() not in names:
+        spark.dataSource.register(source)
+        names.add(source.name())

@@ -156,7 +156,8 @@ def main() -> int:
         _step("comparing the mirror with the source, row by row")
         from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
         from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
-        from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+        from airflow_provider_mysqlcdc.engine.model.tables import TableId
+        from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
         from airflow_provider_mysqlcdc.engine.model import values
 
         settings = MySQLSettings.from_url(server.cdc_url)

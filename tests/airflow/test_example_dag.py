@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.assets import table_asset_uri
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY

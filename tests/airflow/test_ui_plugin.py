@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.status.report import (
     SNAPSHOT,

@@ -14,8 +14,8 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from airflow_provider_mysqlcdc.engine.chunk_store import store as cs
-from airflow_provider_mysqlcdc.engine.chunk_store.store import (
+from airflow_provider_mysqlcdc.engine import chunk_store as cs
+from airflow_provider_mysqlcdc.engine.chunk_store import (
     ChunkSpec,
     ChunkStore,
     ChunkStoreError,

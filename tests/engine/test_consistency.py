@@ -15,7 +15,7 @@ import time
 import pytest
 
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
 from airflow_provider_mysqlcdc.engine.model.tables import TableId

@@ -18,9 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.chunks.keys import ChunkLocator, KeyOrder
+from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
+from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from tests.support.reference_mirror import materialize
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorNotFound,
@@ -36,7 +37,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     table_dir,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.chunks.planner import Chunk, ChunkPlan
+from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch, snapshot_batch
 from airflow_provider_mysqlcdc.engine.model.records import Record

@@ -11,7 +11,8 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.source.limits import RateLimiter, SlotWaitTimeout, SourceLimits, read_slot
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 
 

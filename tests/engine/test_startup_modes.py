@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.stream.startup import StartupError, StartupMode, resolve_start
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, run_stream
 from tests.support.binlog_audit import (

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.cli import status as cli_status
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition

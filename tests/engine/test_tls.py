@@ -16,7 +16,8 @@ from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 

@@ -17,7 +17,8 @@ from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, allocat
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, load_schema, quote_ident
+from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.model.values import (
     UnsupportedType,
     arrow_schema,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, FAILED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest

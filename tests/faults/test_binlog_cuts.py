@@ -11,14 +11,15 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConnectionFailed, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.source.outages import retry_while_unavailable
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.testing.mariadb import free_port
 from tests.support.tcp_proxy import CuttableProxy
 

@@ -20,8 +20,8 @@ from typing import Any, Callable
 import pytest
 import sqlalchemy as sa
 
-from airflow_provider_mysqlcdc.engine.chunk_store import store as cs
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, ChunkStoreError, ChunkStoreUnavailable
+from airflow_provider_mysqlcdc.engine import chunk_store as cs
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, ChunkStoreError, ChunkStoreUnavailable
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from tests.support.tcp_proxy import CuttableProxy

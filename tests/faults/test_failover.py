@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, GenerationView, StreamChunk, TableView
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, GenerationView, StreamChunk, TableView
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.stream.failover import ServerChanged, resolve_offset, server_identity
@@ -244,7 +244,7 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
 
 
 def _positions(output: str, tables: list[TableId], settings: MySQLSettings) -> list[str]:
-    from airflow_provider_mysqlcdc.engine.model.tables import load_schema
+    from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 
     with connect(settings) as conn:
         schemas = [load_schema(conn, t) for t in tables]

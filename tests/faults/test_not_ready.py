@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables

@@ -24,11 +24,12 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions

@@ -7,7 +7,7 @@ import logging
 import time
 
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId

@@ -25,7 +25,8 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.lake.layout import changelog_marker, read_json
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.stream.admission import cut_points
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogSourceOptions, BinlogStreamReader
 from airflow_provider_mysqlcdc.spark.stream.job import StreamFailed, run_stream

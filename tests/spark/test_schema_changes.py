@@ -13,13 +13,14 @@ import time
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
 from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_history, schema_version
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.plugins import status_page
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
 from airflow_provider_mysqlcdc.spark.stream.job import (

@@ -25,7 +25,7 @@ import pytest
 from airflow_provider_mysqlcdc.cli import stream as cli_stream
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, Heartbeat, allocate_server_id
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
@@ -34,7 +34,8 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.stream.admission import next_batch_end
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.stream.changelog_sink import ChangelogSink, PartitionWriter

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables

@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     snapshot_dir,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.snapshot.phase import snapshot_chunk

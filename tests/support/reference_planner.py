@@ -3,7 +3,7 @@ planner tests and ``bench/planning.py``: one ``LIMIT 1 OFFSET chunk_size`` query
 collation decided by ``KeyOrder``."""
 from __future__ import annotations
 
-from airflow_provider_mysqlcdc.engine.chunks.keys import key_select_sql, tuple_compare_sql
+from airflow_provider_mysqlcdc.engine.chunks.key_sql import key_select_sql, tuple_compare_sql
 
 
 def old_uneven_boundaries(conn, schema, columns, order, chunk_size):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
 
 DEFAULT_CHUNKS_PER_GROUP = 512  # ~4M rows at the default chunk size: Spark start-up (~25 s) stays a small share
 

@@ -11,30 +11,23 @@ generation the chunk store allocated, so boundaries of two plans never mix.
 from __future__ import annotations
 
 import decimal
-from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, ClassVar, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import pymysql
 import pymysql.cursors
 
+from airflow_provider_mysqlcdc.engine.chunks.key_codec import Key
+from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory, KeyOrder, validate_chunk_key
+from airflow_provider_mysqlcdc.engine.chunks.key_sql import key_select_sql, tuple_compare_sql
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan, chunks_from_boundaries
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.engine.chunks.keys import (
-    ConnFactory,
-    Key,
-    KeyOrder,
-    chunk_predicate,
-    decode_key,
-    encode_key,
-    key_select_sql,
-    tuple_compare_sql,
-    validate_chunk_key,
-)
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.limits import is_query_timeout
-from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, load_schema, quote_ident
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
 DEFAULT_CHUNK_SIZE = 8096
 DEFAULT_DISTRIBUTION_FACTOR_BOUNDS = (0.05, 1000.0)
@@ -43,95 +36,6 @@ EXACT_COUNT_BELOW = 1_000_000
 EVEN, UNEVEN = "even", "uneven"
 _WIDE_DECIMAL = decimal.Context(prec=200)  # DECIMAL has at most 65 digits: arithmetic here never rounds
 
-
-@dataclass(frozen=True)
-class Chunk:
-    """Rows whose chunk key lies in ``[start, end)``; ``None`` is -inf (start) or +inf (end)."""
-
-    chunk_id: int
-    start: Key | None
-    end: Key | None
-
-    @property
-    def is_first(self) -> bool:
-        return self.start is None
-
-    @property
-    def is_last(self) -> bool:
-        return self.end is None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "chunk_id": self.chunk_id,
-            "start": encode_key(self.start) if self.start is not None else None,
-            "end": encode_key(self.end) if self.end is not None else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Chunk":
-        return cls(
-            int(data["chunk_id"]),
-            decode_key(data["start"]) if data.get("start") is not None else None,
-            decode_key(data["end"]) if data.get("end") is not None else None,
-        )
-
-
-@dataclass(frozen=True)
-class ChunkPlan:
-    """All chunks of one table for one generation, in key order (chunk ids 0..n-1)."""
-
-    VERSION: ClassVar[int] = 1
-
-    table: TableId
-    generation: int
-    key_columns: tuple[str, ...]
-    chunks: tuple[Chunk, ...]
-    split: str  # "even" | "uneven"
-    chunk_size: int
-    row_estimate: int
-    # The binlog end when the plan was made: DDL of the table before it (a TRUNCATE, a RENAME) is covered by
-    # this plan's snapshot, so the stream may pass it (engine/binlog/ddl.py). None for plans made before 0.x.
-    planned_at: BinlogPosition | None = None
-
-    def chunk(self, chunk_id: int) -> Chunk:
-        for c in self.chunks:
-            if c.chunk_id == chunk_id:
-                return c
-        raise KeyError(f"table {self.table} generation {self.generation} has no chunk {chunk_id}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe (keys through the KeyCodec); ``version`` lets later releases read today's plans."""
-        return {
-            "version": self.VERSION,
-            "table": {"database": self.table.database, "table": self.table.table},
-            "generation": self.generation,
-            "key_columns": list(self.key_columns),
-            "split": self.split,
-            "chunk_size": self.chunk_size,
-            "row_estimate": self.row_estimate,
-            "chunks": [c.to_dict() for c in self.chunks],
-            **({"planned_at": self.planned_at.to_dict()} if self.planned_at is not None else {}),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ChunkPlan":
-        version = data.get("version")
-        if version != cls.VERSION:
-            raise CdcError(
-                f"chunk plan format version {version!r} is not supported (this release reads version "
-                f"{cls.VERSION}): upgrade the provider, or re-plan the table"
-            )
-        table = data["table"]
-        return cls(
-            table=TableId(str(table["database"]), str(table["table"])),
-            generation=int(data["generation"]),
-            key_columns=tuple(str(c) for c in data["key_columns"]),
-            chunks=tuple(Chunk.from_dict(c) for c in data["chunks"]),
-            split=str(data["split"]),
-            chunk_size=int(data["chunk_size"]),
-            row_estimate=int(data["row_estimate"]),
-            planned_at=BinlogPosition.from_dict(data["planned_at"]) if data.get("planned_at") else None,
-        )
 
 
 def choose_chunk_key(schema: TableSchema, chunk_key: str | None = None) -> tuple[str, ...]:
@@ -206,11 +110,6 @@ def plan_table(
         planned_at=planned_at,
     )
 
-
-def chunks_from_boundaries(boundaries: Sequence[Key]) -> tuple[Chunk, ...]:
-    """``(-inf, b1), [b1, b2), ..., [bn, +inf)``; no boundaries gives the single chunk ``(-inf, +inf)``."""
-    edges: list[Key | None] = [None, *boundaries, None]
-    return tuple(Chunk(i, edges[i], edges[i + 1]) for i in range(len(edges) - 1))
 
 
 def _row_count(conn: pymysql.connections.Connection, schema: TableSchema) -> int:
@@ -460,9 +359,3 @@ def _check_increasing(schema: TableSchema, order: KeyOrder, boundaries: Sequence
                 f"table {schema.table}: the server returned key {boundaries[i]!r} as greater than "
                 f"{boundaries[i - 1]!r}, but their sort keys disagree: cannot plan chunks for this chunk key"
             )
-
-
-def plan_predicate(plan: ChunkPlan, schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]:
-    """``chunk_predicate`` with the plan's key columns quoted and their nullability from ``schema``."""
-    columns = [schema.column(c) for c in plan.key_columns]
-    return chunk_predicate(chunk, [c.quoted for c in columns], [c.nullable for c in columns])

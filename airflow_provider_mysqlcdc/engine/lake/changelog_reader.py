@@ -19,7 +19,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
-from airflow_provider_mysqlcdc.engine.stream.transport import parse_position
+from airflow_provider_mysqlcdc.engine.model.position_text import parse_row_key
 
 
 def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = None) -> pa.Table:
@@ -60,7 +60,7 @@ def arrow_records(table: pa.Table, schema: TableSchema) -> list[Record]:
                 table=str(schema.table),
                 op=row["_op"],
                 phase=row["_phase"],
-                key=parse_position(row["_position"]),
+                key=parse_row_key(row["_position"]),
                 values=values,
                 commit_ts=row["_commit_ts"],
                 chunk_id=row["_chunk_id"],

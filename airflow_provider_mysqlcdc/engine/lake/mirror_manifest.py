@@ -208,14 +208,6 @@ def consistent_as_of(
     return stream if stream is not None and stream > max_hw else max_hw
 
 
-def position_of(text: str, like: BinlogPosition) -> BinlogPosition:
-    """The event end a record's ``_position`` names, with a file name shaped like ``like``'s (one server's
-    binlog files share their basename; ``_position`` keeps only the file number)."""
-    number, pos = text.split(":")[:2]
-    base, _, digits = like.file.rpartition(".")
-    return BinlogPosition(f"{base}.{int(number):0{len(digits)}d}", int(pos))
-
-
 def now_text() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 

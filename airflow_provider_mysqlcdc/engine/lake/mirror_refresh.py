@@ -42,21 +42,22 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, parquet_files, read_batch
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, MirrorChunk, MirrorView
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, MirrorChunk, MirrorView
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.chunks.keys import ChunkLocator, ConnFactory, KeyOrder
+from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory, KeyOrder
+from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorChunkEntry,
     MirrorManifest,
     now_text,
-    position_of,
     read_manifest,
     write_manifest,
 )
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, filesystem, mirror_dir, new_version, snapshot_dir, table_dir
-from airflow_provider_mysqlcdc.engine.chunks.planner import ChunkPlan
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
+from airflow_provider_mysqlcdc.engine.model.position_text import after_bound, position_of
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from airflow_provider_mysqlcdc.engine.lake.schema_history import (
@@ -67,7 +68,8 @@ from airflow_provider_mysqlcdc.engine.lake.schema_history import (
     read_schema_history,
     schema_version,
 )
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 
 log = logging.getLogger(__name__)
 
@@ -96,19 +98,6 @@ class _ChunkRecords:
     per_chunk: dict[int, pa.Table]  # chunk id -> its records after its HW, by position (only non-empty)
     read: int  # records read from the files
     latest_position: str | None  # the latest ``_position`` among the new batches' records
-
-
-# --- positions as fixed-width strings -----------------------------------------------------------------------
-
-
-def after_bound(watermark: BinlogPosition) -> str:
-    """A string S with ``_position > S`` iff the record's event ends after ``watermark``.
-
-    ``_position`` is ``NNNNNNNNNN:PPPPPPPPPPPPPPPPPPPP:index:half``; ``;`` sorts right after ``:``, so every
-    position of an event ending exactly at the watermark sorts below S and every later one above.
-    """
-    number, pos = watermark.key
-    return f"{number:010d}:{pos:020d};"
 
 
 # --- where each record belongs ------------------------------------------------------------------------------

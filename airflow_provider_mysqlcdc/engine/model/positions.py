@@ -84,9 +84,3 @@ def snapshot_row_key(high_watermark: BinlogPosition) -> RowKey:
 def is_after(key: RowKey, watermark: BinlogPosition) -> bool:
     """True iff the event holding this row ends after the watermark (``e.end > W``)."""
     return (key[0], key[1]) > watermark.key
-
-
-def format_row_key(key: RowKey) -> str:
-    """A fixed-width string that sorts like the key (for outputs whose readers sort strings)."""
-    number, pos, index, half = key
-    return f"{number:010d}:{pos:020d}:{index + 1:010d}:{half}"

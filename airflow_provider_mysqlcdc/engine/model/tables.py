@@ -10,14 +10,11 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
-import pymysql
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 DECIMAL_TYPES = {"decimal", "numeric"}
@@ -141,38 +138,6 @@ class TableSchema:
         )
 
 
-def find_tables(settings: "MySQLSettings", patterns: Iterable[str]) -> list[TableId]:
-    """``list_tables`` on a session of its own."""
-    from airflow_provider_mysqlcdc.engine.source.connection import connect
-
-    with connect(settings) as conn:
-        return list_tables(conn, patterns)
-
-
-def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -> list[TableId]:
-    """Resolve ``db.table`` names and ``db.orders_*`` patterns (``*``, ``?``) to existing base tables.
-
-    A plain name that does not exist, or a pattern that matches nothing, is an error naming it.
-    """
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' "
-            "AND TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys')"
-        )
-        existing = [TableId(str(db), str(name)) for db, name in cur.fetchall()]
-    found: list[TableId] = []
-    for pattern in patterns:
-        matches = matching_tables(existing, [pattern])
-        if not matches:
-            kind = "pattern" if any(ch in pattern for ch in "*?[") else "table"
-            raise ConfigurationError(
-                f"{kind} {pattern!r} matches no table the CDC user can see: check the name, and that the user "
-                "has SELECT on it"
-            )
-        found.extend(t for t in sorted(matches) if t not in found)
-    return found
-
-
 def matching_tables(tables: Iterable[TableId | str], patterns: Iterable[str]) -> list[TableId]:
     """The tables that match any of the ``db.table`` names or patterns, database and table matched apart
     (so a ``*`` never crosses the dot), in name order."""
@@ -182,40 +147,3 @@ def matching_tables(tables: Iterable[TableId | str], patterns: Iterable[str]) ->
         t for t in ids
         if any(fnmatch.fnmatchcase(t.database, w.database) and fnmatch.fnmatchcase(t.table, w.table) for w in wanted)
     )
-
-
-def load_schema(conn: pymysql.connections.Connection, table: TableId) -> TableSchema:
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, COLLATION_NAME, "
-            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION "
-            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
-            "ORDER BY ORDINAL_POSITION",
-            (table.database, table.table),
-        )
-        rows = cur.fetchall()
-        if not rows:
-            raise ConfigurationError(f"table {table} does not exist or the CDC user cannot see it")
-        columns = tuple(
-            Column(
-                name=str(r[0]), data_type=str(r[1]).lower(), column_type=str(r[2]), nullable=r[3] == "YES",
-                charset=r[4], collation=r[5],
-                char_max_length=int(r[6]) if r[6] is not None else None,
-                numeric_precision=int(r[7]) if r[7] is not None else None,
-                numeric_scale=int(r[8]) if r[8] is not None else None,
-                datetime_precision=int(r[9]) if r[9] is not None else None,
-            )
-            for r in rows
-        )
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (table.database, table.table),
-        )
-        primary_key = tuple(str(r[0]) for r in cur.fetchall())
-        cur.execute(
-            "SELECT ENGINE, TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-            (table.database, table.table),
-        )
-        engine, approx = cur.fetchone() or (None, 0)
-    return TableSchema(table, columns, primary_key, engine=engine, approximate_rows=int(approx or 0))

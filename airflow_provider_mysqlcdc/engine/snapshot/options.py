@@ -8,23 +8,21 @@ that connects, at the moment it connects; it is never pickled into tasks.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Mapping
-from urllib.parse import urlsplit
 
 from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids, parse_chunk_ids
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS, ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.chunk_store.store import normalize_url
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, URL_ENV, MySQLSettings
-from airflow_provider_mysqlcdc.engine.source.limits import DEFAULT_MAX_CONCURRENT_READS, DEFAULT_QUERY_TIMEOUT_S, SourceLimits
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
-CHUNK_STORE_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 READ_VIEW_MODES = ("auto", "consistent_snapshot", "watermark_table")
 DEFAULT_ROWS_PER_FILE = 1_000_000
 DEFAULT_READER_SLOT_BASE = 1  # slot 0 (marker row id and binlog server_id) is left to the stream
@@ -55,14 +53,14 @@ class SnapshotOptions:
     test_fault: str | None = None  # tests only: "raise|exit:<chunk id>:<rows>" fails a chunk's write there
 
     def __post_init__(self) -> None:
-        if _has_password(self.mysql_url):
+        if url_has_password(self.mysql_url):
             raise ConfigurationError(
                 "mysql_url must not contain a password (Spark options show in plans and logs): set "
-                f"${PASSWORD_ENV} on the driver and executors, or pass password_file"
+                f"${MYSQL_PASSWORD_ENV} on the driver and executors, or pass password_file"
             )
-        if self.chunk_store and _store_has_password(self.chunk_store):
+        if self.chunk_store and url_has_password(self.chunk_store):
             raise ConfigurationError(
-                f"the chunk store URL must not contain a password in Spark options: set ${CHUNK_STORE_ENV} "
+                f"the chunk store URL must not contain a password in Spark options: set ${CHUNK_STORE_URL_ENV} "
                 "on the driver instead"
             )
         TableId.parse(self.table)
@@ -78,9 +76,9 @@ class SnapshotOptions:
         return TableId.parse(self.table)
 
     def store_url(self) -> str:
-        url = self.chunk_store or os.environ.get(CHUNK_STORE_ENV)
+        url = self.chunk_store or os.environ.get(CHUNK_STORE_URL_ENV)
         if not url:
-            raise ConfigurationError(f"no chunk store: pass chunk_store or set ${CHUNK_STORE_ENV}")
+            raise ConfigurationError(f"no chunk store: pass chunk_store or set ${CHUNK_STORE_URL_ENV}")
         return url
 
     def settings(self) -> MySQLSettings:
@@ -140,7 +138,7 @@ class SnapshotOptions:
             skip_backfill=str(o.get("skip_backfill", "false")).lower() in ("1", "true", "yes"),
             batch_rows=int(o.get("batch_rows") or DEFAULT_BATCH_ROWS),
             rows_per_file=int(o.get("rows_per_file") or DEFAULT_ROWS_PER_FILE),
-            exclude_columns=_split_columns(o.get("exclude_columns")),
+            exclude_columns=tuple(split_commas(o.get("exclude_columns"))),
             run_id=o.get("run_id") or None,
             reader_slot_base=int(o.get("reader_slot_base") or DEFAULT_READER_SLOT_BASE),
             backfill_timeout=float(o.get("backfill_timeout") or 120.0),
@@ -149,96 +147,3 @@ class SnapshotOptions:
             limits=SourceLimits.from_options(o),
         )
 
-
-# --- command-line arguments shared by `mysqlcdc snapshot` and spark_apps/snapshot_chunks.py ---------------------
-
-
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mysql-url", default=os.environ.get(URL_ENV),
-                        help=f"mysql://user@host:port (default ${URL_ENV}); the password comes from "
-                        f"${PASSWORD_ENV} or --password-file, never from the command line")
-    parser.add_argument("--password-file", help="a file holding the MySQL password (readable on every executor)")
-    parser.add_argument("--chunk-store", default=os.environ.get(CHUNK_STORE_ENV),
-                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})")
-
-
-def add_read_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", required=True, help="root of the output (local path or a pyarrow URI)")
-    parser.add_argument("--read-view-mode", choices=READ_VIEW_MODES, default="auto")
-    parser.add_argument("--watermark-table", help="db.table for the watermark_table read view mode")
-    parser.add_argument("--skip-backfill", action="store_true",
-                        help="at-least-once chunks filtered at their LW (no binlog correction)")
-    parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
-    parser.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE)
-    parser.add_argument("--reader-slot-base", type=int, default=DEFAULT_READER_SLOT_BASE,
-                        help="first watermark slot/server_id offset of this job; concurrent jobs need disjoint "
-                        "ranges (a job uses one slot per parallel chunk)")
-    parser.add_argument("--run-id", help="recorded with each chunk in the chunk store")
-    parser.add_argument("--max-concurrent-reads", type=int, default=DEFAULT_MAX_CONCURRENT_READS,
-                        help="chunk reads the source server serves at once, over all jobs (0: no cap; "
-                        "default %(default)s)")
-    parser.add_argument("--rows-per-second", type=float, default=0,
-                        help="rows per second the source server serves to all chunk reads together (0: no limit)")
-    parser.add_argument("--query-timeout", type=float, default=DEFAULT_QUERY_TIMEOUT_S,
-                        help="server-side time limit of each chunk SELECT in seconds (0: none; default %(default)s)")
-
-
-def _has_password(url: str) -> bool:
-    try:
-        return urlsplit(url).password is not None
-    except ValueError:
-        return False
-
-
-def _store_has_password(url: str) -> bool:
-    try:
-        return normalize_url(url).password is not None
-    except Exception:  # noqa: BLE001 - an invalid URL is reported when the store opens
-        return False
-
-
-def _split_columns(text: str | None) -> tuple[str, ...]:
-    return tuple(c.strip() for c in (text or "").split(",") if c.strip())
-
-
-def read_password_file(path: str | None) -> str | None:
-    """The password in ``path``; on executors also a file shipped with ``spark-submit --files``."""
-    if not path:
-        return None
-    candidate = Path(path)
-    if not candidate.exists():
-        try:
-            from pyspark import SparkFiles
-
-            shipped = Path(SparkFiles.get(candidate.name))
-            candidate = shipped if shipped.exists() else candidate
-        except Exception:  # noqa: BLE001 - not inside Spark, or no SparkFiles root
-            pass
-    try:
-        return candidate.read_text(encoding="utf-8").rstrip("\r\n")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the password file {path}: {exc.strerror}") from None
-
-
-def add_table_arguments(parser: argparse.ArgumentParser) -> None:
-    """One chunk group of one table (spark_apps/snapshot_chunks.py)."""
-    parser.add_argument("--table", required=True, help="db.table (planned in the chunk store)")
-    parser.add_argument("--generation", type=int, help="plan generation (default: the latest)")
-    parser.add_argument("--chunks", help="chunk ids, e.g. 3,7 or 0-15 (default: every chunk of the plan)")
-    parser.add_argument("--exclude-columns", default="", help="columns never written, e.g. secret,blob")
-
-
-def options_from_args(args: argparse.Namespace, table: str, *, chunk_ids: tuple[int, ...] | None = None,
-                      exclude_columns: tuple[str, ...] = ()) -> SnapshotOptions:
-    """SnapshotOptions from the shared arguments; a URL password is refused (use the env or a file)."""
-    if not args.mysql_url:
-        raise ConfigurationError(f"no MySQL server given: pass --mysql-url or set ${URL_ENV}")
-    return SnapshotOptions(
-        mysql_url=args.mysql_url, table=table, output=args.output, chunk_store=args.chunk_store or None,
-        generation=getattr(args, "generation", None), chunk_ids=chunk_ids, password_file=args.password_file,
-        read_view_mode=args.read_view_mode, watermark_table=args.watermark_table,
-        skip_backfill=args.skip_backfill, batch_rows=args.batch_rows, rows_per_file=args.rows_per_file,
-        exclude_columns=exclude_columns, run_id=args.run_id, reader_slot_base=args.reader_slot_base,
-        limits=SourceLimits(max_concurrent_reads=args.max_concurrent_reads or None,
-                            rows_per_second=args.rows_per_second or None, query_timeout_s=args.query_timeout or None),
-    )

@@ -14,14 +14,14 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 import pymysql
 import pymysql.cursors
 
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ConnectionFailed, ServerUnavailable
 
-PASSWORD_ENV = "MYSQLCDC_MYSQL_PASSWORD"
+PASSWORD_ENV = MYSQL_PASSWORD_ENV  # the old name, still imported by spark/stream/job.py: use MYSQL_PASSWORD_ENV
 # Client error codes of a server that cannot be reached now: can't connect, unknown host, gone away, lost.
 UNREACHABLE_ERRORS = frozenset({2003, 2005, 2006, 2013})
 # ... and of a session the server ended: killed (1927 MariaDB), shutdown in progress (1053).
 LOST_CONNECTION_ERRORS = frozenset({2013, 2006, 1927, 1053})
-URL_ENV = "MYSQLCDC_MYSQL_URL"
 DEFAULT_SERVER_ID_RANGE = (5400, 5499)
 
 _SSL_KEYS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key"}
@@ -67,7 +67,7 @@ class MySQLSettings:
         if resolved_password is None:
             resolved_password = unquote(parts.password) if parts.password is not None else None
         if resolved_password is None:
-            resolved_password = os.environ.get(PASSWORD_ENV, "")
+            resolved_password = os.environ.get(MYSQL_PASSWORD_ENV, "")
         database = unquote(parts.path.lstrip("/")) or None
         return cls(
             host=parts.hostname,
@@ -194,7 +194,7 @@ def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Co
         if code == 1045:
             raise ConnectionFailed(
                 f"MySQL refused the credentials of {where} (access denied): check the user name and "
-                f"the password (URL or ${PASSWORD_ENV})"
+                f"the password (URL or ${MYSQL_PASSWORD_ENV})"
             ) from None
         if code == 1049:
             raise ConnectionFailed(

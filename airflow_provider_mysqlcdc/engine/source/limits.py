@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,9 @@ def read_slot(
     if not cap:
         yield None
         return
-    deadline = time.monotonic() + limits.slot_wait_timeout_s
-    delay, waited = 0.05, False
+    backoff = Backoff(limits.slot_wait_timeout_s, first_delay_s=0.05, max_delay_s=2.0, jitter=(0.5, 1.5),
+                      sleep=sleep)
+    waited = False
     first = random.randrange(cap)  # readers start at different slots: fewer failed tries
     while True:
         with conn.cursor() as cur:
@@ -106,7 +108,7 @@ def read_slot(
                         with contextlib.suppress(Exception):  # a dead session has released it already
                             cur.execute("SELECT RELEASE_LOCK(%s)", (f"mysqlcdc.read.{slot}",))
                     return
-        if time.monotonic() > deadline:
+        if backoff.exhausted():
             raise SlotWaitTimeout(
                 f"{what}: all {cap} chunk read slots of the server stayed in use for "
                 f"{limits.slot_wait_timeout_s:.0f}s (max_concurrent_reads={cap}); raise max_concurrent_reads, "
@@ -115,8 +117,7 @@ def read_slot(
         if not waited:
             log.info("%s: waiting for one of the server's %d chunk read slots (max_concurrent_reads)", what, cap)
             waited = True
-        sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 2, 2.0)
+        backoff.wait()
 
 
 class RateLimiter:

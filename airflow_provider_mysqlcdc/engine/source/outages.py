@@ -7,7 +7,6 @@ error says how long the server was gone and that a restart resumes from the chec
 from __future__ import annotations
 
 import logging
-import random
 import time
 from typing import Callable, TypeVar
 
@@ -15,6 +14,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, UNREACHABLE_ERRORS
 from airflow_provider_mysqlcdc.engine.common.errors import ServerUnavailable
+from airflow_provider_mysqlcdc.engine.common.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -47,37 +47,31 @@ def retry_while_unavailable(
 
     ``on_retry`` runs before each new try (drop a dead session). Errors that are not transient pass at once.
     """
-    first_failure: float | None = None
-    delay = 0.5
-    tries = 0
+    backoff: Backoff | None = None  # from the first failure on
     while True:
         try:
             result = work()
         except Exception as exc:  # noqa: BLE001 - classified below
             if not is_transient(exc):
                 raise
-            now = time.monotonic()
-            tries += 1
-            if first_failure is None:
-                first_failure = now
+            if backoff is None:
+                backoff = Backoff(budget_s, first_delay_s=0.5, max_delay_s=10.0, jitter=(0.75, 1.25), sleep=sleep)
                 log.warning("MySQL at %s is unavailable while %s (%s): retrying for up to %.0f s",
                             where, what, _brief(exc), budget_s)
-            waited = now - first_failure
-            if waited + delay > budget_s:
+            if backoff.exhausted(counting_next_wait=True):
                 raise ServerUnavailable(
-                    f"MySQL at {where} stayed unavailable for {waited:.0f} s while {what} ({tries} tries; "
-                    f"last error: {_brief(exc)}); nothing after the last committed batch was written. "
-                    "Restart the job when the server is back: it resumes from its checkpoint (raise "
-                    "reconnect_timeout to wait longer)"
+                    f"MySQL at {where} stayed unavailable for {backoff.waited_s:.0f} s while {what} "
+                    f"({backoff.waits + 1} tries; last error: {_brief(exc)}); nothing after the last committed "
+                    "batch was written. Restart the job when the server is back: it resumes from its checkpoint "
+                    "(raise reconnect_timeout to wait longer)"
                 ) from None
             if on_retry is not None:
                 on_retry()
-            sleep(delay * (0.75 + random.random() / 2))
-            delay = min(delay * 2, 10.0)
+            backoff.wait()
             continue
-        if first_failure is not None:
-            log.warning("MySQL at %s is back after %.1f s (%d tries) while %s", where,
-                        time.monotonic() - first_failure, tries, what)
+        if backoff is not None:
+            log.warning("MySQL at %s is back after %.1f s (%d tries) while %s", where, backoff.waited_s,
+                        backoff.waits + 1, what)
         return result
 
 

@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterable
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch, read_stream_progress
-from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, FAILED, PLANNED, RUNNING, ChunkStore, UnknownChunk
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, PLANNED, RUNNING, ChunkStore, UnknownChunk
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest, consistent_as_of, is_consistent, position_of, read_manifest
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest, consistent_as_of, is_consistent, read_manifest
+from airflow_provider_mysqlcdc.engine.model.position_text import position_of
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json, stream_owner_path
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_history, schema_version

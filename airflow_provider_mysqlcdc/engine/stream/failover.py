@@ -35,7 +35,7 @@ from airflow_provider_mysqlcdc.engine.model.positions import file_number
 from airflow_provider_mysqlcdc.engine.source.server import detect_flavor
 
 if TYPE_CHECKING:
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import TableView
+    from airflow_provider_mysqlcdc.engine.chunk_store import TableView
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Values are never coerced by Spark, nothing is encoded per change, and the sink w
 (less excluded columns).
 
 Columns (``STREAM_SCHEMA``): ``_table`` ("database.table"), ``_op``, ``_position`` (the first change's
-fixed-width row order key, see ``positions.format_row_key``), ``_commit_ts`` (UTC), ``_binlog_file``,
+fixed-width row order key, see ``position_text.format_row_key``), ``_commit_ts`` (UTC), ``_binlog_file``,
 ``_values`` (JSON of schema, DDL and range rows), ``_schema`` (the table's schema version,
 ``TableSchema.schema_id``), ``_arrow`` (the changes of a rows row).
 
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.positions import RowKey, format_row_key
+from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
@@ -60,15 +60,6 @@ ROWS_OP = "rows"
 RANGE_OP = "range"
 SCHEMA_OP = "schema"
 DDL_OP = "ddl"
-
-def parse_position(text: str) -> RowKey:
-    """The inverse of ``positions.format_row_key``."""
-    try:
-        number, pos, index, half = text.split(":")
-        return int(number), int(pos), int(index) - 1, int(half)
-    except ValueError:
-        raise CdcError(f"malformed change position {text!r}: expected number:pos:index:half") from None
-
 
 def stream_batches(
     records: Iterable[Record],

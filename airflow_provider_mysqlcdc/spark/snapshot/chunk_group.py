@@ -17,13 +17,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
-from airflow_provider_mysqlcdc.engine.chunk_store.store import COMMITTED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
-from airflow_provider_mysqlcdc.spark.session import ensure_no_speculation, register_snapshot_source
+from airflow_provider_mysqlcdc.spark.session import ensure_no_speculation, register_data_source
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME
+from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
 from airflow_provider_mysqlcdc.spark.snapshot.writer import CHUNK_ID_COLUMN
 
 Progress = Callable[[str], None]
@@ -83,7 +83,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
     """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job."""
     ensure_no_speculation(spark)
     ensure_writable(options.output)  # before any chunk starts: an unusable output must not cost a read
-    register_snapshot_source(spark)
+    register_data_source(spark, SnapshotDataSource)
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     with ChunkStore(options.store_url()) as store:

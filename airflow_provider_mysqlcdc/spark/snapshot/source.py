@@ -24,7 +24,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
@@ -83,7 +83,7 @@ class SnapshotReader(DataSourceReader):
 
 
 class SnapshotDataSource(DataSource):
-    """Registered as ``mysql_cdc_snapshot`` (``session.register_snapshot_source``)."""
+    """Registered as ``mysql_cdc_snapshot`` (``session.register_data_source``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from sqlalchemy.exc import DBAPIError
 
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore, StaleAttempt
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, StaleAttempt
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.layout import delete_dir, filesystem, new_version, snapshot_dir
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition

@@ -51,7 +51,6 @@ import posixpath
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
-from urllib.parse import urlsplit
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -61,8 +60,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset, OffsetFormatError
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -77,25 +79,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "mysql_cdc_binlog"
-CHUNK_STORE_URL_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 600.0
 DEFAULT_CATCHUP_PARTITION_BYTES = 4 * 1024 * 1024
 ROWS_PER_READ = 100_000  # row images a partition holds at once (about 100 MB of Python objects)
 POSITION_FILE = "mysqlcdc/stream_position.json"
 DRIVER_READ_TIMEOUT_S = 120.0  # the driver's MySQL session: a silent network is an outage after this long
-
-
-def url_has_password(url: str) -> bool:
-    return "://" in url and urlsplit(url).password is not None
-
-
-def read_password_file(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().rstrip("\r\n")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read the MySQL password file {path!r}: {exc.strerror}") from None
 
 
 @dataclass(frozen=True)
@@ -106,7 +95,7 @@ class BinlogSourceOptions:
     tables: tuple[TableId, ...]
     chunk_store: str
     password_file: str | None = None
-    password_env: str = PASSWORD_ENV
+    password_env: str = MYSQL_PASSWORD_ENV
     max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH
     server_id_slot: int = 0
     catchup_partitions: int = 1
@@ -141,9 +130,9 @@ class BinlogSourceOptions:
         if url_has_password(url):
             raise ConfigurationError(
                 f"{SOURCE_NAME}: mysql_url must not contain the password (options show up in plans, logs): "
-                f"pass it in a file (option password_file) or in ${PASSWORD_ENV}"
+                f"pass it in a file (option password_file) or in ${MYSQL_PASSWORD_ENV}"
             )
-        tables = tuple(TableId.parse(t.strip()) for t in (get("tables") or "").split(",") if t.strip())
+        tables = tuple(TableId.parse(t) for t in split_commas(get("tables")))
         if not tables:
             raise ConfigurationError(
                 f"{SOURCE_NAME}: option tables is required (database.table, comma-separated)"
@@ -166,7 +155,7 @@ class BinlogSourceOptions:
                 tables=tables,
                 chunk_store=store,
                 password_file=get("password_file"),
-                password_env=get("password_env") or PASSWORD_ENV,
+                password_env=get("password_env") or MYSQL_PASSWORD_ENV,
                 max_bytes_per_batch=DEFAULT_MAX_BYTES_PER_BATCH
                 if max_bytes is None
                 else (int(max_bytes) or None),
@@ -208,7 +197,7 @@ class BinlogSourceOptions:
 
     def resolve_password(self) -> str:
         if self.password_file:
-            return read_password_file(self.password_file)
+            return read_password_file(self.password_file) or ""
         return os.environ.get(self.password_env, "")
 
 
@@ -307,7 +296,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         """The startup mode's offset, else min(HW) over the committed chunks of the captured tables
         (``ChangeStream.start_offset``)."""
-        from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+        from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 
         if self.config.starting_offset is not None:
             log.info("stream starts at the startup offset %s", self.config.starting_offset)
@@ -386,7 +375,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return identity, out
 
     def _table_views(self) -> Any:
-        from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+        from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 
         with ChunkStore(self.config.chunk_store) as store:
             return store.stream_view([str(t) for t in self.config.tables])
@@ -476,7 +465,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
         from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id, claimed_server_id
         from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
-        from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+        from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
         from airflow_provider_mysqlcdc.engine.stream.transport import range_batch, stream_batches
 
         assert isinstance(partition, BinlogPartition)

@@ -23,20 +23,20 @@ import posixpath
 import re
 import threading
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from airflow_provider_mysqlcdc.engine.source.readiness import require_ready
-from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable, read_json, stream_owner_path, write_json_atomic
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode, resolve_start
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema, list_tables, load_schema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.source.catalog import list_tables, load_schema
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
     DEFAULT_CATCHUP_PARTITION_BYTES,
     DEFAULT_MAX_BYTES_PER_BATCH,
@@ -47,6 +47,7 @@ from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
     read_password_file,
     url_has_password,
 )
+from airflow_provider_mysqlcdc.spark.session import register_data_source
 from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchHook, ChangelogSink, CommittedBatch
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS, StreamLock
 
@@ -182,14 +183,6 @@ def claim_output(checkpoint: str, output: str, startup: dict[str, Any] | None = 
     return str(identity["stream_id"])
 
 
-_REGISTERED: "weakref.WeakSet[Any]" = weakref.WeakSet()
-
-
-def register_source(spark: Any) -> None:
-    """Make ``format("mysql_cdc_binlog")`` known to this session (once)."""
-    if spark not in _REGISTERED:
-        spark.dataSource.register(BinlogSource)
-        _REGISTERED.add(spark)
 
 
 def resolve_tables(settings: MySQLSettings, patterns: tuple[str, ...]) -> dict[TableId, TableSchema]:
@@ -279,7 +272,7 @@ def start_stream(
             on_progress=on_progress,
             exclude=dict(config.exclude_columns),
         )
-        register_source(spark)
+        register_data_source(spark, BinlogSource)
         stream = spark.readStream.format(BinlogSource.name()).options(**source.to_options()).load()
         writer = (
             stream.writeStream.foreachBatch(sink)

@@ -21,9 +21,10 @@ CHUNK_SIZE = 40
 
 def _pipeline(params: dict[str, Any], *, tables: tuple[str, ...] = ()) -> Any:
     """A LayoutPipeline over the run's chunk store and output, with the schemas of ``tables`` loaded."""
-    from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.source.connection import connect
-    from airflow_provider_mysqlcdc.engine.model.tables import TableId, load_schema
+    from airflow_provider_mysqlcdc.engine.model.tables import TableId
+    from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
     from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
     from tests.support.layout_pipeline import LayoutPipeline
 

@@ -13,8 +13,6 @@ belongs to the first chunk.
 """
 from __future__ import annotations
 
-import base64
-import bisect
 import re
 import struct
 from collections import OrderedDict
@@ -24,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import pymysql
 
+from airflow_provider_mysqlcdc.engine.chunks.key_codec import Key, timedelta_micros
+from airflow_provider_mysqlcdc.engine.chunks.key_sql import chunk_predicate
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import (
     DECIMAL_TYPES,
@@ -32,11 +32,11 @@ from airflow_provider_mysqlcdc.engine.model.tables import (
     TableSchema,
 )
 
-if TYPE_CHECKING:  # planner imports this module; the types are only needed for hints
-    from airflow_provider_mysqlcdc.engine.chunks.planner import Chunk, ChunkPlan
+if TYPE_CHECKING:
+    from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk
+
 
 ConnFactory = Callable[[], pymysql.connections.Connection]
-Key = tuple[Any, ...]
 SortKey = tuple[tuple[Any, ...], ...]
 
 FLOAT_TYPES = {"float", "double", "real", "double precision"}
@@ -98,162 +98,6 @@ def validate_chunk_key(schema: TableSchema, key_columns: Sequence[str]) -> tuple
         )
     return columns
 
-
-# --- JSON form --------------------------------------------------------------------------------------------
-
-
-class KeyCodec:
-    """Chunk keys as JSON-safe lists of ``[tag, value]``, exactly reversible.
-
-    Integers travel as strings (JSON readers in other languages lose digits above 2^53), Decimals keep their
-    scale, bytes are base64. The tags are part of the chunk-store format: never change one, only add.
-    """
-
-    @staticmethod
-    def encode_value(value: Any) -> list[Any]:
-        if value is None:
-            return ["n", None]
-        if isinstance(value, bool):
-            return ["i", str(int(value))]
-        if isinstance(value, int):
-            return ["i", str(value)]
-        if isinstance(value, Decimal):
-            return ["dec", str(value)]
-        if isinstance(value, float):
-            return ["f", repr(value)]
-        if isinstance(value, str):
-            return ["s", value]
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return ["b", base64.b64encode(bytes(value)).decode("ascii")]
-        if isinstance(value, datetime):  # before date: datetime is a date
-            return ["dt", value.isoformat()]
-        if isinstance(value, date):
-            return ["d", value.isoformat()]
-        if isinstance(value, timedelta):
-            return ["td", str(_micros(value))]
-        if isinstance(value, time):
-            return ["t", value.isoformat()]
-        raise TypeError(f"cannot encode a chunk key value of type {type(value).__name__}: {value!r}")
-
-    @staticmethod
-    def decode_value(item: Sequence[Any]) -> Any:
-        try:
-            tag, value = item
-        except (TypeError, ValueError):
-            raise CdcError(f"malformed chunk key element {item!r}: expected [tag, value]") from None
-        if tag == "n":
-            return None
-        if tag == "i":
-            return int(value)
-        if tag == "dec":
-            return Decimal(value)
-        if tag == "f":
-            return float(value)
-        if tag == "s":
-            return str(value)
-        if tag == "b":
-            return base64.b64decode(value)
-        if tag == "dt":
-            return datetime.fromisoformat(value)
-        if tag == "d":
-            return date.fromisoformat(value)
-        if tag == "td":
-            return timedelta(microseconds=int(value))
-        if tag == "t":
-            return time.fromisoformat(value)
-        raise CdcError(f"unknown chunk key tag {tag!r}: was this written by a newer release?")
-
-    @classmethod
-    def encode_key(cls, key: Sequence[Any]) -> list[list[Any]]:
-        return [cls.encode_value(v) for v in key]
-
-    @classmethod
-    def decode_key(cls, data: Sequence[Sequence[Any]]) -> Key:
-        return tuple(cls.decode_value(item) for item in data)
-
-
-encode_key = KeyCodec.encode_key
-decode_key = KeyCodec.decode_key
-
-
-def _micros(value: timedelta) -> int:
-    return (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
-
-
-# --- SQL --------------------------------------------------------------------------------------------------
-
-
-def sql_param(value: Any) -> Any:
-    """A key value as a query parameter: aware datetimes become naive UTC (every session runs in UTC)."""
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
-
-
-def key_select_sql(columns: Sequence[Column]) -> str:
-    """Select list that reads key values exactly: FLOAT is widened, since its text form has only 6 digits."""
-    return ", ".join(f"CAST({c.quoted} AS DOUBLE)" if c.data_type == "float" else c.quoted for c in columns)
-
-
-def tuple_compare_sql(quoted_columns: Sequence[str], values: Sequence[Any], op: str) -> tuple[str, list[Any]]:
-    """``(k1, k2, ...) <op> (v1, v2, ...)`` expanded into ANDs and ORs, which index range scans understand.
-
-    ``(k1 > a) OR (k1 = a AND k2 >= b)``, led by ``k1 >= a`` (or ``k1 <= a``) so the optimizer sees a range on
-    the first column. Row constructors are avoided: older optimizers do not use indexes for them.
-    """
-    if op not in (">=", ">", "<", "<="):
-        raise ValueError(f"unsupported comparison {op!r}")
-    if len(quoted_columns) != len(values) or not values:
-        raise ValueError("a key comparison needs one value per key column")
-    params_in = [sql_param(v) for v in values]
-    if len(quoted_columns) == 1:
-        return f"{quoted_columns[0]} {op} %s", params_in
-    strict = op[0]
-    ors: list[str] = []
-    params: list[Any] = []
-    last = len(quoted_columns) - 1
-    for i in range(len(quoted_columns)):
-        terms = [f"{quoted_columns[j]} = %s" for j in range(i)]
-        terms.append(f"{quoted_columns[i]} {op if i == last else strict} %s")
-        ors.append("(" + " AND ".join(terms) + ")")
-        params.extend(params_in[: i + 1])
-    lead = f"{quoted_columns[0]} {strict}= %s"
-    return f"({lead} AND ({' OR '.join(ors)}))", [params_in[0], *params]
-
-
-def chunk_predicate(
-    chunk: "Chunk", quoted_columns: Sequence[str], nullable: Sequence[bool] | None = None
-) -> tuple[str, list[Any]]:
-    """WHERE fragment (and its parameters) for the rows of ``[chunk.start, chunk.end)``.
-
-    The server compares under each column's collation, so this agrees with ``KeyOrder`` by construction. A
-    row with NULL in a key column belongs to the first chunk only (``nullable`` flags the nullable columns).
-    """
-    flags = list(nullable) if nullable is not None else [False] * len(quoted_columns)
-    if len(flags) != len(quoted_columns):
-        raise ValueError("nullable needs one flag per key column")
-    nullable_cols = [c for c, f in zip(quoted_columns, flags) if f]
-    parts: list[str] = []
-    params: list[Any] = []
-    if chunk.start is not None:
-        sql, p = tuple_compare_sql(quoted_columns, chunk.start, ">=")
-        parts.append(sql)
-        params.extend(p)
-    if chunk.end is not None:
-        sql, p = tuple_compare_sql(quoted_columns, chunk.end, "<")
-        parts.append(sql)
-        params.extend(p)
-    if chunk.start is not None and len(quoted_columns) > 1:
-        # A composite comparison can be true with NULL in a later column: such rows belong to the first chunk.
-        parts.extend(f"{c} IS NOT NULL" for c in nullable_cols)
-    where = " AND ".join(parts) if parts else "1 = 1"
-    if chunk.start is None and nullable_cols and chunk.end is not None:
-        null_sql = " OR ".join(f"{c} IS NULL" for c in nullable_cols)
-        where = f"(({where}) OR {null_sql})"
-    return where, params
-
-
-# --- key order --------------------------------------------------------------------------------------------
 
 
 class _StringColumn:
@@ -627,50 +471,7 @@ def _datetime_parts(value: Any) -> tuple[int, ...]:
 
 def _time_micros(value: Any) -> int:
     if isinstance(value, timedelta):
-        return _micros(value)
+        return timedelta_micros(value)
     if isinstance(value, time):
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     raise CdcError(f"cannot order the TIME key value {value!r}")
-
-
-# --- chunk lookup -----------------------------------------------------------------------------------------
-
-
-class ChunkLocator:
-    """Which chunk of a plan holds a key: precomputed boundary sort keys, then one bisect per key."""
-
-    def __init__(self, plan: "ChunkPlan", key_order: KeyOrder) -> None:
-        if tuple(plan.key_columns) != key_order.key_columns:
-            raise ConfigurationError(
-                f"table {plan.table}: the plan's chunk key {plan.key_columns} differs from the key order's "
-                f"{key_order.key_columns}"
-            )
-        self.plan = plan
-        self.key_order = key_order
-        self._chunk_ids = [c.chunk_id for c in plan.chunks]
-        starts = [c.start for c in plan.chunks[1:]]
-        if any(s is None for s in starts):
-            raise CdcError(
-                f"table {plan.table}: plan generation {plan.generation} has an unbounded inner chunk"
-            )
-        self._bounds = key_order.sort_keys(starts)  # type: ignore[arg-type]
-        if any(a >= b for a, b in zip(self._bounds, self._bounds[1:])):
-            raise CdcError(
-                f"table {plan.table}: the boundaries of plan generation {plan.generation} are not strictly "
-                "increasing under the columns' collation: re-plan the table"
-            )
-
-    def locate(self, keys: Sequence[Sequence[Any]]) -> list[int]:
-        """The chunk id of each key (a key with a NULL belongs to the first chunk)."""
-        sort_keys = self.key_order.sort_keys(keys)
-        first = self._chunk_ids[0]
-        out: list[int] = []
-        for key, sort_key in zip(keys, sort_keys):
-            if any(v is None for v in key):
-                out.append(first)
-            else:
-                out.append(self._chunk_ids[bisect.bisect_right(self._bounds, sort_key)])
-        return out
-
-    def locate_one(self, key: Sequence[Any]) -> int:
-        return self.locate([key])[0]

@@ -1,0 +1,279 @@
+"""Chunk attempts: start, commit, fail and invalidate a chunk, each write applied exactly once even when retried."""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Callable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from airflow_provider_mysqlcdc.engine.chunk_store.database import StoreDatabase, write_stamp
+from airflow_provider_mysqlcdc.engine.chunk_store.errors import StaleAttempt, StaleGeneration, UnknownChunk
+from airflow_provider_mysqlcdc.engine.chunk_store.records import (
+    ChunkEvent,
+    ChunkState,
+    aware_utc,
+    binlog_position_of,
+    chunk_state_of,
+    dump_versioned,
+    table_name_of,
+)
+from airflow_provider_mysqlcdc.engine.chunk_store.schema import (
+    COMMITTED,
+    FAILED,
+    MAX_ERROR_CHARS,
+    RUNNING,
+    chunks_table,
+    history_table,
+    latest_query,
+    resolve_generation,
+)
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+
+log = logging.getLogger(__name__)
+
+
+class ChunkAttempts(StoreDatabase):
+    """Reading chunk rows and recording each attempt at a chunk."""
+
+    # --- chunk reads ----------------------------------------------------------------------------------------
+
+    def chunks(self, table: Any, generation: int | None = None) -> list[ChunkState]:
+        """The chunks of one generation (None: the latest), by chunk id."""
+        name = table_name_of(table)
+
+        def read(conn: Connection) -> Sequence[Mapping[str, Any]]:
+            wanted = resolve_generation(conn, name, generation)
+            return conn.execute(sa.select(chunks_table).where(
+                chunks_table.c.table_name == name, chunks_table.c.generation == wanted,
+            ).order_by(chunks_table.c.chunk_id)).mappings().all()
+
+        return [chunk_state_of(r) for r in self._read_tx(read)]
+
+    def chunk(self, table: Any, generation: int, chunk_id: int) -> ChunkState:
+        name = table_name_of(table)
+        row = self._read_tx(lambda conn: conn.execute(self._chunk_select(name, generation, chunk_id))
+                            .mappings().first())
+        if row is None:
+            raise UnknownChunk(f"chunk store has no chunk {chunk_id} in generation {generation} of {name}")
+        return chunk_state_of(row)
+
+    def _reread(self, conn: Connection, table: str, generation: int, chunk_id: int) -> ChunkState:
+        return chunk_state_of(conn.execute(self._chunk_select(table, generation, chunk_id)).mappings().one())
+
+    @staticmethod
+    def _chunk_select(table: str, generation: int, chunk_id: int) -> sa.Select:
+        return sa.select(chunks_table).where(
+            chunks_table.c.table_name == table, chunks_table.c.generation == int(generation),
+            chunks_table.c.chunk_id == int(chunk_id))
+
+    def history(self, table: Any, chunk_id: int, generation: int | None = None) -> list[ChunkEvent]:
+        """Every start/commit/failure of one chunk (of one generation, or all), oldest first."""
+        name = table_name_of(table)
+        stmt = sa.select(history_table).where(history_table.c.table_name == name,
+                                              history_table.c.chunk_id == int(chunk_id))
+        if generation is not None:
+            stmt = stmt.where(history_table.c.generation == int(generation))
+        rows = self._read_tx(lambda conn: conn.execute(stmt.order_by(history_table.c.id)).mappings().all())
+        return [ChunkEvent(
+            table=r["table_name"], generation=r["generation"], chunk_id=r["chunk_id"], attempt=r["attempt"],
+            event=r["kind"], at=aware_utc(r["happened_at"]), run_id=r["run_id"], rows=r["row_count"],
+            hw=binlog_position_of(r["hw_file"], r["hw_pos"]), output_version=r["output_version"], detail=r["detail"],
+        ) for r in rows]
+
+    # --- chunk writes ---------------------------------------------------------------------------------------
+
+    def _locked_chunk(self, conn: Connection, table: str, generation: int, chunk_id: int, *,
+                      current_plan: bool) -> Mapping[str, Any]:
+        """The chunk row, locked; with ``current_plan``, also check (share-lock) that its plan is current."""
+        if current_plan:
+            latest = conn.execute(self._lock(latest_query(table), read=True)).scalar()
+            if latest is None:
+                raise UnknownChunk(f"chunk store has no plan for {table}")
+            if int(generation) != latest:
+                raise StaleGeneration(
+                    f"{table} chunk {chunk_id} belongs to plan generation {generation}, but the table's "
+                    f"current plan is generation {latest}: this task is from an old plan; run the snapshot "
+                    "of the current plan instead"
+                )
+        row = conn.execute(self._lock(self._chunk_select(table, generation, chunk_id))).mappings().first()
+        if row is None:
+            raise UnknownChunk(f"chunk store has no chunk {chunk_id} in generation {generation} of {table}")
+        return row
+
+    def _history(self, conn: Connection, table: str, generation: int, chunk_id: int, attempt: int, what: str,
+                 run_id: str | None, at: datetime, **values: Any) -> None:
+        conn.execute(sa.insert(history_table).values(
+            table_name=table, generation=int(generation), chunk_id=int(chunk_id), attempt=attempt, kind=what,
+            happened_at=at, run_id=run_id, **values))
+
+    def _applied(self, conn: Connection, table: str, generation: int, chunk_id: int, what: str,
+                 run_id: str | None, at: datetime) -> int | None:
+        """The attempt number of this write's own history row if an earlier try of it committed (call it with
+        the chunk row locked, so an earlier try still in flight has finished). See ``_retrying``."""
+        h = history_table.c
+        found = conn.execute(sa.select(h.attempt).where(
+            h.table_name == table, h.generation == int(generation), h.chunk_id == int(chunk_id),
+            h.kind == what, h.happened_at == at, h.run_id == run_id)).scalars().first()
+        if found is not None:
+            log.info("chunk store: %s generation %d chunk %d: %s (attempt %d) was committed by an earlier "
+                     "try", table, generation, chunk_id, what, found)
+        return found
+
+    def start_chunk(
+        self, table: Any, generation: int, chunk_id: int, run_id: str | None = None
+    ) -> ChunkState:
+        """Mark an attempt as running (``attempts`` + 1); return the state (``attempts``: this attempt).
+
+        A committed result stays in force for the mirror; the chunk gets ``rerun_pending`` so that the stream
+        filter treats it as HW = -inf until this rerun commits.
+        """
+        name = table_name_of(table)
+        now = write_stamp()
+
+        def work(conn: Connection, retry: bool) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
+            if retry:
+                done = self._applied(conn, name, generation, chunk_id, "started", run_id, now)
+                if done is not None:  # report the attempt number that earlier try took
+                    return replace(self._reread(conn, name, generation, chunk_id), attempts=done)
+            where = self._chunk_where(name, generation, chunk_id)
+            conn.execute(sa.update(chunks_table).where(*where).values(
+                status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=now, finished_at=None,
+                run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
+            state = self._reread(conn, name, generation, chunk_id)
+            self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id, now)
+            return state
+
+        return self._write(work)
+
+    @staticmethod
+    def _chunk_where(table: str, generation: int, chunk_id: int) -> tuple[Any, ...]:
+        return (chunks_table.c.table_name == table, chunks_table.c.generation == int(generation),
+                chunks_table.c.chunk_id == int(chunk_id))
+
+    def commit_chunk(
+        self,
+        table: Any,
+        generation: int,
+        chunk_id: int,
+        *,
+        rows: int,
+        lw: BinlogPosition,
+        hw: BinlogPosition,
+        output_version: str | None,
+        run_id: str | None = None,
+        timings: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        attempt: int | None = None,
+        in_transaction: Callable[[Connection, ChunkState], Any] | None = None,
+    ) -> ChunkState:
+        """Replace the chunk's committed result (rows, LW, HW, output version) in one transaction.
+
+        Refused (:class:`StaleGeneration`) unless ``generation`` is the table's current plan, and
+        (:class:`StaleAttempt`) if ``attempt`` is given and a newer attempt has started since.
+        ``in_transaction`` runs inside the same transaction after the update, with the connection and the
+        new state (e.g. to write a manifest row or publish a manifest file); if it raises, nothing is
+        committed and the previous result stays. Deadlocks and outages are retried until the callback has
+        run; from then on they are raised to the caller (who owns the callback's side effects). Committing
+        the same result again (same ``attempt`` and ``output_version``: a caller's retry after a lost COMMIT)
+        changes nothing and runs the callback again.
+        """
+        name = table_name_of(table)
+        if not isinstance(lw, BinlogPosition) or not isinstance(hw, BinlogPosition):
+            raise TypeError("lw and hw must be BinlogPosition")
+        if hw < lw:
+            raise ValueError(f"{name} chunk {chunk_id}: high watermark {hw} is before low watermark {lw}")
+        if int(rows) < 0:
+            raise ValueError(f"{name} chunk {chunk_id}: rows must be >= 0")
+        timings_text, extra_text = dump_versioned(timings), dump_versioned(extra)
+        now = write_stamp()
+        callback_ran = False
+
+        def already_committed(row: Mapping[str, Any]) -> bool:
+            return (attempt is not None and output_version is not None and row["status"] == COMMITTED
+                    and row["attempts"] == attempt and not row["rerun_pending"]
+                    and row["output_version"] == output_version and row["row_count"] == int(rows)
+                    and binlog_position_of(row["lw_file"], row["lw_pos"]) == lw
+                    and binlog_position_of(row["hw_file"], row["hw_pos"]) == hw)
+
+        def work(conn: Connection, retry: bool) -> ChunkState:
+            nonlocal callback_ran
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
+            if retry and self._applied(conn, name, generation, chunk_id, "committed", run_id, now) is not None:
+                state = chunk_state_of(row)
+            elif already_committed(row):
+                state = chunk_state_of(row)
+            else:
+                if attempt is not None and row["attempts"] != attempt:
+                    raise StaleAttempt(
+                        f"{name} chunk {chunk_id} (generation {generation}): attempt {attempt} tried to "
+                        f"commit, but attempt {row['attempts']} has started since; this result is discarded"
+                    )
+                conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id))
+                             .values(status=COMMITTED, attempts=max(row["attempts"], 1), finished_at=now,
+                                     run_id=run_id, error=None, rerun_pending=False, row_count=int(rows),
+                                     lw_file=lw.file, lw_pos=lw.pos, hw_file=hw.file, hw_pos=hw.pos,
+                                     output_version=output_version, committed_at=now, committed_run_id=run_id,
+                                     timings_json=timings_text, extra_json=extra_text))
+                state = self._reread(conn, name, generation, chunk_id)
+                self._history(conn, name, generation, chunk_id, state.attempts, "committed", run_id, now,
+                              row_count=int(rows), hw_file=hw.file, hw_pos=hw.pos,
+                              output_version=output_version)
+            if in_transaction is not None:
+                callback_ran = True
+                in_transaction(conn, state)
+            return state
+
+        state = self._write(work, may_retry=lambda: not callback_ran)
+        log.info("chunk store: %s generation %d chunk %d committed: %d rows, LW %s, HW %s, output %s",
+                 name, generation, chunk_id, rows, lw, hw, output_version)
+        return state
+
+    def fail_chunk(self, table: Any, generation: int, chunk_id: int, error: BaseException | str,
+                   run_id: str | None = None, *, attempt: int | None = None) -> ChunkState:
+        """Record a failed attempt (status 'failed', the error text); the committed result is untouched.
+
+        A stale ``attempt`` (a newer one has started) only adds a history entry.
+        """
+        name = table_name_of(table)
+        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        text = text[:MAX_ERROR_CHARS]
+        now = write_stamp()
+
+        def work(conn: Connection, retry: bool) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=False)
+            if retry and self._applied(conn, name, generation, chunk_id, "failed", run_id, now) is not None:
+                return self._reread(conn, name, generation, chunk_id)
+            stale = attempt is not None and row["attempts"] != attempt
+            where = self._chunk_where(name, generation, chunk_id)
+            if not stale:
+                conn.execute(sa.update(chunks_table).where(*where).values(
+                    status=FAILED, finished_at=now, run_id=run_id, error=text))
+            number = attempt if attempt is not None else row["attempts"]
+            self._history(conn, name, generation, chunk_id, number, "failed", run_id, now, detail=text)
+            return self._reread(conn, name, generation, chunk_id)
+
+        return self._write(work)
+
+    def invalidate_chunk(self, table: Any, generation: int, chunk_id: int, reason: str,
+                         run_id: str | None = None) -> ChunkState:
+        """Mark a committed chunk for a reread (e.g. DDL inside its [LW, HW]): the stream filter then treats
+        it as HW = -inf until the rerun commits; the mirror keeps using the committed snapshot."""
+        name = table_name_of(table)
+        now = write_stamp()
+
+        def work(conn: Connection, retry: bool) -> ChunkState:
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=False)
+            if retry and self._applied(conn, name, generation, chunk_id, "invalidated", run_id,
+                                       now) is not None:
+                return self._reread(conn, name, generation, chunk_id)
+            conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id)).values(
+                rerun_pending=True))
+            self._history(conn, name, generation, chunk_id, row["attempts"], "invalidated", run_id, now,
+                          detail=reason[:MAX_ERROR_CHARS])
+            return self._reread(conn, name, generation, chunk_id)
+
+        return self._write(work)

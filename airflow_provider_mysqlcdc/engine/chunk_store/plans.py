@@ -1,0 +1,233 @@
+"""Plans and pipeline membership: which tables are in the pipeline, and each table's chunk plan generations."""
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from airflow_provider_mysqlcdc.engine.chunk_store.database import StoreDatabase, write_stamp
+from airflow_provider_mysqlcdc.engine.chunk_store.errors import UnknownChunk
+from airflow_provider_mysqlcdc.engine.chunk_store.records import (
+    ChunkSpec,
+    PlanInfo,
+    TableEntry,
+    aware_utc,
+    chunk_spec_of,
+    table_entry_of,
+    table_name_of,
+)
+from airflow_provider_mysqlcdc.engine.chunk_store.schema import (
+    MAX_ERROR_CHARS,
+    PLANNED,
+    chunks_table,
+    latest_generation,
+    latest_query,
+    plans_table,
+    resolve_generation,
+    tables_table,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PlanStore(StoreDatabase):
+    """Creating and reading plan generations; adding and removing tables."""
+
+    # --- plans ----------------------------------------------------------------------------------------------
+
+    def tables(self) -> list[str]:
+        """Every table that was ever planned, removed ones included (see :meth:`active_tables`), by name."""
+        return self._read_tx(lambda conn: list(conn.execute(
+            sa.select(tables_table.c.table_name).order_by(tables_table.c.table_name)).scalars()))
+
+    # --- pipeline membership --------------------------------------------------------------------------------
+
+    def active_tables(self) -> list[str]:
+        """The tables in the pipeline: planned and not removed since, by name. One indexed read of the small
+        ``mysqlcdc_tables`` table (cheap enough for every stream micro-batch)."""
+        t = tables_table.c
+        return self._read_tx(lambda conn: list(conn.execute(
+            sa.select(t.table_name).where(t.removed_at.is_(None)).order_by(t.table_name)).scalars()))
+
+    def removed_tables(self) -> list[str]:
+        """The tables removed from the pipeline (and not planned again since), by name."""
+        t = tables_table.c
+        return self._read_tx(lambda conn: list(conn.execute(
+            sa.select(t.table_name).where(t.removed_at.is_not(None)).order_by(t.table_name)).scalars()))
+
+    def table_entries(self) -> list[TableEntry]:
+        """Every planned table's membership (active or removed, since when, by which run, why), by name."""
+        return [table_entry_of(r) for r in self._read_tx(lambda conn: conn.execute(
+            sa.select(tables_table).order_by(tables_table.c.table_name)).mappings().all())]
+
+    def table_entry(self, table: Any) -> TableEntry | None:
+        """One table's membership; None if it was never planned."""
+        name = table_name_of(table)
+        row = self._read_tx(lambda conn: conn.execute(
+            sa.select(tables_table).where(tables_table.c.table_name == name)).mappings().first())
+        return None if row is None else table_entry_of(row)
+
+    def remove_table(self, table: Any, run_id: str | None = None, *, reason: str | None = None) -> bool:
+        """Take a planned table out of the pipeline; True if this call removed it, False if it already was.
+
+        Only the membership changes (``removed_at``, ``removed_run_id``, ``removed_reason``): the table's
+        plans, chunk rows and output stay as they are, so its snapshot and mirror remain readable as of where the
+        stream left them. Planning the table again (:meth:`create_plan`) puts it back with a new generation.
+        :class:`UnknownChunk` if it was never planned. Idempotent, also across a retry after a lost COMMIT
+        (the write's identity is its ``removed_at`` stamp, see ``_retrying``).
+        """
+        name = table_name_of(table)
+        text = None if reason is None else str(reason)[:MAX_ERROR_CHARS]
+        now = write_stamp()
+        t = tables_table.c
+
+        def work(conn: Connection, retry: bool) -> tuple[bool, Mapping[str, Any]]:
+            row = conn.execute(self._lock(sa.select(tables_table).where(t.table_name == name))
+                               ).mappings().first()
+            if row is None:
+                raise UnknownChunk(f"chunk store has no plan for {name}: it is not part of the pipeline")
+            if row["removed_at"] is not None:
+                ours = retry and row["removed_at"] == now and row["removed_run_id"] == run_id
+                return ours, row
+            conn.execute(sa.update(tables_table).where(t.table_name == name).values(
+                removed_at=now, removed_run_id=run_id, removed_reason=text, updated_at=now))
+            return True, conn.execute(sa.select(tables_table).where(t.table_name == name)).mappings().one()
+
+        removed, row = self._write(work)
+        if removed:
+            log.warning("chunk store: %s removed from the pipeline (run %s%s); its plan generation %d and "
+                        "its output stay as they are, the stream no longer captures it", name, run_id or "-",
+                        f", reason: {text}" if text else "", row["latest_generation"])
+        else:
+            log.info("chunk store: %s was already removed from the pipeline at %s (run %s): nothing to do",
+                     name, aware_utc(row["removed_at"]), row["removed_run_id"] or "-")
+        return removed
+
+    def run_plans(self, run_id: str) -> dict[str, int]:
+        """The plan generations a run created, by table (the latest one if it planned a table twice): e.g. to
+        resume that run's snapshot after its plan task is run again."""
+        p = plans_table.c
+        return dict(self._read_tx(lambda conn: conn.execute(
+            sa.select(p.table_name, p.generation).where(p.run_id == run_id)
+            .order_by(p.table_name, p.generation)
+        ).all()))
+
+    def latest_generation(self, table: Any) -> int | None:
+        name = table_name_of(table)
+        return self._read_tx(lambda conn: latest_generation(conn, name))
+
+    def next_generation(self, table: Any) -> int:
+        """The generation the next :meth:`create_plan` will get (unless another plan is created first)."""
+        return (self.latest_generation(table) or 0) + 1
+
+    def create_plan(
+        self,
+        table: Any,
+        plan: Mapping[str, Any],
+        chunks: Iterable[Any] | None = None,
+        run_id: str | None = None,
+        *,
+        key_columns: Sequence[str] | None = None,
+        split_kind: str | None = None,
+        chunk_size: int | None = None,
+    ) -> int:
+        """Store a new plan generation and one 'planned' row per chunk, atomically; return the generation.
+
+        ``plan`` is stored as opaque JSON (the planner's ``ChunkPlan.to_dict()``); if it has a top-level
+        ``generation``, the stored copy carries the allocated one. ``chunks`` defaults to ``plan["chunks"]``;
+        see :func:`chunk_spec_of` for the accepted forms. ``key_columns``, ``split_kind`` and ``chunk_size``
+        default to the plan's ``key_columns``, ``split`` (or ``split_kind``) and ``chunk_size``.
+        """
+        name = table_name_of(table)
+        specs = _plan_specs(name, plan, chunks)
+        columns = list(key_columns if key_columns is not None else plan.get("key_columns") or [])
+        kind = split_kind if split_kind is not None else plan.get("split", plan.get("split_kind"))
+        size = chunk_size if chunk_size is not None else plan.get("chunk_size")
+
+        now = write_stamp()  # this plan's identity: a retry after a lost COMMIT finds it (see _retrying)
+        readded: list[datetime] = []  # when the table had been removed, if this plan puts it back
+
+        def work(conn: Connection, retry: bool) -> int:
+            readded.clear()
+            latest = conn.execute(self._lock(latest_query(name))).scalar()
+            if retry and latest is not None:
+                earlier = conn.execute(sa.select(plans_table.c.generation).where(
+                    plans_table.c.table_name == name, plans_table.c.created_at == now,
+                    plans_table.c.run_id == run_id)).scalar()
+                if earlier is not None:
+                    log.info("chunk store: %s plan generation %d was committed by an earlier try",
+                             name, earlier)
+                    return int(earlier)
+            generation = (latest or 0) + 1
+            if latest is None:
+                conn.execute(sa.insert(tables_table).values(
+                    table_name=name, latest_generation=generation, created_at=now, updated_at=now,
+                    added_generation=generation))
+            else:
+                removed = conn.execute(sa.select(tables_table.c.removed_at)
+                                       .where(tables_table.c.table_name == name)).scalar()
+                back = {} if removed is None else {
+                    "removed_at": None, "removed_run_id": None, "removed_reason": None,
+                    "added_generation": generation}  # back in the pipeline: older generations no longer count
+                if back:
+                    readded.append(removed)
+                conn.execute(sa.update(tables_table).where(tables_table.c.table_name == name).values(
+                    latest_generation=generation, updated_at=now, **back))
+            stored = {**plan, "generation": generation} if "generation" in plan else dict(plan)
+            plan_text = json.dumps(stored, sort_keys=True, allow_nan=False)
+            conn.execute(sa.insert(plans_table).values(
+                table_name=name, generation=generation, key_columns=json.dumps(columns),
+                split_kind=None if kind is None else str(kind),
+                chunk_size=None if size is None else int(size),
+                chunk_count=len(specs), created_at=now, run_id=run_id, plan_json=plan_text))
+            conn.execute(sa.insert(chunks_table), [
+                {"table_name": name, "generation": generation, "chunk_id": s.chunk_id,
+                 "start_key": s.start_key, "end_key": s.end_key, "status": PLANNED, "attempts": 0,
+                 "rerun_pending": False}
+                for s in specs
+            ])
+            return generation
+
+        generation = self._write(work)
+        log.info("chunk store: %s plan generation %d with %d chunks", name, generation, len(specs))
+        if readded:
+            log.warning("chunk store: %s had been removed from the pipeline at %s; this plan puts it back "
+                        "(generation %d; older generations no longer count)", name, aware_utc(readded[0]),
+                        generation)
+        return generation
+
+    def plan(self, table: Any, generation: int | None = None) -> PlanInfo:
+        name = table_name_of(table)
+
+        def read(conn: Connection) -> tuple[int, Mapping[str, Any] | None]:
+            wanted = resolve_generation(conn, name, generation)
+            return wanted, conn.execute(sa.select(plans_table).where(
+                plans_table.c.table_name == name, plans_table.c.generation == wanted)).mappings().first()
+
+        generation, row = self._read_tx(read)
+        if row is None:
+            raise UnknownChunk(f"chunk store has no plan generation {generation} for {name}")
+        return PlanInfo(
+            table=name, generation=row["generation"], key_columns=tuple(json.loads(row["key_columns"])),
+            split_kind=row["split_kind"], chunk_size=row["chunk_size"], chunk_count=row["chunk_count"],
+            created_at=aware_utc(row["created_at"]), run_id=row["run_id"], plan=json.loads(row["plan_json"]),
+        )
+
+
+def _plan_specs(name: str, plan: Mapping[str, Any], chunks: Iterable[Any] | None) -> list[ChunkSpec]:
+    """The chunks of a new plan (``chunks``, else ``plan["chunks"]``), checked: at least one, ids unique."""
+    if chunks is None:
+        if "chunks" not in plan:
+            raise ValueError(f"plan for {name}: pass chunks, or a plan with a 'chunks' list")
+        chunks = plan["chunks"]
+    specs = [chunk_spec_of(c) for c in chunks]
+    if not specs:
+        raise ValueError(f"plan for {name} has no chunks (a table is at least one chunk (-inf, +inf))")
+    ids = [s.chunk_id for s in specs]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"plan for {name} repeats chunk ids")
+    return specs

@@ -1,0 +1,397 @@
+"""Stored formats are unchanged: what the previous release wrote, this code resumes and reads as before.
+
+Why this exists: users upgrade a running pipeline in place. The chunk store (SQLite here), the stream's
+checkpoint (Spark's offset log and our ledger, with ``BinlogOffset`` JSON in both) and the output (snapshot
+versions and manifest, changelog batches and markers, the mirror and its manifest) outlive the code that wrote
+them. A restructuring that moves or splits modules must not change any of them: a renamed chunk-store column,
+a reworded offset field, a moved manifest or a different directory layout would strand every deployed stream.
+Unit tests of the new code cannot see that (they write and read with the same code), so here the previous
+release itself writes, and this code goes on from there:
+
+1. ``git archive`` extracts the previous release (``PREVIOUS_RELEASE``) into a temp dir. A child process runs
+   it (``PYTHONPATH`` = that dir, checked in the driver and in a Spark worker) against the session's MariaDB:
+   ``plan`` two tables (one with a composite key), ``snapshot`` them on Spark, then (after seeded writes)
+   ``stream --available-now`` into a checkpoint, which also refreshes the mirror. One process, one Spark start.
+2. This code reads all of it: the chunk store (its SQLite schema is byte for byte what this code creates; every
+   chunk field, HWs included, as the previous release read it), ``status`` (every chunk committed, stream
+   position = the old stream's end), the offsets of the old ledger and of Spark's offset log, the snapshot
+   manifest and the mirror (its manifest round-trips; its rows equal the source).
+3. More seeded writes (inserts, updates, deletes, key-changing updates, a binlog rotation); this code's stream
+   resumes from the old checkpoint (available-now) in the shared Spark session: its first batch starts exactly
+   at the old stream's end offset, the old batches are not written again, every record of the new batches
+   lies after the old end, the changelog holds exactly the expected number of records with no position twice,
+   and the mirror the new code refreshed equals the source row by row. What the new code writes (ledger
+   entries, markers, offsets, manifests, Parquet schemas) has the same shape as what the old code wrote.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.engine.lake.layout import LAYOUT_VERSION, changelog_marker, read_json
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import manifest_path as mirror_manifest_path
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest
+from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.status.report import STREAM, collect_status
+from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, mirror_refresh, run_stream
+
+from tests.support.engine_harness import assert_mirror_equals_source, password_file
+from tests.support.workload import KEY_SPACE, TABLE_SPECS, _values, create_tables, insert_sql, seed_rows
+
+REPO = Path(__file__).resolve().parents[2]
+# The last release before the restructuring into engine subpackages (HEAD~1 of commit 0d4f92b, "Architecture
+# step 1"). Its stored formats are the ones deployed pipelines hold; keep pointing at that release.
+PREVIOUS_RELEASE = "7d2fff2"
+SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_comp")]  # a single and a composite key
+ROWS = 150
+CHUNK_SIZE = 60
+MAX_BYTES_PER_BATCH = 6000  # a few batches per stream run
+SEED = 7021
+OPS_PER_TABLE = 16  # per phase, in groups of (insert, update, delete, key change)
+RECORDS_PER_OP = {"insert": 1, "update": 2, "delete": 1, "key_change": 2}  # -U/+U for an update
+CHILD_TIMEOUT_S = 240
+
+# Runs in the child with the previous release first on sys.path: plan, snapshot, (the test writes), stream.
+_OLD_RELEASE_APP = r'''
+import contextlib, dataclasses, io, json, os, sys, time
+from pathlib import Path
+
+old_root, work = sys.argv[1], Path(sys.argv[2])
+job = json.loads((work / "job.json").read_text())
+
+import airflow_provider_mysqlcdc as pkg
+assert pkg.__file__.startswith(old_root + os.sep), f"not the previous release: {pkg.__file__}"
+from pyspark.sql import SparkSession
+
+spark = (SparkSession.builder.master("local[2]").appName("mysqlcdc-previous-release")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.session.timeZone", "UTC").config("spark.speculation", "false")
+         .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+worker = (spark.sparkContext.parallelize([0], 1)
+          .map(lambda _: __import__("airflow_provider_mysqlcdc").__file__).collect()[0])
+assert worker.startswith(old_root + os.sep), f"a Spark worker imports another release: {worker}"
+
+from airflow_provider_mysqlcdc import cli
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+
+
+def run(name, argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(argv)
+    (work / f"{name}.out").write_text(out.getvalue())
+    if code != 0:
+        sys.exit(f"the previous release's `mysqlcdc {name}` exited with {code}:\n{out.getvalue()[-3000:]}")
+    return out.getvalue()
+
+
+def chunk_states():
+    with ChunkStore(job["chunk_store"]) as store:
+        return {t: [{k: str(v) if v is not None else None for k, v in dataclasses.asdict(c).items()}
+                    for c in store.chunks(t)] for t in job["tables"]}
+
+
+run("plan", job["plan"])
+snapshot = json.loads(run("snapshot", job["snapshot"]))
+(work / "snapshot.done").write_text("")
+deadline = time.monotonic() + 120
+while not (work / "writes.done").exists():
+    assert time.monotonic() < deadline, "the test never finished its writes"
+    time.sleep(0.05)
+run("stream", job["stream"])  # stops the Spark session
+(work / "child.json").write_text(json.dumps(
+    {"package": pkg.__file__, "worker": worker, "version": pkg.__version__, "snapshot": snapshot,
+     "chunks": chunk_states()}))
+'''
+
+
+# --- helpers --------------------------------------------------------------------------------------------------
+
+
+def _extract_previous_release(dest: Path) -> Path:
+    """``git archive PREVIOUS_RELEASE airflow_provider_mysqlcdc spark_apps | tar -x -C dest``; fails (never
+    skips) when that cannot be done, saying how to fix it."""
+    how = (f"this test runs the previous release's code, extracted from git commit {PREVIOUS_RELEASE} of {REPO}: "
+           "run the tests from a git clone with full history (git fetch --unshallow)")
+    if shutil.which("git") is None:
+        pytest.fail(f"git is not installed; {how}")
+    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}"],
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        pytest.fail(f"commit {PREVIOUS_RELEASE} is not available ({found.stderr.strip()}); {how}")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE,
+                              "airflow_provider_mysqlcdc", "spark_apps"], capture_output=True)
+    if archive.returncode != 0:
+        pytest.fail(f"git archive {PREVIOUS_RELEASE} failed: {archive.stderr.decode(errors='replace')}; {how}")
+    dest.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest, filter="data")
+    assert (dest / "airflow_provider_mysqlcdc" / "cli.py").is_file(), "not the pre-restructuring layout"
+    return dest
+
+
+def _write_changes(mysql_server, db: str, rng: random.Random, fresh: int) -> dict[str, int]:
+    """Seeded single-row changes per table: insert (a fresh key), update, delete, key-changing update (to a
+    fresh key), each group of four in one transaction; a binlog rotation between the tables. Every update and
+    delete hits a different existing row, so each op changes exactly one row. Returns the changelog records
+    expected per table."""
+    expected: dict[str, int] = {}
+    with mysql_server.admin(db) as conn, conn.cursor() as cur:
+        for i, spec in enumerate(SPECS):
+            cols = ", ".join(f"`{c}`" for c in spec.key_columns)
+            where = " AND ".join(f"`{c}` = %s" for c in spec.key_columns)
+            sets = ", ".join(f"`{c}` = %s" for c in spec.key_columns)
+            cur.execute(f"SELECT {cols} FROM `{spec.name}` ORDER BY {cols}")
+            targets = iter(rng.sample([tuple(r) for r in cur.fetchall()], 3 * OPS_PER_TABLE // 4))
+            count = 0
+            for n in range(OPS_PER_TABLE):
+                op = ("insert", "update", "delete", "key_change")[n % 4]
+                if n % 4 == 0:
+                    cur.execute("BEGIN")
+                if op == "insert":
+                    fresh += 1
+                    cur.execute(insert_sql(db, spec), (*spec.make_key(rng, fresh), *_values(rng)))
+                elif op == "update":
+                    cur.execute(f"UPDATE `{spec.name}` SET v = v + 1, note = %s WHERE {where}",
+                                (rng.choice(["u", "upd", None]), *next(targets)))
+                elif op == "delete":
+                    cur.execute(f"DELETE FROM `{spec.name}` WHERE {where}", next(targets))
+                else:
+                    fresh += 1
+                    cur.execute(f"UPDATE `{spec.name}` SET {sets} WHERE {where}",
+                                (*spec.make_key(rng, fresh), *next(targets)))
+                assert cur.rowcount == 1, (spec.name, op)
+                count += RECORDS_PER_OP[op]
+                if n % 4 == 3:
+                    cur.execute("COMMIT")
+            expected[f"{db}.{spec.name}"] = count
+            if i == 0:
+                cur.execute("FLUSH BINARY LOGS")
+    return expected
+
+
+def _sqlite_schema(path: str) -> list[tuple]:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+
+
+def _ledger(checkpoint: str) -> list[dict]:
+    folder = Path(checkpoint) / "mysqlcdc" / "batches"
+    return [read_json(str(p)) for p in sorted(folder.glob("batch=*.json"), key=lambda p: int(p.stem[6:]))]
+
+
+def _spark_offsets(checkpoint: str) -> dict[int, list[str]]:
+    """Spark's offset log: batch id -> the source offsets (one JSON line per source after version and
+    metadata)."""
+    folder = Path(checkpoint) / "offsets"
+    return {int(p.name): p.read_text().splitlines()[2:] for p in folder.iterdir() if p.name.isdigit()}
+
+
+def _shape(value):
+    """The structure of a JSON document (keys and value types), not its values."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def _chunk_fields(store: ChunkStore, table: str) -> list[dict]:
+    """Every field of every chunk as text, the form the child dumped the previous release's view in."""
+    from dataclasses import asdict
+
+    return [{k: str(v) if v is not None else None for k, v in asdict(c).items()} for c in store.chunks(table)]
+
+
+# --- the test -------------------------------------------------------------------------------------------------
+
+
+def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_db, tmp_path, spark):
+    old_root = _extract_previous_release(tmp_path / "previous-release")
+    rng = random.Random(SEED)
+    with mysql_server.admin() as conn:
+        create_tables(conn, mysql_db, SPECS)
+        seed_rows(conn, mysql_db, rows_per_table=ROWS, seed=SEED, specs=SPECS)
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    tables = [TableId(mysql_db, s.name) for s in SPECS]
+    names = [str(t) for t in tables]
+    store_path, output, checkpoint = (str(tmp_path / n) for n in ("chunks.db", "lake", "checkpoint"))
+    secret = password_file(tmp_path, settings)
+    url = settings.redacted_url()
+    common = ["--mysql-url", url, "--password-file", secret, "--chunk-store", store_path]
+    work = tmp_path / "old-run"
+    work.mkdir()
+    (work / "job.json").write_text(json.dumps({
+        "chunk_store": store_path,
+        "tables": names,
+        "plan": ["plan", *common, "--tables", f"{mysql_db}.t_*", "--chunk-size", str(CHUNK_SIZE), "--json"],
+        "snapshot": ["snapshot", *common, "--output", output, "--tables", f"{mysql_db}.t_*", "--json",
+                     "--master", "local[2]"],
+        "stream": ["stream", *common, "--output", output, "--checkpoint", checkpoint, "--tables",
+                   f"{mysql_db}.t_*", "--available-now", "--max-bytes-per-batch", str(MAX_BYTES_PER_BATCH)],
+    }))
+    script = work / "old_release_app.py"
+    script.write_text(_OLD_RELEASE_APP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(old_root), os.environ.get("PYTHONPATH")]))}
+
+    # 1. the previous release: plan, snapshot, then (after the test's writes) an available-now stream
+    started = time.monotonic()
+    log_path = work / "child.log"
+    with open(log_path, "wb") as log:
+        # cwd: the old tree (Spark starts its Python workers with `python -m`, which puts the cwd first)
+        child = subprocess.Popen([sys.executable, str(script), str(old_root), str(work)], env=env, cwd=old_root,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while not (work / "snapshot.done").exists():
+                assert child.poll() is None, f"the previous release failed:\n{log_path.read_text()[-4000:]}"
+                assert time.monotonic() - started < CHILD_TIMEOUT_S, "the previous release's snapshot hangs"
+                time.sleep(0.1)
+            expected_old = _write_changes(mysql_server, mysql_db, rng, fresh=KEY_SPACE)
+            (work / "writes.done").write_text("")
+            child.wait(timeout=max(1.0, CHILD_TIMEOUT_S - (time.monotonic() - started)))
+        finally:
+            if child.poll() is None:
+                os.killpg(child.pid, 9)
+                child.wait()
+    assert child.returncode == 0, f"the previous release failed:\n{log_path.read_text()[-4000:]}"
+    old = json.loads((work / "child.json").read_text())
+    assert old["package"].startswith(str(old_root)) and old["worker"].startswith(str(old_root)), old
+
+    # 2a. the chunk store: the schema this code creates, and every chunk as the previous release read it
+    old_sqlite = _sqlite_schema(store_path)
+    fresh_store = ChunkStore(str(tmp_path / "fresh.db"))
+    try:
+        fresh_store.tables()  # creates the schema
+    finally:
+        fresh_store.close()
+    assert old_sqlite == _sqlite_schema(str(tmp_path / "fresh.db")), "the chunk store schema changed"
+    store = ChunkStore(store_path)
+    try:
+        old_hws = {}
+        for table, result in zip(names, sorted(old["snapshot"]["tables"], key=lambda r: names.index(r["table"]))):
+            assert result["table"] == table and result["ok"], result
+            assert _chunk_fields(store, table) == old["chunks"][table], f"{table}: chunk store read differently"
+            assert len(result["chunks"]) >= 3, result
+            old_hws[table] = {c["chunk_id"]: BinlogPosition.parse(c["hw"]) for c in result["chunks"]}
+            assert {c.chunk_id: c.hw for c in store.chunks(table)} == old_hws[table], table
+
+        # 2b. the checkpoint: ledger and Spark offsets parse, round-trip unchanged, and agree
+        old_ledger = _ledger(checkpoint)
+        assert len(old_ledger) >= 2 and all(e["state"] == "committed" for e in old_ledger), old_ledger
+        for entry in old_ledger:
+            for name in ("start_offset", "end_offset"):
+                assert BinlogOffset.from_dict(entry[name]).to_dict() == entry[name], entry
+        old_end = BinlogOffset.from_dict(old_ledger[-1]["end_offset"])
+        old_last_batch = old_ledger[-1]["batch_id"]
+        spark_offsets = _spark_offsets(checkpoint)
+        assert max(spark_offsets) == old_last_batch
+        for batch_id, lines in spark_offsets.items():
+            assert len(lines) == 1, lines
+            assert BinlogOffset.from_json(lines[0]).to_dict() == json.loads(lines[0])
+        assert BinlogOffset.from_json(spark_offsets[old_last_batch][0]) == old_end
+        position = read_json(str(Path(checkpoint) / "mysqlcdc" / "stream_position.json"))
+        # (Spark commits a batch to the source when it plans the next one: this may be an earlier batch's end)
+        assert BinlogOffset.from_dict(position["offset"]).to_dict() in [e["end_offset"] for e in old_ledger]
+
+        # 2c. status over the old chunk store, output and checkpoint position
+        for plan_hws, t in zip(old_hws.values(), collect_status(store, output, names).tables):
+            assert (t.phase, t.committed, t.chunks, t.failed, t.running) == (STREAM, len(plan_hws),
+                                                                              len(plan_hws), 0, 0), t
+            assert (t.min_hw, t.max_hw) == (min(plan_hws.values()), max(plan_hws.values())), t
+            assert (t.stream_position, t.stream_position_exact, t.consistent) == (old_end.position, True, True), t
+
+        # 2d. the output: snapshot manifest, changelog batches, mirror manifest and mirror, through this code
+        old_markers, old_mirror_manifests, old_mirror_schemas, old_files = {}, {}, {}, {}
+        with connect(settings) as conn:
+            schemas = {t: load_schema(conn, t) for t in tables}
+        for table in tables:
+            manifest = read_snapshot_manifest(output, table)
+            assert manifest is not None and manifest.current is not None, table
+            chunks = store.chunks(table)
+            assert manifest.current.generation == chunks[0].generation
+            files = manifest.chunk_files()
+            assert sorted(files) == [c.chunk_id for c in chunks]
+            assert sum(pq.read_table(f).num_rows for fs in files.values() for f in fs) == ROWS
+            batches = committed_batch_ids(output, table)
+            assert batches and batches[-1] <= old_last_batch, (table, batches)
+            old_markers[table] = read_json(changelog_marker(output, table, batches[-1]))
+            old_files[table] = read_batch(output, table, batches[-1]).files
+            records = changelog_records(output, schemas[table])
+            assert len(records) == expected_old[str(table)], (table, len(records))
+            assert all((r.key[0], r.key[1]) <= old_end.position.key for r in records), table
+            raw = read_json(mirror_manifest_path(output, table))
+            mirror = read_manifest(output, table)
+            assert mirror is not None, table
+            assert {"layout_version": LAYOUT_VERSION, **mirror.to_dict()} == raw, f"{table}: manifest read differently"
+            assert mirror.consistent and mirror.as_of == old_end.position, mirror.describe()
+            old_mirror_manifests[table] = raw
+            old_mirror_schemas[table] = pq.read_schema(mirror_files(output, table)[0])
+        assert_mirror_equals_source(settings, output, tables, min_rows=ROWS)
+    finally:
+        store.close()
+    old_seconds = time.monotonic() - started
+
+    # 3. more writes, then this code's stream resumes from the old checkpoint
+    expected_new = _write_changes(mysql_server, mysql_db, rng, fresh=2 * KEY_SPACE)
+    config = StreamConfig(mysql_url=url, tables=(f"{mysql_db}.t_*",), chunk_store=store_path, output=output,
+                          checkpoint=checkpoint, password_file=secret, max_bytes_per_batch=MAX_BYTES_PER_BATCH)
+    with mirror_refresh(config) as refresh:
+        run_stream(spark, config, on_batch_committed=refresh)
+
+    ledger = _ledger(checkpoint)
+    assert ledger[: len(old_ledger)] == old_ledger, "the old batches were written again"
+    new = ledger[len(old_ledger):]
+    assert new and new[0]["batch_id"] == old_last_batch + 1, new
+    assert new[0]["start_offset"] == old_ledger[-1]["end_offset"], "the stream did not resume where it stopped"
+    for before, after in zip(ledger, ledger[1:]):
+        assert after["start_offset"] == before["end_offset"], (before, after)
+    assert [_shape(e) for e in new] == [_shape(old_ledger[-1])] * len(new), "the ledger entries changed shape"
+    assert max(_spark_offsets(checkpoint)) == new[-1]["batch_id"]
+    new_end = BinlogOffset.from_dict(new[-1]["end_offset"])
+
+    store = ChunkStore(store_path)
+    try:
+        for table in tables:
+            everything = changelog_records(output, schemas[table])
+            fresh = changelog_records(output, schemas[table], after_batch=old_last_batch)
+            assert len(everything) == expected_old[str(table)] + expected_new[str(table)], (table, len(everything))
+            assert len(fresh) == expected_new[str(table)], (table, len(fresh))
+            assert len({r.key for r in everything}) == len(everything), f"{table}: a change was written twice"
+            assert all(old_end.position.key < (r.key[0], r.key[1]) <= new_end.position.key for r in fresh), table
+            last = committed_batch_ids(output, table)[-1]
+            assert last > old_last_batch, table
+            assert _shape(read_json(changelog_marker(output, table, last))) == _shape(old_markers[table])
+            assert (pq.read_schema(read_batch(output, table, last).files[0])
+                    == pq.read_schema(old_files[table][0])), f"{table}: changelog Parquet schema changed"
+            manifest = read_json(mirror_manifest_path(output, table))
+            assert _shape(manifest) == _shape(old_mirror_manifests[table]), f"{table}: mirror manifest changed"
+            mirror = read_manifest(output, table)
+            assert mirror.consistent and mirror.as_of == new_end.position, mirror.describe()
+            assert pq.read_schema(mirror_files(output, table)[0]) == old_mirror_schemas[table], table
+        for table, t in zip(names, collect_status(store, output, names).tables):
+            assert (t.table, t.phase, t.stream_position, t.consistent) == (table, STREAM, new_end.position, True)
+            assert {c.chunk_id: c.hw for c in store.chunks(table)} == old_hws[table], "the snapshot changed"
+        assert_mirror_equals_source(settings, output, tables, min_rows=ROWS)
+    finally:
+        store.close()
+    print(f"previous release ({old['version']}): {old_seconds:.0f}s; total {time.monotonic() - started:.0f}s")
