@@ -20,7 +20,7 @@ from typing import Self
 
 import pymysql.cursors
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore

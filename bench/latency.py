@@ -104,7 +104,7 @@ def tail_child(cfg: dict[str, Any]) -> int:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import WriteRowsEvent
 
-    from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+    from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
     settings = MySQLSettings.from_url(cfg["mysql_url"], password=Path(cfg["password_file"]).read_text().strip())

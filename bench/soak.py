@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the harness
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -220,7 +221,7 @@ def main() -> None:
     parser.add_argument("--round-seconds", type=float, default=30.0,
                         help="writers stop for a mirror check after each round")
     args = parser.parse_args()
-    sys.exit(run(args.minutes, args.seed, [t.strip() for t in args.tables.split(",") if t.strip()],
+    sys.exit(run(args.minutes, args.seed, split_commas(args.tables),
                  args.round_seconds))
 
 

@@ -17,19 +17,20 @@ import json
 import sys
 from typing import Any, Sequence
 
-from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.snapshot.options import (
+from airflow_provider_mysqlcdc.cli.snapshot_options import (
     add_connection_arguments,
     add_read_arguments,
     add_table_arguments,
     options_from_args,
 )
+from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snapshot_chunks.py", description=__doc__.splitlines()[0])
-    add_connection_arguments(parser)
+    add_connection_arguments(parser, password_in_url=False)
     add_table_arguments(parser)
     add_read_arguments(parser)
     parser.add_argument("--result-file", help="also write the result JSON here")
@@ -42,7 +43,7 @@ def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     options = options_from_args(
         args, args.table, chunk_ids=parse_chunk_ids(args.chunks) if args.chunks else None,
-        exclude_columns=tuple(c.strip() for c in args.exclude_columns.split(",") if c.strip()),
+        exclude_columns=tuple(split_commas(args.exclude_columns)),
     )
     result = run_chunk_group(spark, options, progress=lambda msg: print(msg, file=sys.stderr, flush=True),
                              raise_on_failure=False)

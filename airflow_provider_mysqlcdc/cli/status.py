@@ -21,15 +21,20 @@ from typing import Any, Callable, Iterator
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, URL_ENV, MySQLSettings, connect
+from airflow_provider_mysqlcdc.cli.options import (
+    add_chunk_store_option,
+    add_mysql_options,
+    add_output_option,
+    mysql_settings,
+)
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
+from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest, read_mirror
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-
-CHUNK_STORE_ENV = "MYSQLCDC_CHUNK_STORE_URL"  # the same variable as plan/snapshot/stream
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -80,23 +85,9 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--chunk-store",
-        "--store",
-        dest="chunk_store",
-        default=os.environ.get(CHUNK_STORE_ENV),
-        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})",
-    )
-    parser.add_argument(
-        "--output", help="output root (local path or a pyarrow URI) holding snapshot, changelog and mirror"
-    )
-    parser.add_argument(
-        "--mysql-url",
-        default=os.environ.get(URL_ENV),
-        help=f"mysql://user@host:port (default ${URL_ENV}); the password comes from "
-        f"${PASSWORD_ENV} or --password-file",
-    )
-    parser.add_argument("--password-file", help="a file holding the MySQL password")
+    add_chunk_store_option(parser, store_alias=True)
+    add_output_option(parser, required=False)
+    add_mysql_options(parser)
 
 
 # --- commands -----------------------------------------------------------------------------------------------
@@ -176,7 +167,7 @@ def _store(args: argparse.Namespace) -> Iterator[ChunkStore]:
     """The chunk store named by --store; a SQLite path that does not exist is an error, not a new store."""
     url = args.chunk_store
     if not url:
-        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_ENV}")
+        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     if "://" not in url and not os.path.exists(url):
         raise ConfigurationError(f"no chunk store at {url!r}: check --chunk-store (plan the tables first)")
     store = ChunkStore(url)
@@ -187,24 +178,9 @@ def _store(args: argparse.Namespace) -> Iterator[ChunkStore]:
 
 
 def _conn_factory(args: argparse.Namespace, *, required: bool) -> Callable[[], Any] | None:
-    if not args.mysql_url:
-        if required:
-            raise ConfigurationError(
-                f"no MySQL server given: pass --mysql-url or set ${URL_ENV} (the mirror needs the table "
-                "schema "
-                "and the collation order of string keys)"
-            )
+    if not args.mysql_url and not required:
         return None
-    password = None
-    if args.password_file:
-        try:
-            with open(args.password_file, encoding="utf-8") as f:
-                password = f.read().rstrip("\r\n")
-        except OSError as exc:
-            raise ConfigurationError(
-                f"cannot read the password file {args.password_file}: {exc.strerror}"
-            ) from None
-    settings = MySQLSettings.from_url(args.mysql_url, password=password)
+    settings = mysql_settings(args, why="the mirror needs the table schema and the collation order of string keys")
     return lambda: connect(settings)
 
 

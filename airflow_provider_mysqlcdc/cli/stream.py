@@ -1,8 +1,8 @@
 """``mysqlcdc stream``: the stream phase on Spark from the command line (``--available-now`` or continuous).
 
-The lead wires it into ``cli/main.py`` with ``cli_stream.add_parser(sub)``. Spark runs in this process
-(``--master``, default ``local[*]``); the password comes from ``$MYSQLCDC_MYSQL_PASSWORD`` or
-``--password-file``.
+``cli/main.py`` adds it with ``add_parser(sub)``; its options are shared with ``spark_apps/binlog_stream.py``
+(``cli/stream_options.py``). Spark runs in this process (``--master``, default ``$MYSQLCDC_SPARK_MASTER`` or
+``local[*]``); the password comes from ``$MYSQLCDC_MYSQL_PASSWORD`` or ``--password-file``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ import argparse
 import os
 import sys
 
+from airflow_provider_mysqlcdc.cli.options import add_spark_master_option
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
+from airflow_provider_mysqlcdc.engine.common.environment import SPARK_MASTER_ENV
+from airflow_provider_mysqlcdc.spark.session import DEFAULT_MASTER
 from airflow_provider_mysqlcdc.spark.stream.job import AVAILABLE_NOW, StreamConfig, mirror_refresh, run_stream
 
 
@@ -32,11 +35,7 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentPar
         default="10 seconds",
         help="continuous mode (the default): start a micro-batch every INTERVAL (default %(default)s)",
     )
-    parser.add_argument(
-        "--master",
-        default=os.environ.get("MYSQLCDC_SPARK_MASTER", "local[*]"),
-        help="Spark master (default %(default)s)",
-    )
+    add_spark_master_option(parser, default=os.environ.get(SPARK_MASTER_ENV, DEFAULT_MASTER))
     parser.set_defaults(func=cmd_stream)
     return parser
 

@@ -5,32 +5,31 @@ Each entry point adds only its own trigger options; everything else is parsed on
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, URL_ENV
+from airflow_provider_mysqlcdc.cli.options import (
+    add_chunk_store_option,
+    add_exclude_columns_option,
+    add_mysql_options,
+    add_output_option,
+    add_tables_option,
+    require_mysql_url,
+)
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import DEFAULT_CATCHUP_PARTITION_BYTES, DEFAULT_MAX_BYTES_PER_BATCH, ROWS_PER_READ
-from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
 from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, parse_exclude_columns
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--mysql-url",
-        default=os.environ.get(URL_ENV),
-        help=f"mysql://user@host:port[?server_id=5400-5499] without the password (default ${URL_ENV}); "
-        f"the password comes from ${PASSWORD_ENV} or --password-file",
-    )
-    parser.add_argument("--password-file", help="file holding the MySQL password")
-    parser.add_argument("--tables", required=True, action="append",
-                        help="database.table names or patterns, comma-separated (repeatable)")
-    parser.add_argument("--chunk-store", default=os.environ.get(CHUNK_STORE_ENV),
-                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_ENV})")
-    parser.add_argument("--output", required=True, help="output root (local path or hdfs://, s3://, ...)")
+    add_mysql_options(parser, password_in_url=False)
+    add_tables_option(parser)
+    add_chunk_store_option(parser)
+    add_output_option(parser, required=True)
     parser.add_argument("--checkpoint", required=True, help="Spark checkpoint directory of this stream")
     parser.add_argument("--max-bytes-per-batch", type=int, default=DEFAULT_MAX_BYTES_PER_BATCH,
                         help="binlog bytes per micro-batch, rounded to a transaction boundary "
@@ -45,8 +44,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
                         help="row images a read task decodes and holds before handing them on: bounds its "
                         "memory (default %(default)s, about 100 MB)")
     parser.add_argument("--changelog-json", action="store_true", help="also write Flink changelog-json files")
-    parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
-                        help="columns never written (secrets, blobs); use the snapshot's exclusions")
+    add_exclude_columns_option(parser)
     parser.add_argument("--server-id-slot", type=int, default=0,
                         help="replica server_id slot of the configured range the reader uses (default 0)")
     parser.add_argument("--reconnect-timeout", type=float, default=DEFAULT_RECONNECT_TIMEOUT_S,
@@ -65,13 +63,12 @@ def add_stream_arguments(parser: argparse.ArgumentParser) -> None:
 
 def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> StreamConfig:
     """A StreamConfig from the shared options; missing settings are named with their fix."""
-    if not args.mysql_url:
-        raise ConfigurationError(f"no MySQL server given: pass --mysql-url or set ${URL_ENV}")
+    mysql_url = require_mysql_url(args)
     if not args.chunk_store:
-        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_ENV}")
+        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     return StreamConfig(
-        mysql_url=args.mysql_url,
-        tables=tuple(t.strip() for item in args.tables for t in item.split(",") if t.strip()),
+        mysql_url=mysql_url,
+        tables=tuple(split_commas(args.tables)),
         chunk_store=args.chunk_store,
         output=args.output,
         checkpoint=args.checkpoint,

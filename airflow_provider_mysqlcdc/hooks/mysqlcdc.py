@@ -13,9 +13,9 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.source.connection import (
     DEFAULT_SERVER_ID_RANGE,
-    PASSWORD_ENV,
     MySQLSettings,
     parse_server_id_range,
 )
@@ -62,7 +62,7 @@ class MySqlCdcHook(BaseHook):
 
     def spark_env(self) -> dict[str, str]:
         """Environment for ``spark-submit``: the only way the password reaches the Spark driver."""
-        return {PASSWORD_ENV: self.settings().password}
+        return {MYSQL_PASSWORD_ENV: self.settings().password}
 
     def test_connection(self) -> tuple[bool, str]:
         """The CDC validation of ``mysqlcdc check`` (binlog settings, privileges), for the UI's Test button."""

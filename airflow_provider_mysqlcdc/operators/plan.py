@@ -34,6 +34,7 @@ from airflow_provider_mysqlcdc.engine.chunks.groups import (
 )
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, UnknownChunk
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.engine.snapshot.phase import is_pattern, load_plan, plan_tables, remove_tables, tables_to_plan
@@ -97,7 +98,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         redo = parse_redo_chunks(self.redo_chunks)
         mode = StartupMode.parse(self.startup_mode)
         only_new = parse_flag(self.only_new, "only_new", default=True)
-        removing = [t.strip() for t in split_list(self.remove_tables)]
+        removing = split_commas(self.remove_tables)
         run_id = context["run_id"]
         check_removals(patterns, removing)
         with ChunkStore(store_url) as store:
@@ -145,14 +146,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         for g in groups:
             self.log.info("chunk group: %s", g.name)
         return [g.to_dict() for g in groups]
-
-
-def split_list(value: str | Sequence[str] | None) -> list[str]:
-    """``"a, b"`` or ``["a", "b"]`` or nothing."""
-    if not value:
-        return []
-    items = [value] if isinstance(value, str) else list(value)
-    return [t.strip() for item in items for t in str(item).split(",") if t.strip()]
 
 
 def parse_flag(value: bool | str | None, name: str, default: bool = True) -> bool:

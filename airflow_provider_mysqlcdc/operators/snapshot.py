@@ -18,8 +18,9 @@ from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
@@ -101,7 +102,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         if excluded:
             self.application_args += ["--exclude-columns", ",".join(excluded)]
         self.name = self.name if self.name and self.name != "arrow-spark" else f"mysqlcdc snapshot {group.name}"
-        self.prepare_spark(hook, store_url, CHUNK_STORE_ENV)
+        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
         self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, len(group.chunk_ids))
         before = {c["chunk_id"]: c["attempts"] for c in group_result(store_url, group)["chunks"]}
         failure: BaseException | None = None
@@ -187,6 +188,5 @@ def reader_slot_base(map_index: int, group_size: int) -> int:
 def _columns_for(exclude: Mapping[str, Sequence[str] | str] | None, table: str) -> list[str]:
     if not exclude:
         return []
-    value = exclude.get(table) or []
-    return [c.strip() for c in (value.split(",") if isinstance(value, str) else value) if c.strip()]
+    return split_commas(exclude.get(table))
 

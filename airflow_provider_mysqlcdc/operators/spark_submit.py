@@ -35,7 +35,10 @@ class SparkAppMixin:
         if url_has_password(store_url):
             env[store_env] = store_url
             mask_secret(store_url)
-            password = make_url(store_url).password
+            try:
+                password = make_url(store_url).password
+            except Exception:  # noqa: BLE001 - not a SQLAlchemy URL: the whole URL is masked above
+                password = None
             if password:
                 mask_secret(str(password))
         else:

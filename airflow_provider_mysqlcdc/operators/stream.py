@@ -20,7 +20,7 @@ from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
 from airflow_provider_mysqlcdc.operators.spark_apps import STREAM_APP, app_path
@@ -133,7 +133,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                 self.application_args += ["--exclude-columns", f"{table}={cols}"]
         if not self.name or self.name == "arrow-spark":
             self.name = f"mysqlcdc stream {context['dag'].dag_id}"
-        self.prepare_spark(hook, store_url, CHUNK_STORE_ENV)
+        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
         super().execute(context)
         settings = hook.settings()
         with ChunkStore(store_url) as store:

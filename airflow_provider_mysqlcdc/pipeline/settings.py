@@ -5,17 +5,17 @@ import os
 import posixpath
 from typing import Sequence
 
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 
 CHUNK_STORE_FILE = "_mysqlcdc_chunks.db"
 CHECKPOINT_DIR = "_mysqlcdc_checkpoint"
 
 
 def split_tables(tables: str | Sequence[str]) -> list[str]:
-    """``"shop.orders, shop.items_*"`` or a list: table names or patterns."""
-    items = [tables] if isinstance(tables, str) else list(tables)
-    out = [t.strip() for item in items for t in str(item).split(",") if t.strip()]
+    """``"shop.orders, shop.items_*"`` or a list: table names or patterns; at least one."""
+    out = split_commas(tables)
     if not out:
         raise ConfigurationError("no tables given: set tables to db.table names or patterns (db.orders_*)")
     return out
@@ -26,12 +26,12 @@ def chunk_store_url(chunk_store: str | None, output: str) -> str:
     there, not in DAG code), else a SQLite file in a local output root."""
     if chunk_store:
         return chunk_store
-    if os.environ.get(CHUNK_STORE_ENV):
-        return os.environ[CHUNK_STORE_ENV]
+    if os.environ.get(CHUNK_STORE_URL_ENV):
+        return os.environ[CHUNK_STORE_URL_ENV]
     if "://" in output and not output.startswith("file://"):
         raise ConfigurationError(
             f"the output {output} is not a local path, so the chunk store cannot default to a SQLite file in "
-            f"it: set chunk_store (a postgresql:// or mysql:// URL) or ${CHUNK_STORE_ENV}"
+            f"it: set chunk_store (a postgresql:// or mysql:// URL) or ${CHUNK_STORE_URL_ENV}"
         )
     local = output[len("file://"):] if output.startswith("file://") else output
     return os.path.join(local, CHUNK_STORE_FILE)

@@ -38,7 +38,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
-from airflow_provider_mysqlcdc.engine.snapshot.options import CHUNK_STORE_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.plugins.status_page import RunRef, render_login_required, render_no_pipeline, render_problem, render_status
 
 log = logging.getLogger(__name__)
@@ -120,14 +120,14 @@ def open_chunk_store(recorded: str) -> ChunkStore:
     from ``$MYSQLCDC_CHUNK_STORE_URL`` on the API server, as on the workers. Never creates a store."""
     url = normalize_url(recorded)
     if url.password == "***":
-        from_env = os.environ.get(CHUNK_STORE_ENV)
+        from_env = os.environ.get(CHUNK_STORE_URL_ENV)
         hidden = url.render_as_string(hide_password=True)
         if not from_env or normalize_url(from_env).render_as_string(hide_password=True) != hidden:
             raise PageProblem(
                 503, "Chunk store password unavailable",
                 f"the run recorded the chunk store {recorded} with its password hidden: set "
-                f"${CHUNK_STORE_ENV} to that URL (with the password) in the API server's environment, as on "
-                "the workers",
+                f"${CHUNK_STORE_URL_ENV} to that URL (with the password) in the API server's environment, as "
+                "on the workers",
             )
         url = normalize_url(from_env)
     if url.get_backend_name() == "sqlite" and url.database and not os.path.exists(url.database):

@@ -21,6 +21,7 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV, MYSQL_URL_ENV
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,8 +117,7 @@ def main() -> int:
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
-            MYSQLCDC_MYSQL_URL=f"mysql://cdc@127.0.0.1:{server.port}/",
-            MYSQLCDC_MYSQL_PASSWORD=CDC_PASSWORD,
+            **{MYSQL_URL_ENV: f"mysql://cdc@127.0.0.1:{server.port}/", MYSQL_PASSWORD_ENV: CDC_PASSWORD},
             AIRFLOW_HOME=str(airflow_home),
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
@@ -128,7 +128,7 @@ def main() -> int:
         )
         lake = str(out / "lake")
         checkpoint = str(out / "lake" / "_mysqlcdc_checkpoint")
-        env["MYSQLCDC_CHUNK_STORE_URL"] = str(out / "lake" / "_mysqlcdc_chunks.db")
+        env[CHUNK_STORE_URL_ENV] = str(out / "lake" / "_mysqlcdc_chunks.db")
 
         _step("mysqlcdc check (least-privilege user 'cdc'; password passed by environment)")
         _run(["check"], env)

@@ -96,7 +96,7 @@ def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
     slot hint; the stream's slot 0 and the check's top id are never handed out."""
     import contextlib
 
-    from airflow_provider_mysqlcdc.engine.binlog.reader import claimed_server_id
+    from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
     from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url + "?server_id=7000-7005")

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -181,7 +182,7 @@ def test_cli_remove_table_and_plan_only_new(mysql_server, mysql_db, tmp_path, ca
     from airflow_provider_mysqlcdc.cli import main as cli
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
-    monkeypatch.setenv("MYSQLCDC_MYSQL_PASSWORD", settings.password)
+    monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
     store = str(tmp_path / "chunks.db")
     a, b = _create(mysql_server, mysql_db, "a"), _create(mysql_server, mysql_db, "b")
     plan = ["plan", "--mysql-url", settings.redacted_url(), "--chunk-store", store, "--chunk-size", "10"]

@@ -11,22 +11,20 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import (
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.errors import (
     BinlogPurged,
-    BinlogReader,
     BinlogReadError,
     CompressedEvent,
-    Heartbeat,
     OffsetMismatch,
     ReadTimeout,
     ResnapshotRequired,
-    RowChange,
-    SchemaChange,
     SchemaChangeError,
     UnsupportedEvent,
-    allocate_server_id,
-    statement_tables,
 )
+from airflow_provider_mysqlcdc.engine.binlog.ddl import statement_tables
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, MySQLSettings
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
 
@@ -17,7 +18,7 @@ def test_parses_full_url():
 
 
 def test_password_from_environment(monkeypatch):
-    monkeypatch.setenv(PASSWORD_ENV, "from-env")
+    monkeypatch.setenv(MYSQL_PASSWORD_ENV, "from-env")
     assert MySQLSettings.from_url("mysql://cdc@h/").password == "from-env"
     assert MySQLSettings.from_url("mysql://cdc:in-url@h/").password == "in-url"
 

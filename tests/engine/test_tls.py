@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, RowChange
+from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.source.readiness import check_server
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect

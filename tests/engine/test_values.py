@@ -13,7 +13,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition

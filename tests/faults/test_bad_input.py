@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
@@ -45,7 +46,7 @@ def odd_table(mysql_server):
 
 def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_table, spark, tmp_path, monkeypatch):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
-    monkeypatch.setenv("MYSQLCDC_MYSQL_PASSWORD", settings.password)
+    monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
     store_url = str(tmp_path / "chunks.db")
     output = str(tmp_path / "lake")
     with ChunkStore(store_url) as store:
@@ -98,7 +99,7 @@ def test_cli_plan_of_an_unknown_table_fails_with_exit_2(mysql_server, tmp_path, 
     from airflow_provider_mysqlcdc.cli import main as cli
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
-    monkeypatch.setenv("MYSQLCDC_MYSQL_PASSWORD", settings.password)
+    monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
     code = cli.main(["plan", "--mysql-url", settings.redacted_url(), "--tables", "nowhere.nothing",
                      "--chunk-store", str(tmp_path / "c.db")])
     err = capsys.readouterr().err
@@ -107,7 +108,7 @@ def test_cli_plan_of_an_unknown_table_fails_with_exit_2(mysql_server, tmp_path, 
 
 def test_unwritable_output_fails_before_reading(mysql_server, odd_table, spark, tmp_path, monkeypatch):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
-    monkeypatch.setenv("MYSQLCDC_MYSQL_PASSWORD", settings.password)
+    monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
     store_url = str(tmp_path / "chunks.db")
     with ChunkStore(store_url) as store:
         plan_tables(settings, store, [str(odd_table)], chunk_size=100)

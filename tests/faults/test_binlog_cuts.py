@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect

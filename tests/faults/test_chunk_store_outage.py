@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_mysqlcdc.engine import chunk_store as cs
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_OUTAGE_ENV
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, ChunkStoreError, ChunkStoreUnavailable
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -275,9 +276,9 @@ def test_outage_budget_spent_gives_a_clear_error_without_the_password(pg_url, di
     assert 2 <= waited < 6, waited
     message = str(info.value)
     assert f"127.0.0.1:{proxy.port}" in message and "***" in message and PASSWORD not in message
-    assert "gave up after 2" in message and cs.OUTAGE_ENV in message and "rerun" in message, message
+    assert "gave up after 2" in message and CHUNK_STORE_OUTAGE_ENV in message and "rerun" in message, message
     # the budget from the environment, for a store opened during the outage (a Spark batch, a task)
-    monkeypatch.setenv(cs.OUTAGE_ENV, "1")
+    monkeypatch.setenv(CHUNK_STORE_OUTAGE_ENV, "1")
     started = time.monotonic()
     with pytest.raises(ChunkStoreUnavailable, match="gave up after 1"):
         ChunkStore(url)

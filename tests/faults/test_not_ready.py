@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
@@ -55,7 +56,7 @@ def test_cli_plan_and_spark_stream_refuse_a_statement_binlog(mysql_server, order
                           output=str(output), checkpoint=str(tmp_path / "ckpt"),
                           password_file=password_file(tmp_path, settings))
     with global_variable(mysql_server, "binlog_format", "STATEMENT"):
-        env = {**os.environ, "MYSQLCDC_MYSQL_PASSWORD": settings.password}
+        env = {**os.environ, MYSQL_PASSWORD_ENV: settings.password}
         result = subprocess.run(
             ["mysqlcdc", "plan", "--mysql-url", settings.redacted_url(), "--chunk-store", str(tmp_path / "other.db"),
              "--tables", orders], capture_output=True, text=True, env=env,

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
@@ -177,7 +178,7 @@ def test_stream_survives_cut_sessions_a_server_restart_and_kills(private_mariadb
         "--reconnect-timeout", "120", "--lock-lease-seconds", "15", "--trigger", "processing-time=1 second",
     ]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop("MYSQLCDC_MYSQL_PASSWORD", None)
+    env.pop(MYSQL_PASSWORD_ENV, None)
     assert settings.password not in " ".join(argv)
     app = StreamApp(argv, env, tmp_path)
     app.start()

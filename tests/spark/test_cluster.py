@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
@@ -34,7 +35,7 @@ def spark_cluster():
 
 def _submit(cluster: SparkStandaloneCluster, app: str, args: list[str], password: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    env.pop("MYSQLCDC_MYSQL_PASSWORD", None)
+    env.pop(MYSQL_PASSWORD_ENV, None)
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=700m",
            "--conf", "spark.sql.shuffle.partitions=2", str(REPO / "spark_apps" / app), *args]

@@ -13,12 +13,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
 from airflow_provider_mysqlcdc.engine.binlog.boundaries import binary_logs, iter_boundaries
-from airflow_provider_mysqlcdc.engine.binlog.reader import (
-    BinlogReader,
-    Heartbeat,
-    SchemaChange,
-    allocate_server_id,
-)
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError

@@ -23,7 +23,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.cli import stream as cli_stream
-from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, Heartbeat, allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
@@ -232,7 +235,7 @@ def test_killed_stream_restarts_without_duplicates_or_gaps(mysql_server, mysql_d
     script.write_text(_KILLED_APP.format(repo=str(REPO)))
     ready = tmp_path / "ready"
     settings = _settings(mysql_server)
-    env = {**os.environ, "MYSQLCDC_MYSQL_PASSWORD": settings.password, "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, MYSQL_PASSWORD_ENV: settings.password, "PYSPARK_PYTHON": sys.executable}
     options = {
         "--mysql-url": killed.mysql_url,
         "--tables": f"{mysql_db}.t_*",

@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.model import values
-from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions, ChunkReadResult
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore

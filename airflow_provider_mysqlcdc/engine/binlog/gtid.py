@@ -21,6 +21,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.boundaries import binary_logs
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import server_info
@@ -76,7 +77,7 @@ class GtidPosition:
 
     @classmethod
     def parse(cls, text: str | None) -> "GtidPosition":
-        items = [Gtid.parse(part) for part in (text or "").split(",") if part.strip()]
+        items = [Gtid.parse(part) for part in split_commas(text)]
         domains = [g.domain for g in items]
         if len(set(domains)) != len(domains):
             raise GtidUnsupported(f"GTID position {text!r} names a domain twice: give one GTID per domain")
@@ -209,7 +210,7 @@ def _gtid_list(conn: pymysql.connections.Connection, name: str) -> GtidPosition:
         for _log, _pos, event_type, _server, _end, info in cur.fetchall():
             if str(event_type).lower() == "gtid_list":
                 text = str(info or "").strip().strip("[]")
-                return GtidPosition(tuple(sorted(Gtid.parse(p) for p in text.split(",") if p.strip())))
+                return GtidPosition(tuple(sorted(Gtid.parse(p) for p in split_commas(text))))
     raise GtidError(f"binlog file {name} has no Gtid_list event: is this a MariaDB binlog?")
 
 

@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 
 DEFAULT_CHUNKS_PER_GROUP = 512  # ~4M rows at the default chunk size: Spark start-up (~25 s) stays a small share
 
@@ -68,9 +69,7 @@ def format_chunk_ids(ids: Iterable[int]) -> str:
 def parse_chunk_ids(text: str) -> tuple[int, ...]:
     """``"3,7"`` or ``"0-2,5"`` -> sorted unique chunk ids."""
     ids: set[int] = set()
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
+    for part in split_commas(text):
         low, sep, high = part.partition("-")
         try:
             first, last = int(low), int(high) if sep else int(low)

@@ -26,7 +26,9 @@ import pyarrow as pa
 import pymysql.cursors
 
 from airflow_provider_mysqlcdc.engine.model import values
-from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, ResnapshotRequired, RowChange
+from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
+from airflow_provider_mysqlcdc.engine.binlog.errors import ResnapshotRequired
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
@@ -373,7 +375,7 @@ class ChunkRead:
         self, low: Any, high: Any, table: TableId, apply_to: "ChunkBuffer | None"
     ) -> tuple[BinlogPosition, BinlogPosition, int]:
         """Scan the binlog from before the LW marker to the HW marker; apply chunk events in between."""
-        from airflow_provider_mysqlcdc.engine.binlog.reader import claimed_server_id
+        from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
 
         with connect(self.settings) as conn:
             schemas = {self.schema.table: self.schema, table: load_schema(conn, table)}

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader, Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, TableView
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError

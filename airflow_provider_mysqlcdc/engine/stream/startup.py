@@ -174,7 +174,7 @@ def _at_time(settings: MySQLSettings, conn: Any, names: list[str], when: datetim
              ) -> BinlogOffset:
     """Binary search over the files by their first transaction's time, then a scan of the one that holds
     ``when``: only event headers are decoded (mysql-replication with rows events filtered out)."""
-    from airflow_provider_mysqlcdc.engine.binlog.reader import claimed_server_id
+    from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
 
     target = when.timestamp()
     with claimed_server_id(settings, prefer=1) as claimed:

@@ -37,7 +37,7 @@ from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
 
 if TYPE_CHECKING:
-    from airflow_provider_mysqlcdc.engine.binlog.reader import SchemaChange
+    from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
 
 STREAM_SCHEMA_DDL = (
     "_table STRING, _op STRING, _position STRING, _commit_ts TIMESTAMP, _binlog_file STRING, _values STRING, "

@@ -463,7 +463,7 @@ class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- executor: one batch --
 
     def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
-        from airflow_provider_mysqlcdc.engine.binlog.reader import allocate_server_id, claimed_server_id
+        from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id, claimed_server_id
         from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
         from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
         from airflow_provider_mysqlcdc.engine.stream.transport import range_batch, stream_batches

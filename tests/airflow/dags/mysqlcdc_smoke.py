@@ -10,7 +10,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, BaseHook, Param
 
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 
 APP = str(Path(__file__).resolve().parents[1] / "smoke" / "copy_table_app.py")
 
@@ -30,7 +30,7 @@ class SmokeCopyOperator(SparkSubmitOperator):
             "--database", params["database"], "--table", params["table"],
             "--max-id", str(params["max_id"]), "--output", params["output"],
         ]
-        self.env_vars = {**(self.env_vars or {}), PASSWORD_ENV: conn.password or ""}
+        self.env_vars = {**(self.env_vars or {}), MYSQL_PASSWORD_ENV: conn.password or ""}
         super().execute(context)
 
 

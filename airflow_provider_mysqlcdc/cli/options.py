@@ -1,0 +1,103 @@
+"""Command-line options that several ``mysqlcdc`` subcommands and the ``spark_apps`` entry points share.
+
+Each is declared once, here: a command adds the ones it takes (``add_*_option(parser)``) in the order its usage
+line shows them, and declares only its own options itself. Defaults come from the environment variables named
+in ``engine.common.environment``; secrets never come from the command line if a command can help it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Sequence
+
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV, MYSQL_URL_ENV
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+
+MYSQL_URL_FORMAT = "mysql://user@host:port[/db][?ssl_ca=..&server_id=5400-5499]"
+
+
+def add_mysql_options(
+    parser: argparse.ArgumentParser,
+    *,
+    password_file: bool = True,
+    password_in_url: bool = True,
+    on_executors: bool = False,
+) -> None:
+    """``--mysql-url`` (default ``$MYSQLCDC_MYSQL_URL``) and, with ``password_file``, ``--password-file``.
+
+    ``password_in_url``: the command accepts a password in the URL (it warns against it); otherwise the URL
+    must come without one (Spark options and ``spark-submit`` command lines). ``on_executors``: Spark
+    executors read the password file too.
+    """
+    if not password_in_url:
+        url_help = (f"{MYSQL_URL_FORMAT} without the password (default ${MYSQL_URL_ENV}); the password comes "
+                    f"from ${MYSQL_PASSWORD_ENV} or --password-file, never from the command line")
+    else:
+        sources = f"${MYSQL_PASSWORD_ENV} or --password-file" if password_file else f"${MYSQL_PASSWORD_ENV}"
+        url_help = (f"{MYSQL_URL_FORMAT} (default ${MYSQL_URL_ENV}). Prefer {sources} for the password: a URL "
+                    "password shows in process lists.")
+    parser.add_argument("--mysql-url", default=os.environ.get(MYSQL_URL_ENV), help=url_help)
+    if password_file:
+        parser.add_argument(
+            "--password-file",
+            help="a file holding the MySQL password (readable on every executor, or shipped with "
+            "spark-submit --files)" if on_executors else "a file holding the MySQL password",
+        )
+
+
+def add_chunk_store_option(parser: argparse.ArgumentParser, *, store_alias: bool = False) -> None:
+    """``--chunk-store`` (default ``$MYSQLCDC_CHUNK_STORE_URL``); ``store_alias`` also accepts ``--store``."""
+    names = ("--chunk-store", "--store") if store_alias else ("--chunk-store",)
+    parser.add_argument(*names, dest="chunk_store", default=os.environ.get(CHUNK_STORE_URL_ENV),
+                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_URL_ENV})")
+
+
+def add_output_option(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--output", required=required,
+                        help="output root holding snapshot, changelog and mirror (local path or a pyarrow URI: "
+                        "hdfs://, s3://, ...)")
+
+
+def add_tables_option(parser: argparse.ArgumentParser, *, planned: bool = False) -> None:
+    """``--tables`` (required, repeatable, comma-separated); ``planned``: only tables planned already."""
+    parser.add_argument("--tables", action="append", required=True,
+                        help=f"{'planned ' if planned else ''}db.table or pattern (db.orders_*); comma-separated "
+                        "or repeated")
+
+
+def add_exclude_columns_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--exclude-columns", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
+                        help="columns never written (secrets, blobs); repeatable; give the snapshot and the "
+                        "stream the same")
+
+
+def add_spark_master_option(parser: argparse.ArgumentParser, *, default: str) -> None:
+    parser.add_argument("--master", default=default, help="Spark master (default %(default)s)")
+
+
+def require_mysql_url(args: argparse.Namespace, why: str = "") -> str:
+    """``--mysql-url`` (or its environment default); a ConfigurationError that says how to give one if unset."""
+    if not args.mysql_url:
+        raise ConfigurationError(f"no MySQL server given: pass --mysql-url or set ${MYSQL_URL_ENV}"
+                                 + (f" ({why})" if why else ""))
+    return str(args.mysql_url)
+
+
+def mysql_settings(args: argparse.Namespace, why: str = "") -> MySQLSettings:
+    """The server of ``--mysql-url``, with the password from ``--password-file`` if the command has one (else
+    from the URL or ``$MYSQLCDC_MYSQL_PASSWORD``)."""
+    url = require_mysql_url(args, why)
+    return MySQLSettings.from_url(url, password=read_password_file(getattr(args, "password_file", None)))
+
+
+def parse_pairs(values: Sequence[str], what: str) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` as a dict; ``what`` (the option) names a malformed item."""
+    pairs = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key.strip() or not rest.strip():
+            raise ConfigurationError(f"{what} must look like KEY=VALUE, got {value!r}")
+        pairs[key.strip()] = rest.strip()
+    return pairs

@@ -1,0 +1,80 @@
+"""The snapshot phase's command-line options, shared by ``mysqlcdc snapshot`` and ``spark_apps/snapshot_chunks.py``.
+
+Both read planned chunks into the output with the same read options and build a ``SnapshotOptions`` per table
+from them (``options_from_args``); each entry point adds only how it picks its tables and chunks.
+"""
+from __future__ import annotations
+
+import argparse
+
+from airflow_provider_mysqlcdc.cli.options import (
+    add_chunk_store_option,
+    add_mysql_options,
+    add_output_option,
+    require_mysql_url,
+)
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS
+from airflow_provider_mysqlcdc.engine.snapshot.options import (
+    DEFAULT_READER_SLOT_BASE,
+    DEFAULT_ROWS_PER_FILE,
+    READ_VIEW_MODES,
+    SnapshotOptions,
+)
+from airflow_provider_mysqlcdc.engine.source.limits import (
+    DEFAULT_MAX_CONCURRENT_READS,
+    DEFAULT_QUERY_TIMEOUT_S,
+    SourceLimits,
+)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser, *, password_in_url: bool) -> None:
+    """``--mysql-url``, ``--password-file`` (read on the executors) and ``--chunk-store``.
+
+    ``password_in_url``: ``mysqlcdc snapshot`` takes a URL password (for its local executors, with a warning);
+    ``spark-submit`` command lines must not carry one.
+    """
+    add_mysql_options(parser, password_in_url=password_in_url, on_executors=True)
+    add_chunk_store_option(parser)
+
+
+def add_read_arguments(parser: argparse.ArgumentParser) -> None:
+    add_output_option(parser, required=True)
+    parser.add_argument("--read-view-mode", choices=READ_VIEW_MODES, default="auto")
+    parser.add_argument("--watermark-table", help="db.table for the watermark_table read view mode")
+    parser.add_argument("--skip-backfill", action="store_true",
+                        help="at-least-once chunks filtered at their LW (no binlog correction)")
+    parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
+    parser.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE)
+    parser.add_argument("--reader-slot-base", type=int, default=DEFAULT_READER_SLOT_BASE,
+                        help="first watermark slot/server_id offset of this job; concurrent jobs need disjoint "
+                        "ranges (a job uses one slot per parallel chunk)")
+    parser.add_argument("--run-id", help="recorded with each chunk in the chunk store")
+    parser.add_argument("--max-concurrent-reads", type=int, default=DEFAULT_MAX_CONCURRENT_READS,
+                        help="chunk reads the source server serves at once, over all jobs (0: no cap; "
+                        "default %(default)s)")
+    parser.add_argument("--rows-per-second", type=float, default=0,
+                        help="rows per second the source server serves to all chunk reads together (0: no limit)")
+    parser.add_argument("--query-timeout", type=float, default=DEFAULT_QUERY_TIMEOUT_S,
+                        help="server-side time limit of each chunk SELECT in seconds (0: none; default %(default)s)")
+
+
+def add_table_arguments(parser: argparse.ArgumentParser) -> None:
+    """One chunk group of one table (spark_apps/snapshot_chunks.py)."""
+    parser.add_argument("--table", required=True, help="db.table (planned in the chunk store)")
+    parser.add_argument("--generation", type=int, help="plan generation (default: the latest)")
+    parser.add_argument("--chunks", help="chunk ids, e.g. 3,7 or 0-15 (default: every chunk of the plan)")
+    parser.add_argument("--exclude-columns", default="", help="columns never written, e.g. secret,blob")
+
+
+def options_from_args(args: argparse.Namespace, table: str, *, chunk_ids: tuple[int, ...] | None = None,
+                      exclude_columns: tuple[str, ...] = ()) -> SnapshotOptions:
+    """SnapshotOptions from the shared arguments; a URL password is refused (use the env or a file)."""
+    return SnapshotOptions(
+        mysql_url=require_mysql_url(args), table=table, output=args.output, chunk_store=args.chunk_store or None,
+        generation=getattr(args, "generation", None), chunk_ids=chunk_ids, password_file=args.password_file,
+        read_view_mode=args.read_view_mode, watermark_table=args.watermark_table,
+        skip_backfill=args.skip_backfill, batch_rows=args.batch_rows, rows_per_file=args.rows_per_file,
+        exclude_columns=exclude_columns, run_id=args.run_id, reader_slot_base=args.reader_slot_base,
+        limits=SourceLimits(max_concurrent_reads=args.max_concurrent_reads or None,
+                            rows_per_second=args.rows_per_second or None, query_timeout_s=args.query_timeout or None),
+    )

@@ -1,0 +1,351 @@
+"""One binlog read: the event loop, and a handler per event type that says what the event means to us.
+
+The loop checks what every event must satisfy (its position against the start and the end of the read), then
+looks the event's class up in ``EventLoop.HANDLERS``. A handler updates the transaction being read and says
+whether the event ends it (``ENDS_GROUP``); the loop then emits the group's changes at its commit. An event
+class without a handler is refused, never skipped (``No silent skips`` in docs/design.md).
+"""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+
+import pymysql
+from pymysqlreplication.event import (
+    BeginLoadQueryEvent,
+    ExecuteLoadQueryEvent,
+    FormatDescriptionEvent,
+    GtidEvent,
+    HeartbeatLogEvent,
+    IntvarEvent,
+    MariadbAnnotateRowsEvent,
+    MariadbBinLogCheckPointEvent,
+    MariadbGtidEvent,
+    MariadbGtidListEvent,
+    MariadbStartEncryptionEvent,
+    NotImplementedEvent,
+    PreviousGtidsEvent,
+    QueryEvent,
+    RandEvent,
+    RotateEvent,
+    RowsQueryLogEvent,
+    StopEvent,
+    UserVarEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedVersion
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.errors import (
+    BinlogReadError,
+    DeadlineReached,
+    OffsetMismatch,
+    UnsupportedEvent,
+    dummy_event,
+    unsupported_event,
+)
+from airflow_provider_mysqlcdc.engine.binlog.transaction import Transaction, decode_rows
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
+
+if TYPE_CHECKING:
+    from pymysqlreplication import BinLogStreamReader
+
+    from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
+
+# Type codes mysql-replication maps to NotImplementedEvent, and what they mean to us.
+_TXN_START_CODES = {0x22: "ANONYMOUS_GTID_LOG_EVENT", 0x2A: "GTID_TAGGED_LOG_EVENT"}
+_IGNORABLE_CODES = {0x1C: "IGNORABLE_LOG_EVENT", 0x29: "HEARTBEAT_LOG_EVENT_V2"}
+_MARIADB_FL_STANDALONE = 0x01
+_LOG_EVENT_ARTIFICIAL_F = 0x20
+_UTC = timezone.utc
+
+CONTINUES, ENDS_GROUP, ROTATED = 0, 1, 2  # what a handler says about the event it handled
+
+Handler = Callable[["EventLoop", Any, str, int], int]
+
+
+def _starts_transaction(cls: type, event: Any) -> bool:
+    return cls is MariadbGtidEvent or cls is GtidEvent or (
+        cls is NotImplementedEvent and event.event_type in _TXN_START_CODES)
+
+
+class EventLoop:
+    """The events of one read from ``start`` up to ``end`` (a transaction boundary, or None: the binlog's end
+    now, or the deadline), turned into RowChange / SchemaChange / Heartbeat items."""
+
+    HANDLERS: ClassVar[dict[type, Handler]]  # the table below the class
+
+    def __init__(self, reader: "BinlogReader", stream: "BinLogStreamReader", start: BinlogOffset,
+                 end: BinlogPosition | None, deadline: float | None, sync_to_transaction: bool) -> None:
+        self.reader, self.stream = reader, stream
+        self.start, self.end, self.deadline = start, end, deadline
+        self.end_key = end.key if end is not None else None
+        self.syncing = sync_to_transaction
+        self.cur_file = start.file
+        self.cur_number = file_number(start.file)
+        self.first_checked = False
+        self.gtid_before = start.gtid
+        # skip bookkeeping applies to the first transaction only
+        self.skip_events, self.skip_rows = start.skip_events, start.skip_rows
+        self.skipping = not start.at_boundary
+        self.maps: dict[int, CapturedVersion | None] = {}
+        self.txn: Transaction | None = None
+
+    # --- the loop -----------------------------------------------------------------------------------------
+
+    def run(self) -> Iterator[RowChange | Heartbeat | SchemaChange]:
+        handlers = self.HANDLERS
+        while True:
+            event = self._next_event()
+            if event is None:
+                return
+            packet = event.packet
+            end_pos = packet.log_pos
+            cls = event.__class__
+            if end_pos == 0 or packet.flags & _LOG_EVENT_ARTIFICIAL_F or cls is HeartbeatLogEvent or (
+                cls is RotateEvent and packet.timestamp == 0
+            ):
+                # Artificial events: the rotate names the file being streamed; the rest has no position.
+                if cls is RotateEvent:
+                    self._rotate_to(event.next_binlog)
+                continue
+            event_start = end_pos - packet.event_size
+            self._check_first(event_start)
+            if self._past_end(end_pos):
+                return
+            if self.syncing and not self._synced(cls, event):
+                continue
+            handler = handlers.get(cls, EventLoop._on_unknown)
+            outcome = handler(self, event, self.cur_file, event_start)
+            if outcome == ROTATED:
+                if self.txn is None:
+                    self.reader.last_offset = BinlogOffset(self.cur_file, event.position, gtid=self.gtid_before)
+                    yield Heartbeat(self.reader.last_offset)
+                continue
+            if outcome == ENDS_GROUP:
+                yield from self._commit(packet, end_pos)
+            if self.end_key is not None and self.txn is None and (self.cur_number, end_pos) >= self.end_key:
+                return
+
+    def _next_event(self) -> Any:
+        """The next event, or None when the read is over (EOF or deadline without an end position)."""
+        reader, end = self.reader, self.end
+        try:
+            event = self.stream.fetchone()
+        except DeadlineReached:
+            if end is not None:
+                raise reader.timeout_error(end, self.cur_file) from None
+            return None
+        except pymysql.err.MySQLError as exc:
+            raise reader.stream_error(exc, self.start, self.cur_file) from None
+        if event is None:  # EOF: the current end of the binlog (non-blocking)
+            if end is not None:
+                raise BinlogReadError(
+                    f"the binlog ends at {reader.last_offset} before the requested end {end}: the end "
+                    "position must be one the server has already written"
+                )
+            return None
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            if end is not None:
+                raise reader.timeout_error(end, self.cur_file)
+            return None
+        return event
+
+    def _rotate_to(self, file: str) -> None:
+        self.cur_file, self.cur_number = file, file_number(file)
+
+    def _check_first(self, event_start: int) -> None:
+        if not self.first_checked:
+            self.first_checked = True
+            start = self.start
+            if self.cur_file != start.file or event_start != start.pos:
+                raise OffsetMismatch(
+                    f"asked the server for the binlog at {start.file}:{start.pos} but it sent an event "
+                    f"at {self.cur_file}:{event_start}: the offset does not match this server's binlog"
+                )
+
+    def _past_end(self, end_pos: int) -> bool:
+        if self.end_key is not None and (self.cur_number, end_pos) > self.end_key:
+            if self.txn is not None:
+                raise OffsetMismatch(
+                    f"end position {self.end} lies inside the transaction that starts at {self.txn.start}: an "
+                    "end position must be a transaction boundary (a watermark)"
+                )
+            return True
+        return False
+
+    def _synced(self, cls: type, event: Any) -> bool:
+        """While syncing to the next transaction start: False until the event that starts one."""
+        if _starts_transaction(cls, event) or (cls is QueryEvent and event.query.strip().upper() == "BEGIN"):
+            self.syncing = False
+            return True
+        if cls is RotateEvent:
+            self._rotate_to(event.next_binlog)
+        return False
+
+    def _commit(self, packet: Any, end_pos: int) -> Iterator[RowChange | Heartbeat | SchemaChange]:
+        """The end of a group: its rows get the commit time; a group without our rows, a Heartbeat."""
+        txn = self.txn
+        assert txn is not None
+        skipped_from = self.start if self.skipping else None
+        if skipped_from is not None and (
+            txn.rows_events < skipped_from.skip_events
+            or (txn.rows_events == skipped_from.skip_events and skipped_from.skip_rows > 0)
+        ):
+            raise OffsetMismatch(
+                f"offset {skipped_from} skips more rows events than the transaction at {txn.start} has "
+                f"({txn.rows_events}): the offset does not match this binlog"
+            )
+        reader, cur_file = self.reader, self.cur_file
+        commit_ts = datetime.fromtimestamp(packet.timestamp, _UTC)
+        boundary = BinlogOffset(cur_file, end_pos, gtid=txn.gtid or self.gtid_before)
+        self.gtid_before = txn.gtid or self.gtid_before
+        self.txn, self.skipping = None, False
+        if txn.ddl:
+            key = (file_number(cur_file), end_pos, 0, 0)
+            reader.last_offset = boundary
+            for table, ddl in txn.ddl:
+                yield SchemaChange(table, key, cur_file, commit_ts, ddl, boundary)
+            txn.ddl = []
+        buffer = txn.buffer
+        if not buffer:
+            reader.last_offset = boundary
+            yield Heartbeat(boundary)
+            return
+        last = len(buffer) - 1
+        for n, (table, op, values, key, file, after, schema) in enumerate(buffer):
+            change = RowChange(table, op, values, key, file, commit_ts, boundary if n == last else after, schema)
+            reader.last_offset = change.offset_after
+            yield change
+        txn.buffer = []
+
+    # --- one handler per event type -----------------------------------------------------------------------
+
+    def _on_rows(self, event: Any, cur_file: str, event_start: int) -> int:
+        txn = self.txn
+        if txn is None:
+            raise OffsetMismatch(
+                f"rows event at {cur_file}:{event_start} outside a transaction: the read did not "
+                "start at a transaction boundary"
+            )
+        index = txn.rows_events
+        txn.rows_events += 1
+        target = self.maps.get(event.table_id)
+        if target is None:
+            return CONTINUES  # a table we do not capture: counted, never decoded
+        txn.captured = True
+        if self.skipping and index < self.skip_events:
+            return CONTINUES
+        skip = self.skip_rows if self.skipping and index == self.skip_events else 0
+        decode_rows(event, target, txn, index, skip, cur_file, event.packet.log_pos, self.gtid_before)
+        return CONTINUES
+
+    def _on_table_map(self, event: Any, cur_file: str, event_start: int) -> int:
+        self.maps[event.table_id] = self.reader.captured.table_map(event, cur_file, event_start)
+        return CONTINUES
+
+    def _on_xid(self, event: Any, cur_file: str, event_start: int) -> int:
+        if self.txn is None:
+            raise OffsetMismatch(f"commit event at {cur_file}:{event_start} outside a transaction")
+        return ENDS_GROUP
+
+    def _on_transaction_start(self, event: Any, cur_file: str, event_start: int) -> int:
+        if self.txn is not None:
+            raise OffsetMismatch(
+                f"transaction at {self.txn.start} has no commit event before the next transaction at "
+                f"{cur_file}:{event_start}"
+            )
+        cls = event.__class__
+        # MariaDB's GTID event stands for BEGIN unless the group is a single statement (DDL).
+        began = cls is MariadbGtidEvent and not event.flags & _MARIADB_FL_STANDALONE
+        gtid = event.gtid if cls is not NotImplementedEvent else None
+        self.txn = Transaction(BinlogPosition(cur_file, event_start), gtid, began=began)
+        return CONTINUES
+
+    def _on_query(self, event: Any, cur_file: str, event_start: int) -> int:
+        captured = self.reader.captured
+        kind = captured.query(event, self.txn, cur_file, event_start)
+        if self.txn is None:
+            self.txn = Transaction(BinlogPosition(cur_file, event_start), None, began=False)
+        txn = self.txn
+        if captured.pending_ddl:
+            txn.ddl.extend(captured.pending_ddl)
+            captured.pending_ddl = []
+        if kind == "begin":
+            txn.began = True
+            return CONTINUES
+        # COMMIT, ROLLBACK without captured rows, or the single statement of a group
+        return ENDS_GROUP if kind != "continue" or not txn.began else CONTINUES
+
+    def _on_xa_prepare(self, event: Any, cur_file: str, event_start: int) -> int:
+        txn = self.txn
+        if txn is None:
+            raise OffsetMismatch(f"XA PREPARE at {cur_file}:{event_start} outside a transaction")
+        if txn.captured and not event.one_phase:
+            raise UnsupportedEvent(
+                f"XA transaction {event.xid!r} prepared at {txn.start} changes captured table(s) "
+                f"{', '.join(sorted({str(b[0]) for b in txn.buffer})) or '(skipped rows)'}; XA "
+                "transactions are not supported yet (their rows take effect at a later XA COMMIT). "
+                "Avoid XA on captured tables, or re-snapshot them after it commits"
+            )
+        return ENDS_GROUP  # ONE PHASE commits here; a prepare without our rows emits nothing
+
+    def _on_rotate(self, event: Any, cur_file: str, event_start: int) -> int:
+        self._rotate_to(event.next_binlog)  # the end of this file: the next transaction starts in the next one
+        return ROTATED
+
+    def _on_bookkeeping(self, event: Any, cur_file: str, event_start: int) -> int:
+        if event.__class__ is UserVarEvent and event.name.startswith("!dummyvar"):
+            raise dummy_event(f"{cur_file}:{event_start}")
+        return CONTINUES
+
+    def _on_not_implemented(self, event: Any, cur_file: str, event_start: int) -> int:
+        if event.event_type in _TXN_START_CODES:
+            return self._on_transaction_start(event, cur_file, event_start)
+        if event.event_type not in _IGNORABLE_CODES:
+            raise unsupported_event(event.event_type, f"{cur_file}:{event_start}")
+        return CONTINUES
+
+    def _on_load_data(self, event: Any, cur_file: str, event_start: int) -> int:
+        raise UnsupportedEvent(
+            f"statement-based LOAD DATA at {cur_file}:{event_start}: mysqlcdc needs "
+            "binlog_format=ROW for every session"
+        )
+
+    def _on_unknown(self, event: Any, cur_file: str, event_start: int) -> int:
+        raise UnsupportedEvent(
+            f"binlog event {event.__class__.__name__} (type {event.event_type:#04x}) at "
+            f"{cur_file}:{event_start} is not understood by mysqlcdc; refusing to skip it"
+        )
+
+
+# The handler of each event class (exact class: a subclass is not assumed to mean the same).
+EventLoop.HANDLERS = {
+    **{cls: EventLoop._on_rows
+       for cls in (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, PartialUpdateRowsEvent)},
+    TableMapEvent: EventLoop._on_table_map,
+    XidEvent: EventLoop._on_xid,
+    MariadbGtidEvent: EventLoop._on_transaction_start,
+    GtidEvent: EventLoop._on_transaction_start,
+    QueryEvent: EventLoop._on_query,
+    XAPrepareEvent: EventLoop._on_xa_prepare,
+    RotateEvent: EventLoop._on_rotate,
+    NotImplementedEvent: EventLoop._on_not_implemented,
+    BeginLoadQueryEvent: EventLoop._on_load_data,
+    ExecuteLoadQueryEvent: EventLoop._on_load_data,
+    **{cls: EventLoop._on_bookkeeping for cls in (
+        FormatDescriptionEvent, PreviousGtidsEvent, MariadbGtidListEvent, MariadbBinLogCheckPointEvent,
+        MariadbAnnotateRowsEvent, MariadbStartEncryptionEvent, RowsQueryLogEvent, IntvarEvent, RandEvent,
+        UserVarEvent, StopEvent,
+    )},
+}
