@@ -1,8 +1,8 @@
 """Command-line options that several ``mysqlcdc`` subcommands and the ``spark_apps`` entry points share.
 
-Each is declared once, here: a command adds the ones it takes (``add_*_option(parser)``) in the order its usage
-line shows them, and declares only its own options itself. Defaults come from the environment variables named
-in ``engine.common.environment``; secrets never come from the command line if a command can help it.
+Each is declared once, here: a command adds the ones it takes (``add_*_option(parser)``) in the order its
+usage line shows them, and declares only its own options itself. Defaults come from the environment variables
+named in ``engine.common.environment``; secrets never come from the command line if a command can help it.
 """
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ import argparse
 import os
 from typing import Sequence
 
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV, MYSQL_URL_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import (
+    CHUNK_STORE_URL_ENV,
+    MYSQL_PASSWORD_ENV,
+    MYSQL_URL_ENV,
+)
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
@@ -36,8 +40,8 @@ def add_mysql_options(
                     f"from ${MYSQL_PASSWORD_ENV} or --password-file, never from the command line")
     else:
         sources = f"${MYSQL_PASSWORD_ENV} or --password-file" if password_file else f"${MYSQL_PASSWORD_ENV}"
-        url_help = (f"{MYSQL_URL_FORMAT} (default ${MYSQL_URL_ENV}). Prefer {sources} for the password: a URL "
-                    "password shows in process lists.")
+        url_help = (f"{MYSQL_URL_FORMAT} (default ${MYSQL_URL_ENV}). Prefer {sources} for the password: "
+                    "a URL password shows in process lists.")
     parser.add_argument("--mysql-url", default=os.environ.get(MYSQL_URL_ENV), help=url_help)
     if password_file:
         parser.add_argument(
@@ -56,15 +60,15 @@ def add_chunk_store_option(parser: argparse.ArgumentParser, *, store_alias: bool
 
 def add_output_option(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--output", required=required,
-                        help="output root holding snapshot, changelog and mirror (local path or a pyarrow URI: "
-                        "hdfs://, s3://, ...)")
+                        help="output root holding snapshot, changelog and mirror (local path or a pyarrow "
+                        "URI: hdfs://, s3://, ...)")
 
 
 def add_tables_option(parser: argparse.ArgumentParser, *, planned: bool = False) -> None:
     """``--tables`` (required, repeatable, comma-separated); ``planned``: only tables planned already."""
     parser.add_argument("--tables", action="append", required=True,
-                        help=f"{'planned ' if planned else ''}db.table or pattern (db.orders_*); comma-separated "
-                        "or repeated")
+                        help=f"{'planned ' if planned else ''}db.table or pattern (db.orders_*); "
+                        "comma-separated or repeated")
 
 
 def add_exclude_columns_option(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +82,7 @@ def add_spark_master_option(parser: argparse.ArgumentParser, *, default: str) ->
 
 
 def require_mysql_url(args: argparse.Namespace, why: str = "") -> str:
-    """``--mysql-url`` (or its environment default); a ConfigurationError that says how to give one if unset."""
+    """``--mysql-url`` (or its environment default); if unset, a ConfigurationError saying how to give one."""
     if not args.mysql_url:
         raise ConfigurationError(f"no MySQL server given: pass --mysql-url or set ${MYSQL_URL_ENV}"
                                  + (f" ({why})" if why else ""))

@@ -75,7 +75,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     chunk_ids = parse_chunk_ids(args.chunks) if args.chunks else None
     if chunk_ids is not None and len(tables) != 1:
         raise ConfigurationError(f"--chunks needs exactly one table, {len(tables)} match: {tables}")
-    excluded = {t: tuple(split_commas(cols)) for t, cols in parse_pairs(args.exclude_columns, "--exclude-columns").items()}
+    exclusions = parse_pairs(args.exclude_columns, "--exclude-columns")
+    excluded = {t: tuple(split_commas(cols)) for t, cols in exclusions.items()}
     jobs = [options_from_args(args, t, chunk_ids=chunk_ids, exclude_columns=excluded.get(t, ())) for t in tables]
 
     from pyspark.sql import SparkSession

@@ -180,7 +180,8 @@ def _store(args: argparse.Namespace) -> Iterator[ChunkStore]:
 def _conn_factory(args: argparse.Namespace, *, required: bool) -> Callable[[], Any] | None:
     if not args.mysql_url and not required:
         return None
-    settings = mysql_settings(args, why="the mirror needs the table schema and the collation order of string keys")
+    why = "the mirror needs the table schema and the collation order of string keys"
+    settings = mysql_settings(args, why=why)
     return lambda: connect(settings)
 
 

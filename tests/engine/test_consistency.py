@@ -282,7 +282,7 @@ def test_watermark_table_mode_with_backfill(mysql_server, mysql_db, tmp_path):
     for plan in plans:
         mirror, source = pipe.mirror(plan.table), pipe.source(plan.table)
         if plan.table.table == "t_nopk":
-            # Without a primary key a replayed insert cannot be recognized: at-least-once (DESIGN.md), so
+            # Without a primary key a replayed insert cannot be recognized: at-least-once (docs/design.md), so
             # every source row is there, and duplicates are allowed.
             assert not Counter(source) - Counter(mirror), plan.table
         else:

@@ -60,8 +60,8 @@ class SnapshotOptions:
             )
         if self.chunk_store and url_has_password(self.chunk_store):
             raise ConfigurationError(
-                f"the chunk store URL must not contain a password in Spark options: set ${CHUNK_STORE_URL_ENV} "
-                "on the driver instead"
+                "the chunk store URL must not contain a password in Spark options: set "
+                f"${CHUNK_STORE_URL_ENV} on the driver instead"
             )
         TableId.parse(self.table)
         if self.read_view_mode not in READ_VIEW_MODES:

@@ -66,15 +66,20 @@ def load_schema(conn: pymysql.connections.Connection, table: TableId) -> TableSc
             )
             for r in rows
         )
-        cur.execute(
-            "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
-            "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
-            (table.database, table.table),
-        )
-        primary_key = tuple(str(r[0]) for r in cur.fetchall())
+        primary_key = primary_key_columns(cur, table)
         cur.execute(
             "SELECT ENGINE, TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
             (table.database, table.table),
         )
         engine, approx = cur.fetchone() or (None, 0)
     return TableSchema(table, columns, primary_key, engine=engine, approximate_rows=int(approx or 0))
+
+
+def primary_key_columns(cur: pymysql.cursors.Cursor, table: TableId) -> tuple[str, ...]:
+    """The primary key's columns in key order (an empty tuple: the table has none)."""
+    cur.execute(
+        "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+        (table.database, table.table),
+    )
+    return tuple(str(r[0]) for r in cur.fetchall())
