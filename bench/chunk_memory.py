@@ -60,15 +60,15 @@ def peak_mb(reset: bool) -> float:
 
 def chunk_child(cfg: dict[str, Any]) -> int:
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
     from airflow_provider_mysqlcdc.spark.snapshot.writer import write_chunk
 
-    def job(table: str) -> SnapshotJob:
+    def job(table: str) -> ChunkGroupJob:
         options = SnapshotOptions(mysql_url=cfg["mysql_url"], password_file=cfg["password_file"], table=table,
                                   output=cfg["output"], chunk_store=cfg["store"])
         with ChunkStore(options.store_url()) as store:
-            return SnapshotJob.load(options, store)
+            return ChunkGroupJob.load(options, store)
 
     warm, target = job(WARM_TABLE), job(cfg["table"])
     write_chunk(warm, warm.chunk_ids[0], 0)

@@ -92,7 +92,7 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
     another in this process, without Spark and without chunk store commits: the engine's own cost."""
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
     from airflow_provider_mysqlcdc.spark.snapshot.writer import write_chunk
 
@@ -102,7 +102,7 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
                               output=str(run_dir / "out"), chunk_store=str(run_dir / "chunks.db"))
     with ChunkStore(options.store_url()) as store, Timer(cfg["server_pid"]) as t:
         plan_tables(options.settings(), store, [TABLE], chunk_size=cfg["chunk_size"])
-        job = SnapshotJob.load(options, store)
+        job = ChunkGroupJob.load(options, store)
         rows = sum(write_chunk(job, c, options.reader_slot_base).rows for c in job.chunk_ids)
     shutil.rmtree(run_dir, ignore_errors=True)
     return rows, t.m

@@ -17,9 +17,10 @@ import sys
 from typing import Callable, Sequence
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchHook, CommittedBatch
+from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchCommit, BatchHook
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
-from airflow_provider_mysqlcdc.spark.stream.job import AVAILABLE_NOW, StreamConfig, StreamRun, mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import StreamRun, mirror_refresh, run_stream
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +53,7 @@ def run(
     args: argparse.Namespace,
     *,
     on_batch_committed: BatchHook | None = None,
-    on_progress: Callable[[CommittedBatch], None] | None = None,
+    on_progress: Callable[[BatchCommit], None] | None = None,
 ) -> StreamRun:
     """Run the stream in ``spark`` until it ends (available-now) or is stopped; by default each batch
     also refreshes the mirror of the tables it changed."""

@@ -15,7 +15,8 @@ from airflow_provider_mysqlcdc.cli.options import add_spark_master_option
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
 from airflow_provider_mysqlcdc.engine.common.environment import SPARK_MASTER_ENV
 from airflow_provider_mysqlcdc.spark.session import DEFAULT_MASTER
-from airflow_provider_mysqlcdc.spark.stream.job import AVAILABLE_NOW, StreamConfig, mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 
 
 def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:

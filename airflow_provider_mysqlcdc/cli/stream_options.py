@@ -21,7 +21,7 @@ from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import DEFAULT_CATCHUP_PARTITION_BYTES, DEFAULT_MAX_BYTES_PER_BATCH, ROWS_PER_READ
-from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, parse_exclude_columns
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig, parse_exclude_columns
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 
 

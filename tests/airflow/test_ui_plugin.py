@@ -23,13 +23,8 @@ import requests
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.status.report import (
-    SNAPSHOT,
-    STREAM,
-    StatusReport,
-    TableStatus,
-    collect_status,
-)
+from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
+from airflow_provider_mysqlcdc.engine.status.table_status import SNAPSHOT, STREAM, TableStatus
 from airflow_provider_mysqlcdc.plugins.status_page import lag_text, stream_text
 from tests.support.airflow_server import AirflowApiServer
 from airflow_provider_mysqlcdc.testing.mariadb import _die_with_parent

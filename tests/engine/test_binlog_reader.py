@@ -19,7 +19,6 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
     OffsetMismatch,
     ReadTimeout,
     ResnapshotRequired,
-    SchemaChangeError,
     UnsupportedEvent,
 )
 from airflow_provider_mysqlcdc.engine.binlog.ddl import statement_tables

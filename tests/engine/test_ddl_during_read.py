@@ -313,7 +313,7 @@ def test_parquet_output_has_the_new_columns_and_nothing_of_the_discarded_view(
     """The Spark write task (no Spark needed): files written with the reloaded schema minus the excluded
     column, one version directory, one attempt in the chunk store, the manifest naming exactly those files."""
     from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
-    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
     from airflow_provider_mysqlcdc.spark.snapshot.writer import commit_written_chunk, write_chunk
     from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
@@ -330,10 +330,10 @@ def test_parquet_output_has_the_new_columns_and_nothing_of_the_discarded_view(
         exclude_columns=("s",), read_view_mode="consistent_snapshot",
     )
     with ChunkStore(store_url) as store:
-        job = SnapshotJob.load(options, store)  # the driver's schema: id, v, s
+        job = ChunkGroupJob.load(options, store)  # the driver's schema: id, v, s
         opened = _inject(monkeypatch, mysql_server, table, "before_open", [ADD_C + " AFTER id"])
         attempt = store.start_chunk(str(table), job.plan.generation, CHUNK).attempts
-        job = SnapshotJob(job.options.with_(attempts={CHUNK: attempt}), job.plan, job.schema)
+        job = ChunkGroupJob(job.options.with_(attempts={CHUNK: attempt}), job.plan, job.schema)
         written = write_chunk(job, CHUNK, slot=1)
         commit_written_chunk(store, job, written)
         state = store.chunk(str(table), job.plan.generation, CHUNK)

@@ -29,7 +29,8 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     read_manifest,
     read_mirror,
 )
-from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import ChunkAssigner, MirrorRefresher
+from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
     changelog_marker,

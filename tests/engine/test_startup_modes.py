@@ -20,7 +20,8 @@ from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
-from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, run_stream
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import run_stream
 from tests.support.binlog_audit import (
     TableExpectation,
     assert_clean,

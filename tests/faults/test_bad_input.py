@@ -17,7 +17,8 @@ from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, quote_ident
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, run_stream
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import run_stream
 
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 

@@ -93,7 +93,7 @@ def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mys
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from airflow_provider_mysqlcdc.spark.stream import binlog_source
-    from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogSourceOptions, BinlogStreamReader
+    from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogMicroBatchStream, BinlogSourceOptions
 
     monkeypatch.setattr(binlog_source, "DRIVER_READ_TIMEOUT_S", 2.0)
     proxy = CuttableProxy(("127.0.0.1", mysql_server.port))
@@ -102,7 +102,7 @@ def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mys
         url = settings.redacted_url().replace(f":{mysql_server.port}", f":{proxy.port}")
         options = BinlogSourceOptions(mysql_url=url, tables=(TableId(mysql_db, "t"),),
                                       chunk_store=str(tmp_path / "chunks.db"), reconnect_timeout=60.0)
-        reader = BinlogStreamReader(options, settings.password)
+        reader = BinlogMicroBatchStream(options, settings.password)
         with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
             cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
             start = BinlogOffset.at(_binlog_end(conn))

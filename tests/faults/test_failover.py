@@ -31,7 +31,8 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer, find_mariadbd
 
 from tests.support.engine_harness import assert_mirror_equals_source, password_file

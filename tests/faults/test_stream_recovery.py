@@ -34,7 +34,8 @@ from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from tests.support.binlog_audit import assert_clean
 from tests.support.tcp_proxy import CuttableProxy
 

@@ -12,7 +12,8 @@ import logging
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
-from airflow_provider_mysqlcdc.engine.binlog.boundaries import binary_logs, iter_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
@@ -25,7 +26,7 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.stream.admission import cut_points
-from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogSourceOptions, BinlogStreamReader
+from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogMicroBatchStream, BinlogSourceOptions
 from airflow_provider_mysqlcdc.spark.stream.job import StreamFailed, run_stream
 
 from tests.spark.test_stream import (
@@ -61,13 +62,13 @@ def test_cut_points_split_a_far_behind_batch_evenly_and_keep_small_ones_whole():
                       min_bytes=1000) == []
 
 
-def _reader(mysql_server, tmp_path, table: TableId, query: str = "", **kw) -> BinlogStreamReader:
+def _reader(mysql_server, tmp_path, table: TableId, query: str = "", **kw) -> BinlogMicroBatchStream:
     settings = _settings(mysql_server)
     options = BinlogSourceOptions(
         mysql_url=settings.redacted_url() + query, tables=(table,), chunk_store=str(tmp_path / "chunks.db"),
         max_bytes_per_batch=None, **kw,
     )
-    return BinlogStreamReader(options, settings.password)
+    return BinlogMicroBatchStream(options, settings.password)
 
 
 def _decode(settings, table: TableId, schemas, start: BinlogOffset, end: BinlogOffset) -> list[tuple]:

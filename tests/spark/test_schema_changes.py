@@ -23,8 +23,8 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.plugins import status_page
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import (
-    StreamConfig,
     StreamFailed,
     mirror_refresh,
     run_stream,

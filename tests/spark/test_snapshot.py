@@ -259,7 +259,7 @@ def test_rerun_that_dies_half_way_keeps_previous_version_and_hw(spark, mysql_ser
 def test_zombie_attempt_cannot_commit_and_its_output_is_discarded(mysql_server, mysql_db, tmp_path, secrets):
     """The driver-side commit refuses a chunk whose attempt is no longer the latest (a task of an older run
     finishing late); abort() then deletes its directory and the committed version stays (no Spark needed)."""
-    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.spark.snapshot.writer import (
         SnapshotCommitMessage,
         SnapshotWriter,
@@ -271,15 +271,15 @@ def test_zombie_attempt_cannot_commit_and_its_output_is_discarded(mysql_server, 
     store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
     _plan(mysql_server, secrets, store_url, [str(table)], 50)
     with ChunkStore(store_url) as store:
-        job = SnapshotJob.load(_options(secrets, store_url, output, str(table)), store)
+        job = ChunkGroupJob.load(_options(secrets, store_url, output, str(table)), store)
         attempts = {c: store.start_chunk(str(table), 1, c).attempts for c in job.chunk_ids}
-        job = SnapshotJob(job.options.with_(attempts=attempts), job.plan, job.schema)
+        job = ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
         for c in job.chunk_ids:
             commit_written_chunk(store, job, write_chunk(job, c, slot=1))
         committed = store.chunk(str(table), 1, 0)
         manifest_bytes = Path(manifest_path(output, table)).read_bytes()
         store.start_chunk(str(table), 1, 0)  # attempt 2: the zombie's
-        zombie_job = SnapshotJob(job.options.with_(attempts={0: 2}, chunk_ids=(0,)), job.plan, job.schema)
+        zombie_job = ChunkGroupJob(job.options.with_(attempts={0: 2}, chunk_ids=(0,)), job.plan, job.schema)
         zombie = write_chunk(zombie_job, 0, slot=1)
         store.start_chunk(str(table), 1, 0)  # attempt 3 started before the zombie's commit
         writer = SnapshotWriter(zombie_job)
@@ -301,7 +301,7 @@ def test_password_never_in_spark_options_plans_logs_or_outputs(
 ):
     from pyspark import cloudpickle
 
-    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+    from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotWriter
 
     table = _accounts(mysql_server, mysql_db, rows=120)
@@ -317,7 +317,7 @@ def test_password_never_in_spark_options_plans_logs_or_outputs(
     df = spark.read.format(SOURCE_NAME).options(**options.to_options()).load()
     assert df.count() == 120
     plan_text = df._jdf.queryExecution().toString()
-    job = SnapshotJob.load(options)
+    job = ChunkGroupJob.load(options)
     bad = tmp_path / "wrong.password"
     bad.write_text("wrong-pw-4711")
     with pytest.raises(Exception) as failed:

@@ -42,7 +42,8 @@ from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.stream.admission import next_batch_end
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.spark.stream.changelog_sink import ChangelogSink, PartitionWriter
-from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, run_stream, start_stream
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
+from airflow_provider_mysqlcdc.spark.stream.job import run_stream, start_stream
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock, StreamLocked
 from airflow_provider_mysqlcdc.engine.stream.transport import STREAM_ARROW_SCHEMA, stream_batches
 

@@ -17,8 +17,8 @@ from airflow_provider_mysqlcdc.engine.lake.layout import read_json
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import (
-    StreamConfig,
     mirror_refresh,
     run_stream,
     snapshot_table,

@@ -8,16 +8,13 @@ a primary key are a multiset of whole rows.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
+from airflow_provider_mysqlcdc.engine.chunks.locator import Locator
 from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, is_after
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, UPDATE_BEFORE, Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
-
-
-class Locator(Protocol):
-    def locate(self, keys: list[tuple]) -> list[int]: ...
 
 
 def materialize(

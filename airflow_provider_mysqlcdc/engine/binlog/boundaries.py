@@ -15,17 +15,11 @@ from typing import Iterator, Sequence
 
 import pymysql
 
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import PAGE_EVENTS, iter_events
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 
 GROUP_START_EVENTS = frozenset({"gtid", "anonymous_gtid", "gtid_tagged", "gtid_log_event"})
 GROUP_END_EVENTS = frozenset({"xid", "xa_prepare"})
-PAGE_EVENTS = 2000
-
-
-def binary_logs(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return [(str(r[0]), int(r[1])) for r in cur.fetchall()]
 
 
 def iter_boundaries(
@@ -38,33 +32,21 @@ def iter_boundaries(
 ) -> Iterator[BinlogPosition]:
     """Boundaries of the events from ``file:pos`` (an event start) on, through the later files in ``names``,
     in binlog order; ends at the current end of the binlog."""
-    index = names.index(file)
     begun = False  # inside a group that began with BEGIN (or XA START)
-    while True:
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s", (file, pos, page_events))
-            rows = cur.fetchall()
-        for _log, event_pos, event_type, _server, end_pos, info in rows:
-            kind = str(event_type).lower()
-            if kind in GROUP_START_EVENTS:
-                yield BinlogPosition(file, int(event_pos))
-                begun = str(info or "").upper().startswith("BEGIN")
-            elif kind in GROUP_END_EVENTS:
-                yield BinlogPosition(file, int(end_pos))
+    for event in iter_events(conn, names, file, pos, page_events=page_events):
+        kind = str(event.event_type).lower()
+        if kind in GROUP_START_EVENTS:
+            yield BinlogPosition(event.file, event.pos)
+            begun = str(event.info or "").upper().startswith("BEGIN")
+        elif kind in GROUP_END_EVENTS:
+            yield BinlogPosition(event.file, event.end_pos)
+            begun = False
+        elif kind == "query":
+            text = str(event.info or "").strip().upper()
+            if text == "BEGIN" or text.startswith("XA START"):
+                begun = True
+            elif text.startswith("COMMIT") or text == "ROLLBACK" or not begun:
+                yield BinlogPosition(event.file, event.end_pos)
                 begun = False
-            elif kind == "query":
-                text = str(info or "").strip().upper()
-                if text == "BEGIN" or text.startswith("XA START"):
-                    begun = True
-                elif text.startswith("COMMIT") or text == "ROLLBACK" or not begun:
-                    yield BinlogPosition(file, int(end_pos))
-                    begun = False
-            elif kind == "rotate":
-                yield BinlogPosition(file, int(event_pos))
-        if len(rows) >= page_events:
-            pos = int(rows[-1][4])  # the end of the last event: where the next one starts
-            continue
-        if index + 1 >= len(names):
-            return
-        index += 1
-        file, pos = names[index], 4
+        elif kind == "rotate":
+            yield BinlogPosition(event.file, event.pos)

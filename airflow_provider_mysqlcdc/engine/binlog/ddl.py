@@ -378,102 +378,137 @@ def _alter(t: _Tokens, statement: str, key: set[str]) -> TableDdl:
         return TableDdl("ALTER", statement, ColumnChanges(), "an ALTER of an unknown kind")
     t.accept_seq("IF", "EXISTS")
     t.name()
-    renamed: dict[str, str] = {}
-    added: dict[str, str | None] = {}
-    dropped: list[str] = []
-    modified: list[str] = []
-
-    def resnapshot(why: str) -> TableDdl:
-        return TableDdl(
-            "ALTER", statement, ColumnChanges(renamed, added, tuple(dropped), tuple(modified)), why
-        )
-
+    clauses = _AlterClauses(key)
     for spec in _specs(t):
+        why = clauses.read(spec)
+        if why is not None:
+            return TableDdl("ALTER", statement, clauses.changes(), why)
+    return TableDdl("ALTER", statement, clauses.changes())
+
+
+class _AlterClauses:
+    """The clauses of one ALTER TABLE, read in statement order: collects the column changes the changelog
+    follows; each reader returns None (followed, or no data change) or why the table needs a new snapshot."""
+
+    def __init__(self, key: set[str]) -> None:
+        self.key = key  # the primary key's columns, lower case
+        self.renamed: dict[str, str] = {}
+        self.added: dict[str, str | None] = {}
+        self.dropped: list[str] = []
+        self.modified: list[str] = []
+
+    def changes(self) -> ColumnChanges:
+        return ColumnChanges(self.renamed, self.added, tuple(self.dropped), tuple(self.modified))
+
+    def read(self, spec: _Tokens) -> str | None:
         s = _Tokens(spec.items, 0, spec.starts, spec.sql)
         word = s.peek()
         s.i += 1
         if word == "ADD":
-            if s.peek() == "PRIMARY" or (s.peek() == "CONSTRAINT" and "PRIMARY" in _words(s)):
-                return resnapshot("the primary key changed")
-            if s.peek() == "PARTITION" or s.peek() in _INDEX_WORDS or s.peek() == "PERIOD":
-                continue
-            if s.peek() == "SYSTEM":
-                return resnapshot("system versioning was added")
-            s.accept("COLUMN")
-            s.accept_seq("IF", "NOT", "EXISTS")
-            definitions = _column_definitions(s)
-            for name, definition in definitions:
-                why = _added_default(name, definition, added)
-                if why:
-                    return resnapshot(why)
-        elif word == "DROP":
-            if s.peek() == "PRIMARY":
-                return resnapshot("the primary key changed")
-            if s.peek() in ("PARTITION",):
-                return resnapshot("DROP PARTITION removes rows without row events")
-            if s.peek() in _INDEX_WORDS or s.peek() == "PERIOD":
-                continue
-            if s.peek() == "SYSTEM":
-                return resnapshot("system versioning was dropped")
-            s.accept("COLUMN")
-            s.accept_seq("IF", "EXISTS")
-            name = s._ident()
-            if name is None:
-                return resnapshot(f"unrecognised clause {_text(spec)!r}")
-            if name.lower() in key:
-                return resnapshot(f"primary key column {name} was dropped")
-            dropped.append(name)
-        elif word in ("MODIFY", "CHANGE"):
-            s.accept("COLUMN")
-            s.accept_seq("IF", "EXISTS")
+            return self._add(s)
+        if word == "DROP":
+            return self._drop(s, spec)
+        if word in ("MODIFY", "CHANGE"):
+            return self._modify(s, word, spec)
+        if word == "RENAME":
+            return self._rename(s, spec)
+        return _clause_without_columns(word, s, spec)
+
+    def _add(self, s: _Tokens) -> str | None:
+        if s.peek() == "PRIMARY" or (s.peek() == "CONSTRAINT" and "PRIMARY" in _words(s)):
+            return "the primary key changed"
+        if s.peek() == "PARTITION" or s.peek() in _INDEX_WORDS or s.peek() == "PERIOD":
+            return None
+        if s.peek() == "SYSTEM":
+            return "system versioning was added"
+        s.accept("COLUMN")
+        s.accept_seq("IF", "NOT", "EXISTS")
+        definitions = _column_definitions(s)
+        for name, definition in definitions:
+            why = _added_default(name, definition, self.added)
+            if why:
+                return why
+        return None
+
+    def _drop(self, s: _Tokens, spec: _Tokens) -> str | None:
+        if s.peek() == "PRIMARY":
+            return "the primary key changed"
+        if s.peek() in ("PARTITION",):
+            return "DROP PARTITION removes rows without row events"
+        if s.peek() in _INDEX_WORDS or s.peek() == "PERIOD":
+            return None
+        if s.peek() == "SYSTEM":
+            return "system versioning was dropped"
+        s.accept("COLUMN")
+        s.accept_seq("IF", "EXISTS")
+        name = s._ident()
+        if name is None:
+            return _unrecognised(spec)
+        if name.lower() in self.key:
+            return f"primary key column {name} was dropped"
+        self.dropped.append(name)
+        return None
+
+    def _modify(self, s: _Tokens, word: str, spec: _Tokens) -> str | None:
+        s.accept("COLUMN")
+        s.accept_seq("IF", "EXISTS")
+        old = s._ident()
+        new = s._ident() if word == "CHANGE" else old
+        if old is None or new is None:
+            return _unrecognised(spec)
+        if old.lower() in self.key:
+            return f"primary key column {old} was changed"
+        rest = _words(s)
+        if "AS" in rest or "GENERATED" in rest:
+            return f"column {new} became a generated column"
+        if old != new:
+            self.renamed[old] = new
+        self.modified.append(new)
+        return None
+
+    def _rename(self, s: _Tokens, spec: _Tokens) -> str | None:
+        if s.peek() in ("INDEX", "KEY", "CONSTRAINT"):
+            return None
+        if s.accept("COLUMN"):
             old = s._ident()
-            new = s._ident() if word == "CHANGE" else old
+            s.accept("TO")
+            new = s._ident()
             if old is None or new is None:
-                return resnapshot(f"unrecognised clause {_text(spec)!r}")
-            if old.lower() in key:
-                return resnapshot(f"primary key column {old} was changed")
-            rest = _words(s)
-            if "AS" in rest or "GENERATED" in rest:
-                return resnapshot(f"column {new} became a generated column")
-            if old != new:
-                renamed[old] = new
-            modified.append(new)
-        elif word == "RENAME":
-            if s.peek() in ("INDEX", "KEY", "CONSTRAINT"):
-                continue
-            if s.accept("COLUMN"):
-                old = s._ident()
-                s.accept("TO")
-                new = s._ident()
-                if old is None or new is None:
-                    return resnapshot(f"unrecognised clause {_text(spec)!r}")
-                if old.lower() in key:
-                    return resnapshot(f"primary key column {old} was renamed")
-                renamed[old] = new
-                continue
-            return resnapshot("ALTER TABLE ... RENAME moves the table to another name")
-        elif word == "ALTER":
-            s.accept("COLUMN")
-            if s.peek() == "INDEX" or s.peek(1) in ("SET", "DROP"):
-                continue  # SET/DROP DEFAULT, visibility, index visibility: no data changes
-            return resnapshot(f"unrecognised clause {_text(spec)!r}")
-        elif word in ("TRUNCATE", "EXCHANGE", "DISCARD", "IMPORT"):
-            return resnapshot(f"{word} {s.peek()} changes rows without row events")
-        elif word == "CONVERT":
-            if s.peek() in ("PARTITION", "TABLE"):
-                return resnapshot("CONVERT PARTITION/TABLE moves rows without row events")
-            return resnapshot("CONVERT TO CHARACTER SET re-encodes every text value")
-        elif word in _HARMLESS_PARTITION_OPS and (word != "REMOVE" or s.peek() == "PARTITIONING"):
-            continue
-        elif word in _TABLE_OPTIONS or word in ("ENGINE_ATTRIBUTE", "SECONDARY_ENGINE_ATTRIBUTE"):
-            if word == "PARTITION" and s.peek() != "BY":
-                return resnapshot(f"unrecognised clause {_text(spec)!r}")
-            continue
-        elif word == "":
-            continue
-        else:
-            return resnapshot(f"unrecognised clause {_text(spec)!r}")
-    return TableDdl("ALTER", statement, ColumnChanges(renamed, added, tuple(dropped), tuple(modified)))
+                return _unrecognised(spec)
+            if old.lower() in self.key:
+                return f"primary key column {old} was renamed"
+            self.renamed[old] = new
+            return None
+        return "ALTER TABLE ... RENAME moves the table to another name"
+
+
+def _clause_without_columns(word: str, s: _Tokens, spec: _Tokens) -> str | None:
+    """An ALTER clause (``word``, ``s`` after it) that changes no column the changelog follows: None when it
+    changes no data either, else why the table needs a new snapshot."""
+    if word == "ALTER":
+        s.accept("COLUMN")
+        if s.peek() == "INDEX" or s.peek(1) in ("SET", "DROP"):
+            return None  # SET/DROP DEFAULT, visibility, index visibility: no data changes
+        return _unrecognised(spec)
+    if word in ("TRUNCATE", "EXCHANGE", "DISCARD", "IMPORT"):
+        return f"{word} {s.peek()} changes rows without row events"
+    if word == "CONVERT":
+        if s.peek() in ("PARTITION", "TABLE"):
+            return "CONVERT PARTITION/TABLE moves rows without row events"
+        return "CONVERT TO CHARACTER SET re-encodes every text value"
+    if word in _HARMLESS_PARTITION_OPS and (word != "REMOVE" or s.peek() == "PARTITIONING"):
+        return None
+    if word in _TABLE_OPTIONS or word in ("ENGINE_ATTRIBUTE", "SECONDARY_ENGINE_ATTRIBUTE"):
+        if word == "PARTITION" and s.peek() != "BY":
+            return _unrecognised(spec)
+        return None
+    if word == "":
+        return None
+    return _unrecognised(spec)
+
+
+def _unrecognised(spec: _Tokens) -> str:
+    return f"unrecognised clause {_text(spec)!r}"
 
 
 def _specs(t: _Tokens) -> list[_Tokens]:

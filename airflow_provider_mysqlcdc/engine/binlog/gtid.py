@@ -19,14 +19,13 @@ from typing import Iterator
 
 import pymysql
 
-from airflow_provider_mysqlcdc.engine.binlog.boundaries import binary_logs
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs, first_events, iter_events
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import server_info
 
-PAGE_EVENTS = 2000
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _GTID_IN_INFO = re.compile(r"\bGTID (\d+)-(\d+)-(\d+)\b")
 
@@ -205,12 +204,10 @@ def _start_file(
 
 
 def _gtid_list(conn: pymysql.connections.Connection, name: str) -> GtidPosition:
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINLOG EVENTS IN %s LIMIT 4", (name,))
-        for _log, _pos, event_type, _server, _end, info in cur.fetchall():
-            if str(event_type).lower() == "gtid_list":
-                text = str(info or "").strip().strip("[]")
-                return GtidPosition(tuple(sorted(Gtid.parse(p) for p in split_commas(text))))
+    for event in first_events(conn, name, 4):
+        if str(event.event_type).lower() == "gtid_list":
+            text = str(event.info or "").strip().strip("[]")
+            return GtidPosition(tuple(sorted(Gtid.parse(p) for p in split_commas(text))))
     raise GtidError(f"binlog file {name} has no Gtid_list event: is this a MariaDB binlog?")
 
 
@@ -218,26 +215,16 @@ def _gtid_events(
     conn: pymysql.connections.Connection, names: list[str], file: str
 ) -> Iterator[tuple[str, int, int, Gtid | None]]:
     """(file, event start, event end, GTID or None) of every event from ``file`` on, in binlog order."""
-    index, pos = names.index(file), 4
-    while True:
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINLOG EVENTS IN %s FROM %s LIMIT %s", (file, pos, PAGE_EVENTS))
-            rows = cur.fetchall()
-        for _log, event_pos, event_type, _server, end_pos, info in rows:
-            gtid = None
-            if str(event_type).lower() == "gtid":
-                match = _GTID_IN_INFO.search(str(info or ""))
-                if not match:
-                    raise GtidError(f"cannot read the GTID of the event at {file}:{event_pos}: {info!r}")
-                gtid = Gtid(*(int(g) for g in match.groups()))
-            yield file, int(event_pos), int(end_pos), gtid
-        if len(rows) >= PAGE_EVENTS:
-            pos = int(rows[-1][4])
-            continue
-        if index + 1 >= len(names):
-            return
-        index += 1
-        file, pos = names[index], 4
+    for event in iter_events(conn, names, file, 4):
+        gtid = None
+        if str(event.event_type).lower() == "gtid":
+            match = _GTID_IN_INFO.search(str(event.info or ""))
+            if not match:
+                raise GtidError(
+                    f"cannot read the GTID of the event at {event.file}:{event.pos}: {event.info!r}"
+                )
+            gtid = Gtid(*(int(g) for g in match.groups()))
+        yield event.file, event.pos, event.end_pos, gtid
 
 
 def _diverged(where: str, expected: Gtid, found: Gtid) -> GtidNotFound:

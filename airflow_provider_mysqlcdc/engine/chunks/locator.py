@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import bisect
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+
+
+class Locator(Protocol):
+    """Which chunk holds each key (chunk ids, in the order of ``keys``): ``ChunkLocator``, or a stand-in."""
+
+    def locate(self, keys: list[tuple]) -> list[int]: ...
 
 
 class ChunkLocator:

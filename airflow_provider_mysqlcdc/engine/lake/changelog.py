@@ -42,8 +42,9 @@ _MARKER = re.compile(r"^batch=(\d+)\.json$")
 
 
 @dataclass(frozen=True)
-class CommittedBatch:
-    """One committed batch of one table: its marker's content, its data files and its end offset."""
+class BatchMarker:
+    """One committed batch of one table, read back from its marker: the marker's content, the data files and
+    the end offset."""
 
     batch_id: int
     files: tuple[str, ...]  # full paths (or URIs), as the layout's root was given
@@ -64,7 +65,7 @@ def committed_batch_ids(root: str, table: TableId) -> list[int]:
     return sorted(ids)
 
 
-def read_batch(root: str, table: TableId, batch_id: int) -> CommittedBatch:
+def read_batch(root: str, table: TableId, batch_id: int) -> BatchMarker:
     """The marker of a committed batch and the Parquet files it names (or its directory holds)."""
     marker = read_json(changelog_marker(root, table, batch_id)) or {}
     data_dir = changelog_dir(root, table, batch_id)
@@ -76,7 +77,7 @@ def read_batch(root: str, table: TableId, batch_id: int) -> CommittedBatch:
     else:
         files = parquet_files(data_dir)
     last = marker.get("last_position")
-    return CommittedBatch(
+    return BatchMarker(
         batch_id, tuple(files), parse_offset(marker.get("end_offset")), str(last) if last else None, marker
     )
 

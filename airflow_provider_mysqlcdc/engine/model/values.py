@@ -54,7 +54,13 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.tables import INTEGER_TYPES, Column, TableSchema, quote_ident
+from airflow_provider_mysqlcdc.engine.model.tables import (
+    BINARY_TYPES,
+    INTEGER_TYPES,
+    Column,
+    TableSchema,
+    quote_ident,
+)
 
 UTC = dt.timezone.utc
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -62,7 +68,6 @@ _EMPTY_SET = "empty set"  # pymysqlreplication.constants.NONE_SOURCE.EMPTY_SET
 _ONE_SECOND_US = 1_000_000
 
 TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}
-BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 GEOMETRY_TYPES = {
     "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
     "geometrycollection",

@@ -1,6 +1,6 @@
 """One chunk's snapshot records as Arrow batches, shared by the Spark reader and the Spark writer.
 
-The driver resolves the plan and the table schema once (``SnapshotJob.load``) and ships them, with the
+The driver resolves the plan and the table schema once (``ChunkGroupJob.load``) and ships them, with the
 options, to the tasks; a task then reads its chunk with the engine's ``ChunkRead`` (one read view, one LW/HW)
 and gets batches of metadata columns + table columns, minus the excluded columns.
 
@@ -32,15 +32,15 @@ from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 
 
 @dataclass(frozen=True)
-class SnapshotJob:
-    """Options plus what the driver resolved for them: picklable, free of secrets."""
+class ChunkGroupJob:
+    """One chunk group's job: its options plus what the driver resolved for them; picklable, free of secrets."""
 
     options: SnapshotOptions
     plan: ChunkPlan
     schema: TableSchema
 
     @classmethod
-    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None) -> "SnapshotJob":
+    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None) -> "ChunkGroupJob":
         """Resolve the plan (latest generation unless given) and the table schema; check ids and exclusions."""
         own = store is None
         store = store or ChunkStore(options.store_url())

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pymysql
 
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
@@ -38,9 +39,7 @@ def server_binlog(conn: pymysql.connections.Connection) -> ServerBinlog:
     status = current_binlog_status(conn, server_info(conn))
     files: tuple[tuple[str, int], ...] | None
     try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW BINARY LOGS")
-            files = tuple((str(r[0]), int(r[1])) for r in cur.fetchall())
+        files = tuple(binary_logs(conn))
     except pymysql.err.MySQLError as exc:
         log.info("SHOW BINARY LOGS failed (%s): lag across binlog files is reported in files only", exc)
         files = None

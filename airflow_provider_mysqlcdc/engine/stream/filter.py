@@ -11,17 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Sequence
 
+from airflow_provider_mysqlcdc.engine.chunks.locator import Locator
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-
-
-class Locator(Protocol):
-    def locate(self, keys: list[tuple]) -> list[int]: ...
 
 
 @dataclass

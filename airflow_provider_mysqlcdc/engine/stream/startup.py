@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 import pymysql
 
-from airflow_provider_mysqlcdc.engine.binlog.boundaries import binary_logs, iter_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, CdcError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset

@@ -6,7 +6,6 @@ job is one Spark action, so every chunk is read once per attempt.
 """
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -20,7 +19,8 @@ from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
+from airflow_provider_mysqlcdc.spark.errors import task_failure_summary
 from airflow_provider_mysqlcdc.spark.session import ensure_no_speculation, register_data_source
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
@@ -87,11 +87,11 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     with ChunkStore(options.store_url()) as store:
-        job = SnapshotJob.load(options, store)
+        job = ChunkGroupJob.load(options, store)
         table, generation = job.options.table, job.plan.generation
         attempts = {c: store.start_chunk(table, generation, c, run_id=options.run_id).attempts
                     for c in job.chunk_ids}
-        job = SnapshotJob(job.options.with_(attempts=attempts), job.plan, job.schema)
+        job = ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
         label = f"{table} g{generation} chunks {format_chunk_ids(job.chunk_ids)}"
         say(f"snapshot {label}: {len(job.chunk_ids)} chunk(s) started")
         error: str | None = None
@@ -104,7 +104,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
             (chunk_id_frame(spark, job.chunk_ids).write.format(SOURCE_NAME).mode("append")
              .options(**job.options.to_options()).save())
         except Exception as exc:  # noqa: BLE001 - recorded per chunk, then raised as SnapshotFailed
-            error = _summary(exc)
+            error = task_failure_summary(exc)
             _record_failure(store, job, error)
         finally:
             watcher.stop()
@@ -128,7 +128,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
     return result
 
 
-def _record_failure(store: ChunkStore, job: SnapshotJob, error: str) -> None:
+def _record_failure(store: ChunkStore, job: ChunkGroupJob, error: str) -> None:
     """Put the real error on chunks still marked as running by this attempt (``abort`` wrote a generic one)."""
     for state in store.chunks(job.options.table, job.plan.generation):
         attempt = job.options.attempts.get(state.chunk_id)
@@ -137,24 +137,6 @@ def _record_failure(store: ChunkStore, job: SnapshotJob, error: str) -> None:
         if state.status in (RUNNING, "failed"):
             store.fail_chunk(job.options.table, job.plan.generation, state.chunk_id, error,
                              run_id=job.options.run_id, attempt=attempt)
-
-
-def _summary(exc: BaseException) -> str:
-    """The most telling line of a Spark/Py4J error: the task's Python exception, else the root JVM cause."""
-    lines = [ln.strip() for ln in str(exc).splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith(("at ", "...", "File "))]
-    python = [ln for ln in lines if _PYTHON_ERROR.match(ln) and not ln.startswith(("org.", "java.", "py4j"))]
-    if python:
-        return python[-1][:500]
-    causes = [ln.removeprefix("Caused by: ") for ln in lines if ln.startswith("Caused by: ")]
-    causes = [c.split(": ", 1)[-1] for c in causes if "EOFException" not in c]
-    if causes:
-        return causes[0][:500]
-    aborted = [ln for ln in lines if "Job aborted" in ln]
-    return (aborted or lines or [repr(exc)])[0][:500]
-
-
-_PYTHON_ERROR = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Fault|Failed|Stale\w*|Unknown\w*): ")
 
 
 class _ProgressWatcher:

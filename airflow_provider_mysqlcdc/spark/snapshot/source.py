@@ -26,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotWriter
 
@@ -60,7 +60,7 @@ class ChunkPartition(InputPartition):
 
 
 class SnapshotReader(DataSourceReader):
-    def __init__(self, job: SnapshotJob) -> None:
+    def __init__(self, job: ChunkGroupJob) -> None:
         self.job = job
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -89,10 +89,10 @@ class SnapshotDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def _job(self) -> SnapshotJob:
+    def _job(self) -> ChunkGroupJob:
         job = getattr(self, "_loaded", None)
         if job is None:
-            job = self._loaded = SnapshotJob.load(SnapshotOptions.from_options(self.options))
+            job = self._loaded = ChunkGroupJob.load(SnapshotOptions.from_options(self.options))
         return job
 
     def schema(self) -> StructType:
@@ -108,9 +108,9 @@ class SnapshotDataSource(DataSource):
         return SnapshotWriter(job)
 
 
-def _start_chunks(job: SnapshotJob) -> SnapshotJob:
+def _start_chunks(job: ChunkGroupJob) -> ChunkGroupJob:
     options = job.options
     with ChunkStore(options.store_url()) as store:
         attempts = {c: store.start_chunk(options.table, job.plan.generation, c, run_id=options.run_id).attempts
                     for c in job.chunk_ids}
-    return SnapshotJob(options.with_(attempts=attempts), job.plan, job.schema)
+    return ChunkGroupJob(options.with_(attempts=attempts), job.plan, job.schema)

@@ -43,7 +43,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.layout import delete_dir, filesystem, new_version, snapshot_dir
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import publish_snapshot_manifest
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import SnapshotJob
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class SnapshotCommitMessage(WriterCommitMessage):
 # --- executor side --------------------------------------------------------------------------------------------
 
 
-def write_chunk(job: SnapshotJob, chunk_id: int, slot: int) -> WrittenChunk:
+def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int) -> WrittenChunk:
     """Read one chunk and write it to a fresh version directory; on any error the directory is removed."""
     options = job.options
     directory = snapshot_dir(options.output, job.plan.table, job.plan.generation, chunk_id, new_version())
@@ -207,7 +207,7 @@ def _fail(kind: str) -> None:
 class SnapshotWriter(DataSourceArrowWriter):
     """Input rows: ``chunk_id`` (int), ideally one per partition. Created on the driver, pickled to the tasks."""
 
-    def __init__(self, job: SnapshotJob) -> None:
+    def __init__(self, job: ChunkGroupJob) -> None:
         self.job = job
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SnapshotCommitMessage:
@@ -261,7 +261,7 @@ class SnapshotWriter(DataSourceArrowWriter):
                                      run_id=options.run_id, attempt=options.attempts.get(chunk_id))
 
 
-def commit_written_chunk(store: ChunkStore, job: SnapshotJob, chunk: WrittenChunk) -> None:
+def commit_written_chunk(store: ChunkStore, job: ChunkGroupJob, chunk: WrittenChunk) -> None:
     """Store row + manifest in one transaction; deadlocks between concurrent groups are retried."""
     options = job.options
     extra = {"files": chunk.files, "bytes": chunk.bytes, "read_view_mode": chunk.mode,
@@ -287,7 +287,7 @@ def commit_written_chunk(store: ChunkStore, job: SnapshotJob, chunk: WrittenChun
             time.sleep(0.1 * (attempt + 1))
 
 
-def republish_manifest(store: ChunkStore, job: SnapshotJob) -> None:
+def republish_manifest(store: ChunkStore, job: ChunkGroupJob) -> None:
     """Rewrite the table's manifest from the store's committed rows (idempotent)."""
     with store.transaction() as conn:
         publish_snapshot_manifest(conn, job.options.output, job.plan.table)

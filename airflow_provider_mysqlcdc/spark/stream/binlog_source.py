@@ -241,16 +241,17 @@ class BinlogSource(DataSource):
 
         return STREAM_SCHEMA_DDL
 
-    def streamReader(self, schema: Any) -> "BinlogStreamReader":
-        return BinlogStreamReader(self.config, self._password)
+    def streamReader(self, schema: Any) -> "BinlogMicroBatchStream":
+        return BinlogMicroBatchStream(self.config, self._password)
 
     def __repr__(self) -> str:  # never the password
         return f"BinlogSource(tables={[str(t) for t in self.config.tables]})"
 
 
 @dataclass
-class BinlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Driver side: offsets and admission control; executor side: ``read`` of one batch range."""
+class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The binlog source's PySpark ``DataSourceStreamReader`` (not mysql-replication's ``BinLogStreamReader``):
+    driver side, offsets and admission control; executor side, ``read`` of one batch range."""
 
     config: BinlogSourceOptions
     password: str = field(repr=False)

@@ -77,8 +77,8 @@ BatchHook = Callable[[int, list[TableId]], None]
 
 
 @dataclass(frozen=True)
-class CommittedBatch:
-    """What one committed micro-batch wrote (progress output, the ledger)."""
+class BatchCommit:
+    """What a micro-batch's commit reports: what it wrote (progress output, the ledger)."""
 
     batch_id: int
     rows: dict[str, int]  # changes written per table ("database.table")
@@ -216,7 +216,7 @@ class ChangelogSink:
     checkpoint: str
     changelog_json: bool = False
     on_batch_committed: BatchHook | None = None  # mirror refresh: (batch_id, tables with new changes)
-    on_progress: Callable[[CommittedBatch], None] | None = None
+    on_progress: Callable[[BatchCommit], None] | None = None
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
 
@@ -258,7 +258,7 @@ class ChangelogSink:
     def ledger_path(self, batch_id: int) -> str:
         return posixpath.join(self.checkpoint.rstrip("/"), LEDGER_DIR, f"batch={batch_id:012d}.json")
 
-    def commit(self, batch_id: int, attempt: str, results: list[tuple], *, replay: bool) -> CommittedBatch:
+    def commit(self, batch_id: int, attempt: str, results: list[tuple], *, replay: bool) -> BatchCommit:
         """Write the markers of this attempt; on a replay, then drop what earlier attempts left."""
         by_table: dict[str, dict[str, list[tuple]]] = defaultdict(lambda: defaultdict(list))
         ranges = []
@@ -314,7 +314,7 @@ class ChangelogSink:
                     "committed_at": datetime.now(timezone.utc).isoformat(),
                 },
             )
-        return CommittedBatch(batch_id, rows, replay, 0.0, start_offset, end_offset,
+        return BatchCommit(batch_id, rows, replay, 0.0, start_offset, end_offset,
                               {t: len(c) for t, c in ddl.items()})
 
 

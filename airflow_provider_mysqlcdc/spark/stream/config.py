@@ -1,0 +1,114 @@
+"""What one stream is configured with: the source, its tables and column exclusions, the output, the checkpoint,
+the trigger, and its limits."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
+from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL
+from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
+    DEFAULT_CATCHUP_PARTITION_BYTES,
+    DEFAULT_MAX_BYTES_PER_BATCH,
+    ROWS_PER_READ,
+    read_password_file,
+    url_has_password,
+)
+
+AVAILABLE_NOW = "available-now"
+_PROCESSING_TIME = re.compile(r"^processing-time=(.+)$")
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    mysql_url: str  # without the password
+    tables: tuple[str, ...]  # database.table names or patterns (db.orders_*)
+    chunk_store: str
+    output: str  # root of the output layout
+    checkpoint: str  # Spark checkpoint of this stream (one stream per checkpoint)
+    trigger: str = AVAILABLE_NOW  # or "processing-time=10 seconds"
+    password_file: str | None = None  # else $MYSQLCDC_MYSQL_PASSWORD
+    max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH
+    changelog_json: bool = False
+    server_id_slot: int = 0
+    # parallel catch-up: a batch spanning at least 2 x catchup_partition_bytes of binlog is decoded by up to
+    # catchup_partitions tasks at once (0: as many as Spark's default parallelism; 1: off)
+    catchup_partitions: int = 0
+    catchup_partition_bytes: int = DEFAULT_CATCHUP_PARTITION_BYTES
+    rows_per_read: int = ROWS_PER_READ  # row images a read task holds at once (its memory bound)
+    read_timeout: float = 600.0
+    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage is waited out this long
+    startup_mode: str = INITIAL  # engine.stream.startup: where a new checkpoint's stream begins
+    # DDL that changes rows without row events (TRUNCATE, RENAME TABLE, partition DROP/EXCHANGE, ...): the
+    # stream plans and snapshots the table again by itself and goes on; False stops with an error instead
+    resnapshot: bool = True
+    query_name: str | None = None
+    lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
+    break_lock: bool = False
+    # columns never written, per table ("db.table" -> names): the same exclusions as the snapshot's
+    exclude_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def available_now(self) -> bool:
+        return self.trigger == AVAILABLE_NOW
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        if self.available_now:
+            return {"availableNow": True}
+        match = _PROCESSING_TIME.match(self.trigger.strip())
+        if not match:
+            raise ConfigurationError(
+                f"trigger {self.trigger!r}: use {AVAILABLE_NOW!r} or 'processing-time=<interval>' "
+                "(e.g. processing-time=10 seconds)"
+            )
+        return {"processingTime": match.group(1).strip()}
+
+    def settings(self) -> MySQLSettings:
+        if url_has_password(self.mysql_url):
+            raise ConfigurationError(
+                "the MySQL URL of a stream must not contain the password (it would reach Spark options and "
+                f"process lists): use --password-file or ${PASSWORD_ENV}"
+            )
+        password = read_password_file(self.password_file) if self.password_file else None
+        return MySQLSettings.from_url(self.mysql_url, password=password)
+
+
+def parse_exclude_columns(items: list[str]) -> dict[str, tuple[str, ...]]:
+    """``["db.t=secret,blob", ...]`` (the snapshot's ``--exclude-columns`` format) as a dict."""
+    out: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        table, sep, columns = item.partition("=")
+        if not sep or not table.strip() or not columns.strip():
+            raise ConfigurationError(f"--exclude-columns {item!r} must look like db.table=col1,col2")
+        out[table.strip()] = tuple(c.strip() for c in columns.split(",") if c.strip())
+    return out
+
+
+def written_schemas(
+    schemas: dict[TableId, TableSchema], exclude: dict[str, tuple[str, ...]]
+) -> dict[TableId, TableSchema]:
+    """The schemas the changelog is written with: excluded columns (secrets, blobs) never reach a file."""
+    out = dict(schemas)
+    for name, columns in exclude.items():
+        table = TableId.parse(name)
+        if table not in schemas:
+            raise ConfigurationError(f"--exclude-columns names {name}, which this stream does not capture")
+        schema = schemas[table]
+        unknown = [c for c in columns if c not in schema.column_by_name]
+        keys = [c for c in columns if c in schema.primary_key]
+        if unknown or keys:
+            raise ConfigurationError(
+                f"{table}: cannot exclude {unknown or keys}: "
+                + ("no such column" if unknown else "primary key columns identify rows in the mirror")
+            )
+        out[table] = dataclasses.replace(
+            schema, columns=tuple(c for c in schema.columns if c.name not in columns), column_by_name={}
+        )
+    return out
