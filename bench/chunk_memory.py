@@ -122,8 +122,8 @@ def run_section(work: Path, *, table_rows: int, small_rows: int, chunk_sizes: tu
     from catchup import password_file
 
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
     run_dir = work / "memory"

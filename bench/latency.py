@@ -197,8 +197,8 @@ def latencies(commits: dict[int, float], seen: dict[int, float]) -> Latencies:
 def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warmup: float, seconds: float,
                 interval: str, seed: int, executors: int = 1) -> list[Figure]:
     from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
-    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
     run_dir = work / "latency"

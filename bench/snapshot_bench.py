@@ -91,9 +91,9 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
     """Plan + what each Spark task does (``write_chunk``: chunk read -> versioned Parquet), one chunk after
     another in this process, without Spark and without chunk store commits: the engine's own cost."""
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.spark.snapshot.writer import write_chunk
 
     run_dir = work / "engine"
@@ -114,9 +114,9 @@ def engine_without_spark(cfg: dict[str, Any], work: Path) -> tuple[int, Measure]
 def spark_child(cfg_path: str) -> int:
     cfg = json.loads(Path(cfg_path).read_text())
     from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
-    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
     from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
+    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 
     p, server_pid, rows = cfg["parallelism"], cfg["server_pid"], cfg["rows"]
     # The suite runs the job on a standalone cluster it started: its executors are not this process's
@@ -138,9 +138,9 @@ def spark_child(cfg_path: str) -> int:
         say(f"planned {len(plan.chunks)} chunks in {t_plan.m.wall:.1f}s")
 
     with Timer(server_pid, root) as t_start:
+        from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
         from airflow_provider_mysqlcdc.spark.session import build_session
         from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
-        from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 
         spark = build_session(master=master, app_name=f"mysqlcdc snapshot bench {label}",
                               conf={"spark.ui.enabled": "false", **cfg.get("spark_conf", {})})

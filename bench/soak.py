@@ -27,19 +27,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the harness
 
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
+from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 from tests.support.binlog_audit import (
     AuditReport,
     audit_changelog,
     entries_from_records,
     read_binlog,
 )
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 from tests.support.engine_harness import Pipeline
 from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 

@@ -16,7 +16,13 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_mysqlcdc.cli import check, plan, snapshot, status, stream  # here: stream loads pyspark
+    from airflow_provider_mysqlcdc.cli import (  # here: stream loads pyspark
+        check,
+        plan,
+        snapshot,
+        status,
+        stream,
+    )
 
     parser = argparse.ArgumentParser(
         prog="mysqlcdc",

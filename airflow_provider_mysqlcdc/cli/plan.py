@@ -62,8 +62,8 @@ def _add_remove_table_parser(sub: "argparse._SubParsersAction") -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from airflow_provider_mysqlcdc.engine.chunks.groups import chunk_groups
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunks.groups import chunk_groups
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 
     if not args.chunk_store:

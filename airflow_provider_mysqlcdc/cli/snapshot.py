@@ -43,8 +43,8 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> None:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit, urlunsplit
 
-    from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
     from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
     from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
     from airflow_provider_mysqlcdc.spark.session import build_session

@@ -1,4 +1,5 @@
-"""The snapshot phase's command-line options, shared by ``mysqlcdc snapshot`` and ``spark_apps/snapshot_chunks.py``.
+"""The snapshot phase's command-line options, shared by ``mysqlcdc snapshot`` and
+``spark_apps/snapshot_chunks.py``.
 
 Both read planned chunks into the output with the same read options and build a ``SnapshotOptions`` per table
 from them (``options_from_args``); each entry point adds only how it picks its tables and chunks.

@@ -20,21 +20,21 @@ from typing import Any, Callable, Iterator
 
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
     add_mysql_options,
     add_output_option,
     mysql_settings,
 )
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
-from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest, read_mirror
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
-from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.connection import connect
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
 
 
 def add_parsers(subparsers: Any) -> None:

@@ -18,11 +18,15 @@ from airflow_provider_mysqlcdc.cli.options import (
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
-from airflow_provider_mysqlcdc.spark.stream.binlog_source import DEFAULT_CATCHUP_PARTITION_BYTES, DEFAULT_MAX_BYTES_PER_BATCH, ROWS_PER_READ
+from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
+    DEFAULT_CATCHUP_PARTITION_BYTES,
+    DEFAULT_MAX_BYTES_PER_BATCH,
+    ROWS_PER_READ,
+)
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig, parse_exclude_columns
-from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 
 
 def add_stream_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,12 +14,12 @@ from typing import Any
 from airflow.sdk import BaseHook
 
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.source.connection import (
     DEFAULT_SERVER_ID_RANGE,
     MySQLSettings,
     parse_server_id_range,
 )
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 
 _EXTRA_KEYS = {"ssl", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify", "server_id", "charset", "connect_timeout"}
 

@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, UnknownChunk
 from airflow_provider_mysqlcdc.engine.chunks.groups import (
     DEFAULT_CHUNKS_PER_GROUP,
     ChunkGroup,
@@ -32,15 +33,20 @@ from airflow_provider_mysqlcdc.engine.chunks.groups import (
     format_chunk_ids,
     parse_chunk_ids,
 )
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, UnknownChunk
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE
-from airflow_provider_mysqlcdc.engine.snapshot.phase import is_pattern, load_plan, plan_tables, remove_tables, tables_to_plan
-from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, matching_tables
+from airflow_provider_mysqlcdc.engine.snapshot.phase import (
+    is_pattern,
+    load_plan,
+    plan_tables,
+    remove_tables,
+    tables_to_plan,
+)
 from airflow_provider_mysqlcdc.engine.source.catalog import find_tables
+from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables

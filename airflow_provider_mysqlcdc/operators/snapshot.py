@@ -15,15 +15,15 @@ from typing import Any, Mapping, Sequence
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
-from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
-from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 
 MAP_INDEX_TEMPLATE = "{{ mysqlcdc_chunk_group }}"
 

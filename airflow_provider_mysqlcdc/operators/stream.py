@@ -15,16 +15,16 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
-from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
-from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
-from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
+from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
+from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.spark_apps import STREAM_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
 
 AVAILABLE_NOW, CONTINUOUS = "available-now", "continuous"
 CONTINUOUS_TRIGGER = "processing-time=5 seconds"

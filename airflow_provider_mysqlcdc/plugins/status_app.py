@@ -20,6 +20,11 @@ from typing import Any, Callable
 from urllib.parse import quote
 
 import pymysql
+from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+from airflow.api_fastapi.common.db.common import SessionDep
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.models.dagrun import DagRun
+from airflow.models.xcom import XComModel
 from fastapi import Depends, FastAPI, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse
 from sqlalchemy import select
@@ -27,19 +32,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-from airflow.api_fastapi.common.db.common import SessionDep
-from airflow.api_fastapi.core_api.security import requires_access_dag
-from airflow.models.dagrun import DagRun
-from airflow.models.xcom import XComModel
-
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, normalize_url
-from airflow_provider_mysqlcdc.engine.source.connection import connect
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
-from airflow_provider_mysqlcdc.plugins.status_page import RunRef, render_login_required, render_no_pipeline, render_problem, render_status
+from airflow_provider_mysqlcdc.plugins.status_page import (
+    RunRef,
+    render_login_required,
+    render_no_pipeline,
+    render_problem,
+    render_status,
+)
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,13 @@ from html import escape
 from typing import Any, Iterable
 
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport
-from airflow_provider_mysqlcdc.engine.status.table_status import NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM, TableStatus
+from airflow_provider_mysqlcdc.engine.status.table_status import (
+    NOT_PLANNED,
+    SNAPSHOT,
+    SNAPSHOT_DONE,
+    STREAM,
+    TableStatus,
+)
 from airflow_provider_mysqlcdc.engine.status.text import lag_text
 from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
 

@@ -21,7 +21,11 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV, MYSQL_URL_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import (
+    CHUNK_STORE_URL_ENV,
+    MYSQL_PASSWORD_ENV,
+    MYSQL_URL_ENV,
+)
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,11 +158,11 @@ def main() -> int:
         _run(["mirror", "--table", TABLE, "--output", lake], env)
 
         _step("comparing the mirror with the source, row by row")
-        from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
         from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+        from airflow_provider_mysqlcdc.engine.model import values
         from airflow_provider_mysqlcdc.engine.model.tables import TableId
         from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
-        from airflow_provider_mysqlcdc.engine.model import values
+        from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
         settings = MySQLSettings.from_url(server.cdc_url)
         with connect(settings) as conn, conn.cursor() as cur:

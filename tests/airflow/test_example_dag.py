@@ -25,11 +25,10 @@ import pytest
 
 from airflow_provider_mysqlcdc.assets import table_asset_uri
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
-
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 

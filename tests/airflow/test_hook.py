@@ -8,10 +8,10 @@ import pytest
 from airflow.sdk import Connection
 
 from airflow_provider_mysqlcdc.engine.chunks.groups import chunk_groups
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook, settings_from_connection
 from airflow_provider_mysqlcdc.operators.plan import parse_redo_chunks, plan_groups
 from airflow_provider_mysqlcdc.operators.snapshot import reader_slot_base

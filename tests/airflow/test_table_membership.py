@@ -14,10 +14,10 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables, remove_tables
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
 
 def _create(mysql_server, db: str, name: str, rows: int = 30) -> str:
@@ -84,8 +84,8 @@ class _TaskInstance:
 
 def test_plan_operator_adds_new_tables_resumes_its_own_run_and_removes(mysql_server, mysql_db, tmp_path,
                                                                        monkeypatch, capfd):
-    from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
     from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
+    from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 
     monkeypatch.setenv("AIRFLOW_CONN_MEMBERSHIP_SRC", mysql_server.cdc_url)
     store_path = str(tmp_path / "chunks.db")
@@ -212,8 +212,8 @@ def test_cli_remove_table_and_plan_only_new(mysql_server, mysql_db, tmp_path, ca
 
 
 def test_a_planned_table_dropped_in_the_source_says_how_to_take_it_out(mysql_server, mysql_db, tmp_path):
-    from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
+    from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:

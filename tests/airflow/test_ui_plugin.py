@@ -26,8 +26,8 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.engine.status.table_status import SNAPSHOT, STREAM, TableStatus
 from airflow_provider_mysqlcdc.plugins.status_page import lag_text, stream_text
-from tests.support.airflow_server import AirflowApiServer
 from airflow_provider_mysqlcdc.testing.mariadb import _die_with_parent
+from tests.support.airflow_server import AirflowApiServer
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DATABASE = "t_ui_plugin"
@@ -194,10 +194,9 @@ def test_a_run_without_pipeline_and_an_unknown_run(finished_run, api_server):
 
 def test_access_is_decided_per_dag_by_the_auth_manager(finished_run, monkeypatch):
     """The routes ask the auth manager about this very DAG (its runs and XComs): a user it denies gets 403."""
-    from fastapi.testclient import TestClient
-
     from airflow.api_fastapi.app import _AuthManagerState, create_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+    from fastapi.testclient import TestClient
 
     from airflow_provider_mysqlcdc.plugins.status_app import app
 
@@ -255,10 +254,9 @@ def test_without_mysql_the_page_shows_everything_but_lag(finished_run, monkeypat
 def test_the_latest_pipeline_record_of_the_run_wins(finished_run, tmp_path):
     """A rerun of the plan task (or a record pushed by another, possibly mapped, task) replaces the first;
     a chunk store the API server cannot see is a problem the page names (and never creates)."""
-    from sqlalchemy import delete
-
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import delete
 
     from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
     from airflow_provider_mysqlcdc.plugins.status_app import (

@@ -12,6 +12,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.ddl import statement_tables
 from airflow_provider_mysqlcdc.engine.binlog.errors import (
     BinlogPurged,
     BinlogReadError,
@@ -21,16 +22,15 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
     ResnapshotRequired,
     UnsupportedEvent,
 )
-from airflow_provider_mysqlcdc.engine.binlog.ddl import statement_tables
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.model.values import select_list, snapshot_normalizer
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
 ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
 
 def test_parses_full_url():

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections import Counter
 import threading
 import time
+from collections import Counter
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from tests.support.binlog_audit import BinlogAuditError, BinlogParser, assert_clean
-
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 

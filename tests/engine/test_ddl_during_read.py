@@ -21,6 +21,10 @@ import pyarrow.parquet as pq
 import pymysql.cursors
 import pytest
 
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
     ChunkKeyChanged,
@@ -28,14 +32,10 @@ from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
     ChunkReadOptions,
     TableChangedDuringRead,
 )
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
-from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
 ROWS = 300
 CHUNK = 1  # of 3: ids [100, 200)

@@ -10,14 +10,14 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.chunks.key_codec import KeyCodec, decode_key, encode_key
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import chunk_predicate, key_select_sql, tuple_compare_sql
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
 # --- KeyCodec ---------------------------------------------------------------------------------------------
 

@@ -19,18 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
-from tests.support.reference_mirror import materialize
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
-    MirrorNotFound,
-    mirror_files,
-    read_manifest,
-    read_mirror,
-)
+from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
-from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
     changelog_marker,
@@ -38,14 +30,21 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     table_dir,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
-from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
+    MirrorNotFound,
+    mirror_files,
+    read_manifest,
+    read_mirror,
+)
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch, snapshot_batch
+from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
-
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from tests.support.engine_harness import assert_same_rows
 from tests.support.layout_pipeline import LayoutPipeline
+from tests.support.reference_mirror import materialize
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 

@@ -12,17 +12,15 @@ from typing import Any, Sequence
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunks import planner
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
-from airflow_provider_mysqlcdc.engine.chunks.key_sql import key_select_sql
+from airflow_provider_mysqlcdc.engine.chunks.key_sql import key_select_sql, plan_predicate
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
-from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import choose_chunk_key, plan_table
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
-
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from tests.support.reference_planner import old_uneven_boundaries
 
 

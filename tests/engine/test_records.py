@@ -4,9 +4,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from decimal import Decimal
 
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, records_batch, snapshot_batch
 from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
 from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, records_batch, snapshot_batch
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
 

@@ -6,14 +6,19 @@ import time
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
-from airflow_provider_mysqlcdc.engine.source.limits import RateLimiter, SlotWaitTimeout, SourceLimits, read_slot
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.limits import (
+    RateLimiter,
+    SlotWaitTimeout,
+    SourceLimits,
+    read_slot,
+)
 
 
 def _table(mysql_server, mysql_db: str, rows: int, width: int = 20) -> tuple[MySQLSettings, TableId]:

@@ -11,17 +11,18 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-from airflow_provider_mysqlcdc.engine.stream.startup import StartupError, StartupMode, resolve_start
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
-from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.engine.stream.startup import StartupError, StartupMode, resolve_start
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream
+from tests.faults.test_stream_faults import _purge_all_but_current
 from tests.support.binlog_audit import (
     TableExpectation,
     assert_clean,
@@ -29,9 +30,7 @@ from tests.support.binlog_audit import (
     entries_from_records,
     read_binlog,
 )
-
 from tests.support.engine_harness import password_file
-from tests.faults.test_stream_faults import _purge_all_but_current
 
 
 def _status(cur) -> BinlogPosition:
@@ -164,9 +163,9 @@ def test_operators_follow_the_startup_mode(private_mariadb, settings, tmp_path, 
     tables for the stream; snapshot-only makes the stream task skip."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
     from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
     from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
+    from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 
     monkeypatch.setenv("AIRFLOW_CONN_MODES_SRC", private_mariadb.cdc_url)
     store = str(tmp_path / "chunks.db")

@@ -15,13 +15,12 @@ import pytest
 
 from airflow_provider_mysqlcdc.cli import status as cli_status
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.status.server_binlog import ServerBinlog
 from airflow_provider_mysqlcdc.engine.status.table_status import NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM
-
 from tests.support.layout_pipeline import LayoutPipeline
 
 

@@ -9,16 +9,16 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
-from airflow_provider_mysqlcdc.engine.source.readiness import check_server
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
-from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.readiness import check_server
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
 

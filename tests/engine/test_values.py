@@ -15,11 +15,9 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.model.values import (
     UnsupportedType,
     arrow_schema,
@@ -29,6 +27,8 @@ from airflow_provider_mysqlcdc.engine.model.values import (
     snapshot_normalizer,
     to_arrow_batch,
 )
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
 UTC = dt.timezone.utc
 

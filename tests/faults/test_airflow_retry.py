@@ -29,15 +29,21 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, RUNNING, ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP
-
+from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
+from tests.airflow.test_example_dag import (
+    DAG_ID,
+    SNAPSHOT_TASK,
+    SPECS,
+    _airflow_task,
+    _load_dag,
+    _task_instances,
+)
 from tests.support.engine_harness import assert_mirror_equals_source
-from tests.airflow.test_example_dag import DAG_ID, SNAPSHOT_TASK, SPECS, _airflow_task, _load_dag, _task_instances
 from tests.support.workload import Workload, create_tables, seed_rows
 
 SEED = 47

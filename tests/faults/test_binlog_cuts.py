@@ -10,16 +10,16 @@ import time
 import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConnectionFailed, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
-from airflow_provider_mysqlcdc.engine.source.outages import retry_while_unavailable
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.outages import retry_while_unavailable
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.testing.mariadb import free_port
 from tests.support.tcp_proxy import CuttableProxy
 
@@ -93,7 +93,10 @@ def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mys
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     from airflow_provider_mysqlcdc.spark.stream import binlog_source
-    from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogMicroBatchStream, BinlogSourceOptions
+    from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
+        BinlogMicroBatchStream,
+        BinlogSourceOptions,
+    )
 
     monkeypatch.setattr(binlog_source, "DRIVER_READ_TIMEOUT_S", 2.0)
     proxy = CuttableProxy(("127.0.0.1", mysql_server.port))

@@ -21,14 +21,14 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_mysqlcdc.engine import chunk_store as cs
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_OUTAGE_ENV
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, ChunkStoreError, ChunkStoreUnavailable
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.chunk_store import database as store_database
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_OUTAGE_ENV
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from tests.support.tcp_proxy import CuttableProxy
-
-from tests.support.engine_harness import Pipeline, assert_same_rows
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from tests.engine.test_chunk_store import PG_ADMIN_URL, _server_database
+from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.tcp_proxy import CuttableProxy
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 TABLE = "shop.orders"
@@ -301,7 +301,7 @@ conn.execute("COMMIT")
 
 def test_sqlite_store_locked_beyond_the_busy_timeout_recovers(tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger=cs.__name__)
-    monkeypatch.setattr(cs, "SQLITE_BUSY_TIMEOUT_S", 0.2)  # read when the store connects
+    monkeypatch.setattr(store_database, "SQLITE_BUSY_TIMEOUT_S", 0.2)  # read when the store connects
     path = tmp_path / "chunks.db"
     store = ChunkStore(str(path), outage_s=30)
     generation = new_plan(store)

@@ -18,23 +18,22 @@ from typing import Iterator
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, GenerationView, StreamChunk, TableView
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.stream.failover import ServerChanged, resolve_offset, server_identity
 from airflow_provider_mysqlcdc.engine.binlog.gtid import GtidNotFound, GtidPosition, position_after_gtid_set
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, GenerationView, StreamChunk, TableView
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
-from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.stream.failover import ServerChanged, resolve_offset, server_identity
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer, find_mariadbd
-
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 

@@ -11,14 +11,13 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream
-
-from tests.support.engine_harness import password_file
 from tests.engine.test_readiness_check import MISCONFIGURATIONS, global_variable
+from tests.support.engine_harness import password_file
 
 
 @pytest.fixture

@@ -59,7 +59,6 @@ from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.status.table_status import STREAM
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
-
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import KEY_SPACE, TABLE_SPECS, _values, create_tables, insert_sql, seed_rows
 

@@ -26,20 +26,19 @@ from pathlib import Path
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.lake.layout import read_json
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
-from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
+from airflow_provider_mysqlcdc.engine.lake.layout import read_json
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from tests.support.binlog_audit import assert_clean
-from tests.support.tcp_proxy import CuttableProxy
-
 from tests.support.engine_harness import Pipeline, assert_mirror_equals_source, password_file
+from tests.support.tcp_proxy import CuttableProxy
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 REPO = Path(__file__).resolve().parents[2]

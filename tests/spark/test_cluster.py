@@ -15,13 +15,12 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from tests.support.spark_cluster import SparkStandaloneCluster
-
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from tests.support.engine_harness import assert_mirror_equals_source
+from tests.support.spark_cluster import SparkStandaloneCluster
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,18 +6,17 @@ from __future__ import annotations
 import logging
 import time
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
-
-from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.engine.test_readiness_check import global_variable
+from tests.support.engine_harness import assert_mirror_equals_source, password_file
 
 
 def _committed_offset(output: str) -> dict:

@@ -13,22 +13,21 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
 from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries
-from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
-from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.lake.layout import changelog_marker, read_json
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.stream.admission import cut_points
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogMicroBatchStream, BinlogSourceOptions
 from airflow_provider_mysqlcdc.spark.stream.job import StreamFailed, run_stream
-
 from tests.spark.test_stream import (
     _assert_mirror_equals_source,
     _binlog_end,

@@ -14,15 +14,15 @@ import time
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
 from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_history, schema_version
-from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.plugins import status_page
-from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import (
     StreamFailed,
@@ -30,7 +30,6 @@ from airflow_provider_mysqlcdc.spark.stream.job import (
     run_stream,
     snapshot_table,
 )
-
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import SingleRowWriters
 

@@ -18,22 +18,20 @@ import pytest
 
 from airflow_provider_mysqlcdc.cli import main as cli
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
-from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import manifest_path, read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
-from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_chunk_group
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_chunk_group
 from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
-
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
-
 
 # --- helpers --------------------------------------------------------------------------------------------------
 

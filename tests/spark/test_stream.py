@@ -24,29 +24,28 @@ import pytest
 
 from airflow_provider_mysqlcdc.cli import stream as cli_stream
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat
-from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.engine.lake.layout import changelog_dir, changelog_marker, read_json
+from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock, StreamLocked
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import Record
-from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.stream.admission import next_batch_end
-from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.engine.stream.transport import STREAM_ARROW_SCHEMA, stream_batches
 from airflow_provider_mysqlcdc.spark.stream.changelog_sink import ChangelogSink, PartitionWriter
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream, start_stream
-from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock, StreamLocked
-from airflow_provider_mysqlcdc.engine.stream.transport import STREAM_ARROW_SCHEMA, stream_batches
-
 from tests.support.engine_harness import Pipeline, assert_same_rows, password_file
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 

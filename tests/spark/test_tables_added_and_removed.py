@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import (
     mirror_refresh,
@@ -24,7 +24,6 @@ from airflow_provider_mysqlcdc.spark.stream.job import (
     snapshot_table,
     start_stream,
 )
-
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import SingleRowWriters
 

@@ -39,9 +39,15 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, RowKey, file_number
+from airflow_provider_mysqlcdc.engine.model.positions import (
+    AFTER,
+    BEFORE,
+    BinlogPosition,
+    RowKey,
+    file_number,
+)
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableSchema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
 Kind = Literal["insert", "update", "delete"]
 Position = tuple[int, int]  # (binlog file number, end position)

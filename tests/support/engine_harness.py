@@ -11,22 +11,25 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
-from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions, ChunkReadResult
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
-from tests.support.reference_mirror import materialize
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.records import Record
-from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables, snapshot_chunk
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
+    ChunkRead,
+    ChunkReadOptions,
+    ChunkReadResult,
+)
+from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables, snapshot_chunk
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from tests.support.binlog_audit import (
     AuditReport,
     TableExpectation,
@@ -34,6 +37,7 @@ from tests.support.binlog_audit import (
     entries_from_records,
     read_binlog,
 )
+from tests.support.reference_mirror import materialize
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadResult
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
     changelog_marker,
@@ -25,12 +25,11 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     snapshot_dir,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
 from airflow_provider_mysqlcdc.engine.model.records import Record
-from airflow_provider_mysqlcdc.engine.snapshot.phase import snapshot_chunk
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadResult
+from airflow_provider_mysqlcdc.engine.snapshot.phase import snapshot_chunk
 from tests.support.engine_harness import Pipeline
 
 

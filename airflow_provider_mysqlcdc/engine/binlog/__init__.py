@@ -1,1 +1,2 @@
-"""The binlog: reading row changes between offsets, the schema of each event, DDL, transaction boundaries, GTIDs."""
+"""The binlog: reading row changes between offsets, the schema of each event, DDL, transaction boundaries,
+GTIDs."""

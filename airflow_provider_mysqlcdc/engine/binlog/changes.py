@@ -1,4 +1,5 @@
-"""What a binlog read yields: row changes, schema changes and heartbeats, each with where to resume after it."""
+"""What a binlog read yields: row changes, schema changes and heartbeats, each with where to resume after it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

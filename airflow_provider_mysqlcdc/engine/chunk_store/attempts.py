@@ -1,4 +1,5 @@
-"""Chunk attempts: start, commit, fail and invalidate a chunk, each write applied exactly once even when retried."""
+"""Chunk attempts: start, commit, fail and invalidate a chunk, each write applied exactly once even when
+retried."""
 from __future__ import annotations
 
 import logging

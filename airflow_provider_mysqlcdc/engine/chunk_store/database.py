@@ -1,4 +1,5 @@
-"""The chunk store's database: the engine per URL, transactions retried as a whole through lock conflicts and outages, SQLite's settings."""
+"""The chunk store's database: the engine per URL, transactions retried as a whole through lock conflicts and
+outages, SQLite's settings."""
 from __future__ import annotations
 
 import logging
@@ -19,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 
 from airflow_provider_mysqlcdc.engine.chunk_store.errors import ChunkStoreError, ChunkStoreUnavailable
 from airflow_provider_mysqlcdc.engine.chunk_store.schema import VERSION_QUERY, ensure_schema
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_OUTAGE_ENV as OUTAGE_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.retry import Backoff
 
@@ -27,7 +29,6 @@ log = logging.getLogger(__name__)
 SQLITE_BUSY_TIMEOUT_S = 60.0
 _WRITE_RETRIES = 5  # lock conflicts (deadlock, lock wait timeout, racing insert): whole-transaction retries
 
-OUTAGE_ENV = "MYSQLCDC_CHUNK_STORE_OUTAGE_S"
 DEFAULT_OUTAGE_S = 300.0
 _FIRST_DELAY_S = 0.1  # backoff between retries in an outage: doubles up to _MAX_DELAY_S, with jitter
 _MAX_DELAY_S = 5.0

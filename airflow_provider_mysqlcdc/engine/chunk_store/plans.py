@@ -1,4 +1,5 @@
-"""Plans and pipeline membership: which tables are in the pipeline, and each table's chunk plan generations."""
+"""Plans and pipeline membership: which tables are in the pipeline, and each table's chunk plan generations.
+"""
 from __future__ import annotations
 
 import json

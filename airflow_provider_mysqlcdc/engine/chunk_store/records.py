@@ -1,4 +1,5 @@
-"""What the chunk store hands out: plain records of plans, chunks and tables, and the views the stream filter and the mirror read; and how its rows become them."""
+"""What the chunk store hands out: plain records of plans, chunks and tables, and the views the stream filter
+and the mirror read; and how its rows become them."""
 from __future__ import annotations
 
 import json

@@ -24,7 +24,6 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     CHANGELOG,
     COMMITTED,
@@ -35,6 +34,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     stream_progress_path,
     table_dir,
 )
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 

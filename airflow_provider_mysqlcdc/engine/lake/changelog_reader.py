@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema
+from airflow_provider_mysqlcdc.engine.model.position_text import parse_row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
-from airflow_provider_mysqlcdc.engine.model.position_text import parse_row_key
 
 
 def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = None) -> pa.Table:

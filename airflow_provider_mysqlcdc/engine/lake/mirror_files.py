@@ -17,7 +17,14 @@ import pyarrow.parquet as pq
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorChunk
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import parquet_files
-from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, filesystem, mirror_dir, new_version, snapshot_dir, table_dir
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    MIRROR,
+    filesystem,
+    mirror_dir,
+    new_version,
+    snapshot_dir,
+    table_dir,
+)
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorChunkEntry
 from airflow_provider_mysqlcdc.engine.lake.schema_history import SchemaEvent, conform, events_after
 from airflow_provider_mysqlcdc.engine.model.position_text import after_bound

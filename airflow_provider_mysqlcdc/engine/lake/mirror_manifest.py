@@ -27,7 +27,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, MIRROR_MANIFEST, filesystem, read_json, table_dir, write_json_atomic
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    MIRROR,
+    MIRROR_MANIFEST,
+    filesystem,
+    read_json,
+    table_dir,
+    write_json_atomic,
+)
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 

@@ -74,7 +74,10 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
+from airflow_provider_mysqlcdc.engine.source.outages import (
+    DEFAULT_RECONNECT_TIMEOUT_S,
+    retry_while_unavailable,
+)
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from airflow_provider_mysqlcdc.engine.chunk_store import chunks_table, tables_table
-from airflow_provider_mysqlcdc.engine.lake.layout import SNAPSHOT_MANIFEST, read_json, table_dir, write_json_atomic
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    SNAPSHOT_MANIFEST,
+    read_json,
+    table_dir,
+    write_json_atomic,
+)
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 

@@ -11,8 +11,8 @@ from typing import Iterable
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.model import values
-from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, snapshot_row_key
 from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, snapshot_row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from airflow_provider_mysqlcdc.engine.model.positions import RowKey
 from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
+from airflow_provider_mysqlcdc.engine.model.positions import RowKey
 
 Op = Literal["+I", "-U", "+U", "-D"]
 Phase = Literal["snapshot", "stream"]

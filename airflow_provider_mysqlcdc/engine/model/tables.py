@@ -12,9 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable
 
-
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-
 
 INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 DECIMAL_TYPES = {"decimal", "numeric"}

@@ -25,19 +25,21 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pymysql.cursors
 
-from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
 from airflow_provider_mysqlcdc.engine.binlog.errors import ResnapshotRequired
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
-from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
-from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
-from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
+from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
+from airflow_provider_mysqlcdc.engine.model import values
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch
+from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
     open_consistent_snapshot,
@@ -45,12 +47,16 @@ from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     resolve_mode,
     write_marker,
 )
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch
-from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
-from airflow_provider_mysqlcdc.engine.source.server import server_info
-from airflow_provider_mysqlcdc.engine.source.limits import RateLimiter, SourceLimits, is_query_timeout, read_slot, set_query_timeout
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.limits import (
+    RateLimiter,
+    SourceLimits,
+    is_query_timeout,
+    read_slot,
+    set_query_timeout,
+)
+from airflow_provider_mysqlcdc.engine.source.server import server_info
 
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096

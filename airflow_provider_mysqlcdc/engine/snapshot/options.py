@@ -14,14 +14,14 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids, parse_chunk_ids
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS, ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS, ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
 
 READ_VIEW_MODES = ("auto", "consistent_snapshot", "watermark_table")
 DEFAULT_ROWS_PER_FILE = 1_000_000

@@ -11,15 +11,19 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions, ChunkReadResult
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
-from airflow_provider_mysqlcdc.engine.source.limits import DEFAULT_MAX_CONCURRENT_READS
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
+    ChunkRead,
+    ChunkReadOptions,
+    ChunkReadResult,
+)
 from airflow_provider_mysqlcdc.engine.source.catalog import find_tables, load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.limits import DEFAULT_MAX_CONCURRENT_READS
 
 log = logging.getLogger(__name__)
 # Rows per second a snapshot phase reads, for the retention warning: ~40k per chunk read as measured on two

@@ -22,8 +22,8 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ServerNotReady
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
 
 ReadViewMode = Literal["auto", "consistent_snapshot", "watermark_table"]
 

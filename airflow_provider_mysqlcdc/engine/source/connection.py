@@ -15,9 +15,12 @@ import pymysql
 import pymysql.cursors
 
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ConnectionFailed, ServerUnavailable
+from airflow_provider_mysqlcdc.engine.common.errors import (
+    ConfigurationError,
+    ConnectionFailed,
+    ServerUnavailable,
+)
 
-PASSWORD_ENV = MYSQL_PASSWORD_ENV  # the old name, still imported by spark/stream/job.py: use MYSQL_PASSWORD_ENV
 # Client error codes of a server that cannot be reached now: can't connect, unknown host, gone away, lost.
 UNREACHABLE_ERRORS = frozenset({2003, 2005, 2006, 2013})
 # ... and of a session the server ended: killed (1927 MariaDB), shutdown in progress (1053).

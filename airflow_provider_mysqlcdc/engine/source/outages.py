@@ -12,9 +12,9 @@ from typing import Callable, TypeVar
 
 import pymysql
 
-from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, UNREACHABLE_ERRORS
 from airflow_provider_mysqlcdc.engine.common.errors import ServerUnavailable
 from airflow_provider_mysqlcdc.engine.common.retry import Backoff
+from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, UNREACHABLE_ERRORS
 
 log = logging.getLogger(__name__)
 

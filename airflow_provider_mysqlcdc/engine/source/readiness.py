@@ -10,9 +10,15 @@ from typing import Literal
 
 import pymysql
 
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
-from airflow_provider_mysqlcdc.engine.source.server import BinlogStatus, ServerInfo, current_binlog_status, global_variables, server_info
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.server import (
+    BinlogStatus,
+    ServerInfo,
+    current_binlog_status,
+    global_variables,
+    server_info,
+)
 
 Status = Literal["ok", "warn", "fail"]
 

@@ -19,8 +19,8 @@ from typing import Sequence
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries
-from airflow_provider_mysqlcdc.engine.binlog.events_pager import PAGE_EVENTS, binary_logs
 from airflow_provider_mysqlcdc.engine.binlog.errors import BinlogPurged
+from airflow_provider_mysqlcdc.engine.binlog.events_pager import PAGE_EVENTS, binary_logs
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 

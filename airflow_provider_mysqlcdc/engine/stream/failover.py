@@ -28,8 +28,13 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
+from airflow_provider_mysqlcdc.engine.binlog.gtid import (
+    GtidError,
+    GtidPosition,
+    gtid_position_at,
+    position_after_gtid_set,
+)
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.binlog.gtid import GtidError, GtidPosition, gtid_position_at, position_after_gtid_set
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import file_number
 from airflow_provider_mysqlcdc.engine.source.server import detect_flavor

@@ -24,10 +24,10 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries
 from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, CdcError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
 INITIAL, SNAPSHOT_ONLY, LATEST, EARLIEST, SPECIFIC, TIMESTAMP = (
@@ -126,7 +126,9 @@ def resolve_start(settings: MySQLSettings, mode: StartupMode, *, server_id: int 
         if mode.mode == SPECIFIC and mode.position is not None:
             return _specific(conn, names, mode.position)
         if mode.mode == SPECIFIC and mode.gtid_set is not None:
-            from airflow_provider_mysqlcdc.engine.binlog.gtid import position_after_gtid_set  # the GTID translation of failover
+            from airflow_provider_mysqlcdc.engine.binlog.gtid import (
+                position_after_gtid_set,  # the GTID translation of failover
+            )
 
             return position_after_gtid_set(conn, mode.gtid_set)
         assert mode.timestamp is not None

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch
+from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
 

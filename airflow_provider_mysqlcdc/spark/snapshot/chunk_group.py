@@ -15,14 +15,14 @@ from typing import Any, Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
-from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable
+from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
+from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.errors import task_failure_summary
 from airflow_provider_mysqlcdc.spark.session import ensure_no_speculation, register_data_source
-from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
 from airflow_provider_mysqlcdc.spark.snapshot.writer import CHUNK_ID_COLUMN
 

@@ -41,8 +41,8 @@ from sqlalchemy.exc import DBAPIError
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, StaleAttempt
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.layout import delete_dir, filesystem, new_version, snapshot_dir
-from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import publish_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
 
 log = logging.getLogger(__name__)

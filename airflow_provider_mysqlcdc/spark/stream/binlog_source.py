@@ -60,15 +60,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset, OffsetFormatError
-from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S, retry_while_unavailable
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.outages import (
+    DEFAULT_RECONNECT_TIMEOUT_S,
+    retry_while_unavailable,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -331,8 +334,8 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         """The next batch end, planned on the server the stream talks to now: ``start`` is first resolved
         to that server (``engine.stream.failover``: the same server, or a move by GTID position after a failover);
         the end records that server and its GTID position."""
-        from airflow_provider_mysqlcdc.engine.stream.failover import end_offset
         from airflow_provider_mysqlcdc.engine.stream.admission import next_batch_end
+        from airflow_provider_mysqlcdc.engine.stream.failover import end_offset
 
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         if not isinstance(limit, (ReadMaxBytes, ReadAllAvailable)):
@@ -465,8 +468,8 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
         from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id, claimed_server_id
-        from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
         from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+        from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
         from airflow_provider_mysqlcdc.engine.stream.transport import range_batch, stream_batches
 
         assert isinstance(partition, BinlogPartition)

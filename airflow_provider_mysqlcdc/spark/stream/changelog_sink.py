@@ -40,7 +40,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     CHANGELOG,
     CHANGELOG_JSON,
@@ -53,11 +53,11 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     stream_progress_path,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
-from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
+from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
+from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
 from airflow_provider_mysqlcdc.engine.stream.transport import stream_changes
 
 if TYPE_CHECKING:

@@ -8,18 +8,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.source.connection import PASSWORD_ENV, MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
     DEFAULT_CATCHUP_PARTITION_BYTES,
     DEFAULT_MAX_BYTES_PER_BATCH,
     ROWS_PER_READ,
-    read_password_file,
-    url_has_password,
 )
 
 AVAILABLE_NOW = "available-now"
@@ -74,7 +75,7 @@ class StreamConfig:
         if url_has_password(self.mysql_url):
             raise ConfigurationError(
                 "the MySQL URL of a stream must not contain the password (it would reach Spark options and "
-                f"process lists): use --password-file or ${PASSWORD_ENV}"
+                f"process lists): use --password-file or ${MYSQL_PASSWORD_ENV}"
             )
         password = read_password_file(self.password_file) if self.password_file else None
         return MySQLSettings.from_url(self.mysql_url, password=password)
@@ -87,7 +88,7 @@ def parse_exclude_columns(items: list[str]) -> dict[str, tuple[str, ...]]:
         table, sep, columns = item.partition("=")
         if not sep or not table.strip() or not columns.strip():
             raise ConfigurationError(f"--exclude-columns {item!r} must look like db.table=col1,col2")
-        out[table.strip()] = tuple(c.strip() for c in columns.split(",") if c.strip())
+        out[table.strip()] = tuple(split_commas(columns))
     return out
 
 

@@ -264,8 +264,8 @@ def snapshot_table(
 ) -> Any:
     """Snapshot ``table``'s latest plan (or the chunks ``chunk_ids`` of it) in this Spark session, into the
     stream's output and chunk store, with the stream's column exclusions (a ``ChunkGroupResult``)."""
-    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 
     return run_chunk_group(
         spark,

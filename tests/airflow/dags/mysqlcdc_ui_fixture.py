@@ -22,9 +22,9 @@ CHUNK_SIZE = 40
 def _pipeline(params: dict[str, Any], *, tables: tuple[str, ...] = ()) -> Any:
     """A LayoutPipeline over the run's chunk store and output, with the schemas of ``tables`` loaded."""
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.source.connection import connect
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
     from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+    from airflow_provider_mysqlcdc.engine.source.connection import connect
     from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
     from tests.support.layout_pipeline import LayoutPipeline
 
@@ -39,9 +39,8 @@ def _pipeline(params: dict[str, Any], *, tables: tuple[str, ...] = ()) -> Any:
 
 
 def _write(params: dict[str, Any], statements: list[str]) -> None:
-    from airflow.sdk import BaseHook
-
     import pymysql
+    from airflow.sdk import BaseHook
 
     conn = BaseHook.get_connection(params["admin_conn_id"])
     with pymysql.connect(host=conn.host, port=int(conn.port), user=conn.login, password=conn.password or "",
@@ -84,8 +83,8 @@ with DAG(
     def snapshot(params: dict[str, Any]) -> None:
         """Every chunk of ``orders`` (a write between chunks, so HWs differ); ``items`` with its last chunk
         failed."""
-        from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
         from airflow_provider_mysqlcdc.engine.model.tables import TableId
+        from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
 
         db = params["database"]
         orders, items = TableId.parse(f"{db}.orders"), TableId.parse(f"{db}.items")
