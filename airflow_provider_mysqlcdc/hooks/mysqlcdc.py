@@ -25,7 +25,15 @@ _EXTRA_KEYS = {"ssl", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify", "server_id"
 
 
 class MySqlCdcHook(BaseHook):
-    """MySQL source for CDC: connection settings, the CDC check, and what ``spark-submit`` needs."""
+    """MySQL source for CDC: connection settings, the CDC check, and what ``spark-submit`` needs.
+
+    The connection (type ``mysql`` or ``mysqlcdc``) gives host, port, login, password and schema; its extras
+    ``ssl`` (``true`` or ``{"ca", "cert", "key", "verify"}``), ``ssl_ca``/``ssl_cert``/``ssl_key``,
+    ``ssl_verify``, ``server_id`` (the range binlog readers take their ids from, e.g. ``"5400-5499"``),
+    ``charset`` and ``connect_timeout``.
+
+    :param mysql_conn_id: the Airflow connection id of the source server.
+    """
 
     conn_name_attr = "mysql_conn_id"
     default_conn_name = "mysql_default"

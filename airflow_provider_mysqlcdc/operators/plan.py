@@ -57,6 +57,25 @@ class MySqlCdcPlanOperator(BaseOperator):
 
     The groups are bounded by ``[core] max_map_length``: when there would be more, the group size grows to fit
     (and says so in the log) rather than failing the mapped snapshot task at expansion time.
+
+    :param tables: ``db.table`` names or patterns (``shop.orders_*``): a comma-separated string or a list.
+    :param output_path: the output root (local path or a pyarrow URI: hdfs://, s3://, ...).
+    :param chunk_store: chunk store URL or SQLite path; default ``$MYSQLCDC_CHUNK_STORE_URL``, else
+        ``<output_path>/_mysqlcdc_chunks.db`` for a local output.
+    :param checkpoint: the stream's checkpoint, recorded for the UI page; default
+        ``<output_path>/_mysqlcdc_checkpoint`` (give the stream operator's value if you set one there).
+    :param mysql_conn_id: the source connection (type ``mysql`` or ``mysqlcdc``).
+    :param chunk_size: rows per chunk.
+    :param chunks_per_group: chunks per group, one Spark application (one mapped task) each.
+    :param chunk_keys: ``{"db.table": "column"}``: chunk by this column instead of the primary key; required
+        for a table without a primary key.
+    :param redo_chunks: ``"shop.orders=3,7; shop.items=0-2"`` (or a mapping): plan nothing, return groups of
+        only these chunk ids of each table's current generation (a rerun of some chunks).
+    :param startup_mode: where the stream begins (``initial``, ``snapshot-only``, ``latest-offset``, ...); a
+        mode without a snapshot plans nothing, so the mapped snapshot task expands to no instance.
+    :param only_new: plan only tables not in the pipeline yet (a rendered ``"true"``/``"false"`` works too);
+        False re-plans every table (a new generation each).
+    :param remove_tables: names or patterns of planned tables to take out of the pipeline first.
     """
 
     template_fields: Sequence[str] = (

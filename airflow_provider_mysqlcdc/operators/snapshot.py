@@ -30,7 +30,25 @@ MAP_INDEX_TEMPLATE = "{{ mysqlcdc_chunk_group }}"
 
 class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
     """Snapshots the chunks of ``chunk_group`` (``ChunkGroup.to_dict()``) on Spark (``conn_id``: the Spark
-    connection, master in its host) and records each chunk's result in the chunk store."""
+    connection, master in its host) and records each chunk's result in the chunk store.
+
+    :param chunk_group: one element of the plan task's output (map over it with ``.expand(chunk_group=...)``).
+    :param output_path: the output root.
+    :param chunk_store: chunk store URL or SQLite path (default as for the plan operator).
+    :param mysql_conn_id: the source connection.
+    :param exclude_columns: ``{"db.table": ["col", ...]}`` (or ``"col,col"``): columns never written; give
+        the stream the same.
+    :param read_view_mode: ``auto``, ``consistent_snapshot`` (MariaDB/Percona) or ``watermark_table``.
+    :param watermark_table: ``db.table`` the CDC user may write, for the ``watermark_table`` mode.
+    :param max_concurrent_reads: chunk reads the source serves at once, over all groups and runs (default 4;
+        0: no cap).
+    :param rows_per_second: rows/s the source serves to all chunk reads together (default: no limit).
+    :param query_timeout: server-side time limit of each chunk ``SELECT`` in seconds (default 600; 0: none).
+    :param application: the Spark app (default ``spark_apps/snapshot_chunks.py``, found in the checkout or
+        under ``<prefix>/share/airflow-provider-mysqlcdc/spark_apps``).
+    :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
+        ``map_index_template`` and ``outlets=[ASSET_ALIAS]`` are set by default.
+    """
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields, "spark_conn_id", "chunk_group", "mysql_conn_id", "chunk_store",

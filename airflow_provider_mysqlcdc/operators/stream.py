@@ -31,7 +31,31 @@ CONTINUOUS_TRIGGER = "processing-time=5 seconds"
 
 
 class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
-    """Runs the stream phase on Spark for ``tables`` (names or patterns) into ``output``."""
+    """Runs the stream phase on Spark for ``tables`` (names or patterns) into ``output``.
+
+    :param tables: ``db.table`` names or patterns: a comma-separated string or a list.
+    :param output_path: the output root.
+    :param chunk_store: chunk store URL or SQLite path (default as for the plan operator).
+    :param checkpoint: the Spark checkpoint; default ``<output_path>/_mysqlcdc_checkpoint``.
+    :param mysql_conn_id: the source connection.
+    :param trigger: ``available-now`` (catch up to the binlog end seen at the start, then finish),
+        ``continuous`` (a 5-second processing-time trigger until the task is stopped) or
+        ``processing-time=<interval>``.
+    :param exclude_columns: columns never written, as for the snapshot (use the same exclusions).
+    :param changelog_json: also write the Flink changelog-json form.
+    :param max_bytes_per_batch: binlog bytes per micro-batch (default 64 MiB).
+    :param skip_if_running: when a live stream holds the checkpoint's lock: skip the task (False: fail).
+    :param reconnect_timeout: seconds a MySQL outage is waited out (default 300).
+    :param startup_mode: where a new checkpoint's stream begins; ``snapshot-only`` skips the task.
+    :param resnapshot: at TRUNCATE, RENAME and the like, snapshot the table again (False: stop with an error).
+    :param catchup_partitions: Spark tasks that decode one batch at once while far behind (default 0:
+        Spark's default parallelism; 1: off).
+    :param catchup_partition_bytes: binlog bytes each parallel partition gets at least (default 4 MiB).
+    :param rows_per_read: row images a read task holds at once, its memory bound (default 100,000).
+    :param application: the Spark app (default ``spark_apps/binlog_stream.py``).
+    :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
+        ``outlets=[ASSET_ALIAS]`` is set by default.
+    """
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields, "spark_conn_id", "tables", "mysql_conn_id", "chunk_store",
