@@ -9,7 +9,7 @@ batch end (``gtid_position_at``), and on another server finds the same point aga
 MariaDB only so far. Oracle MySQL's GTID sets (``uuid:1-57,uuid2:1-9``) need interval arithmetic and the
 ``Previous_gtids`` events; asking for a position there raises ``GtidUnsupported`` with a clear message, and
 ``gtid_position_at`` records nothing (a MySQL stream then cannot move to another server: it stops with an
-error instead, see ``failover.py``).
+error instead, see ``engine/stream/failover.py``).
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def changelog_records(root: str, schema: TableSchema, *, after_batch: int | None
 
 
 def arrow_records(table: pa.Table, schema: TableSchema) -> list[Record]:
-    """Changelog rows (``record_batches.record_schema`` layout) as engine Records with canonical values."""
+    """Changelog rows (``arrow_batches.record_schema`` layout) as engine Records with canonical values."""
     converters = {
         c.name: _canonical(schema, c.name, table.schema.field(c.name).type)
         for c in schema.columns

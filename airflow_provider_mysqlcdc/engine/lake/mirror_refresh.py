@@ -13,7 +13,7 @@ records the new snapshot covers are ignored, never resurrected.
 
 Key-changing updates: each row image is located in the chunk of its *own* key and applied there (a before
 image retracts, an after image asserts), which is exactly what splitting ``-U``/``+U`` into ``-D``/``+I``
-(``key_changes.py``) achieves, so no separate pass is needed.
+(``engine/model/key_changes.py``) achieves, so no separate pass is needed.
 
 Commit protocol: new files go into fresh version directories, then the manifest is switched atomically, then
 version directories named by neither the new nor the previous manifest are deleted (readers of the previous

@@ -33,7 +33,7 @@ class SchemaConformError(CdcError):
 
 @dataclass(frozen=True)
 class SchemaEvent:
-    position: str  # the DDL's place in the binlog order (``positions.format_row_key``)
+    position: str  # the DDL's place in the binlog order (``position_text.format_row_key``)
     verb: str
     statement: str
     changes: ColumnChanges

@@ -3,7 +3,7 @@
 One source serves many tables with different schemas, but a Spark stream has one schema. So changes travel
 as *rows rows* (``_op = "rows"``): each carries up to ``ROWS_PER_ARROW_BATCH`` changes of one table and one
 schema version, in binlog order, as an Arrow IPC stream in ``_arrow``: exactly the typed record layout the
-changelog files have (``record_batches.records_batch``), built once on the executor that decoded the binlog.
+changelog files have (``arrow_batches.records_batch``), built once on the executor that decoded the binlog.
 Values are never coerced by Spark, nothing is encoded per change, and the sink writes the batch as it comes
 (less excluded columns).
 
@@ -129,7 +129,7 @@ class Changes:
 
     table: str
     schema_id: str | None
-    batch: pa.RecordBatch  # record_batches.record_schema layout
+    batch: pa.RecordBatch  # arrow_batches.record_schema layout
 
 
 def stream_changes(

@@ -3,7 +3,7 @@
 Two directions, one name:
 
 * ``df.write.format("mysql_cdc_snapshot")`` -- the snapshot phase. ``df`` holds the chunk ids to snapshot,
-  one per partition (``snapshot_job.run_chunk_group`` builds it); each write task reads its chunk and writes a
+  one per partition (``spark/snapshot/chunk_group.run_chunk_group`` builds it); each write task reads its chunk and writes a
   versioned Parquet directory, and the driver commits each chunk to the chunk store and the manifest
   (``snapshot_writer``). This is the path that records LW/HW.
 * ``spark.read.format("mysql_cdc_snapshot")`` -- the same chunk reads as a DataFrame, one partition per chunk,

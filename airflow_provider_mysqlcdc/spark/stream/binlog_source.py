@@ -427,7 +427,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         ]
 
     def _cuts(self, conn: Any, token: str, first: BinlogOffset, last: BinlogOffset) -> list[BinlogPosition]:
-        """Where a batch splits (``binlog_admission.cut_points``), from the marks its planning scan left; a
+        """Where a batch splits (``engine/stream/admission.cut_points``), from the marks its planning scan left; a
         batch planned by an earlier run (replayed after a restart) is scanned again."""
         from airflow_provider_mysqlcdc.engine.stream.admission import cut_points, next_batch_end
 

@@ -3,7 +3,7 @@
 Per batch id and table (``output_layout``):
 
 1. executors take the typed record batches the source built (``stream_rows``: the
-   ``record_batches.records_batch`` layout, in Arrow IPC) and write
+   ``arrow_batches.records_batch`` layout, in Arrow IPC) and write
    ``changelog/batch=<id>/part-<partition>-<attempt>.parquet`` (and, optionally, the Flink ``changelog-json`` form under ``changelog-json/batch=<id>/``);
 2. the driver writes the batch marker ``changelog/_committed/batch=<id>.json`` atomically for every table
    with changes in the batch: the files of this attempt (readers that follow markers never see a torn or
