@@ -13,7 +13,7 @@ from airflow_provider_mysqlcdc.cli.options import (
 )
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
 
 
 def add_parsers(subparsers: "argparse._SubParsersAction") -> None:
@@ -70,7 +70,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     settings = mysql_settings(args)
     with ChunkStore(args.chunk_store) as store:
-        plans = plan_tables(settings, store, split_commas(args.tables), chunk_size=args.chunk_size,
+        plans = plan_tables(settings, store, split_table_list(args.tables), chunk_size=args.chunk_size,
                             chunk_keys=parse_pairs(args.chunk_key, "--chunk-key"), run_id=args.run_id,
                             only_new=args.only_new)
     report = [
@@ -101,7 +101,7 @@ def cmd_remove_table(args: argparse.Namespace) -> int:
     if not args.chunk_store:
         raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     with ChunkStore(args.chunk_store) as store:
-        results = remove_tables(store, split_commas(args.tables), args.run_id, reason=args.reason)
+        results = remove_tables(store, split_table_list(args.tables), args.run_id, reason=args.reason)
         entries = {e.table: e for e in store.table_entries()}
     rows = []
     for table, removed_now in results:

@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.cli.snapshot_options import (
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
 
@@ -46,7 +47,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
     from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-    from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
+    from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
     from airflow_provider_mysqlcdc.spark.session import build_session
     from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 
@@ -64,7 +65,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     with ChunkStore(args.chunk_store) as store:
         planned = store.active_tables()  # a removed table is out of the pipeline: plan it again first
         removed = store.removed_tables()
-    patterns = split_commas(args.tables)
+    patterns = split_table_list(args.tables)
     tables = [str(t) for t in matching_tables(planned, patterns)]
     unmatched = [p for p in patterns if not matching_tables(planned, [p])]
     if unmatched:

@@ -32,7 +32,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest, read_mirror
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
-from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 
@@ -95,7 +95,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with _store(args) as store:
-        report = collect_status(store, args.output, args.tables, _conn_factory(args, required=False))
+        tables = None if args.tables is None else [TablePattern.parse(t).exact for t in args.tables]
+        report = collect_status(store, args.output, tables, _conn_factory(args, required=False))
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 0
 
@@ -103,7 +104,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_mirror(args: argparse.Namespace) -> int:
     if not args.output:
         raise ConfigurationError("no output root given: pass --output")
-    table = TableId.parse(args.table)
+    table = TablePattern.parse(args.table).exact  # db.table, or `db`.`any name`
     info = sys.stderr if args.print_rows else sys.stdout
     if args.no_refresh:
         manifest = read_manifest(args.output, table)

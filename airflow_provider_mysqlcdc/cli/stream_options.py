@@ -17,8 +17,8 @@ from airflow_provider_mysqlcdc.cli.options import (
 )
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
+from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
@@ -72,7 +72,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     return StreamConfig(
         mysql_url=mysql_url,
-        tables=tuple(split_commas(args.tables)),
+        tables=tuple(split_table_list(args.tables)),
         chunk_store=args.chunk_store,
         output=args.output,
         checkpoint=args.checkpoint,

@@ -36,10 +36,9 @@ from airflow_provider_mysqlcdc.engine.chunks.groups import (
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, matching_tables
+from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables, split_table_list
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.phase import (
-    is_pattern,
     load_plan,
     plan_tables,
     remove_tables,
@@ -123,7 +122,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         redo = parse_redo_chunks(self.redo_chunks)
         mode = StartupMode.parse(self.startup_mode)
         only_new = parse_flag(self.only_new, "only_new", default=True)
-        removing = split_commas(self.remove_tables)
+        removing = split_table_list(self.remove_tables)
         run_id = context["run_id"]
         check_removals(patterns, removing)
         with ChunkStore(store_url) as store:
@@ -190,7 +189,7 @@ def parse_flag(value: bool | str | None, name: str, default: bool = True) -> boo
 
 def check_removals(patterns: Sequence[str], removing: Sequence[str]) -> None:
     """A table named exactly in ``tables`` (which would put it back) cannot also be removed."""
-    named = [p for p in patterns if not is_pattern(p)]
+    named = [pattern.exact for pattern in map(TablePattern.parse, patterns) if not pattern.is_pattern]
     clash = [str(t) for t in matching_tables(named, removing)] if named and removing else []
     if clash:
         raise ConfigurationError(

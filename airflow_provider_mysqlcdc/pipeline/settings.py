@@ -7,7 +7,7 @@ from typing import Sequence
 
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
 
 CHUNK_STORE_FILE = "_mysqlcdc_chunks.db"
 CHECKPOINT_DIR = "_mysqlcdc_checkpoint"
@@ -15,7 +15,7 @@ CHECKPOINT_DIR = "_mysqlcdc_checkpoint"
 
 def split_tables(tables: str | Sequence[str]) -> list[str]:
     """``"shop.orders, shop.items_*"`` or a list: table names or patterns; at least one."""
-    out = split_commas(tables)
+    out = split_table_list(tables)
     if not out:
         raise ConfigurationError("no tables given: set tables to db.table names or patterns (db.orders_*)")
     return out

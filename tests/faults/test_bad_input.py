@@ -129,7 +129,7 @@ def test_unwritable_output_fails_before_reading(mysql_server, odd_table, spark, 
 
 
 def test_table_patterns_match_database_and_table_apart():
-    from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
+    from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
 
     planned = ["shop.orders_2025", "shop.orders_2026", "shop.items", "shopx.orders_1", "we.ird.name"]
     assert [str(t) for t in matching_tables(planned, ["shop.orders_*"])] == [

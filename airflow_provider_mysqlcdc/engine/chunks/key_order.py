@@ -25,12 +25,7 @@ import pymysql
 from airflow_provider_mysqlcdc.engine.chunks.key_codec import Key, timedelta_micros
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import chunk_predicate
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.tables import (
-    DECIMAL_TYPES,
-    INTEGER_TYPES,
-    Column,
-    TableSchema,
-)
+from airflow_provider_mysqlcdc.engine.model.tables import DECIMAL_TYPES, INTEGER_TYPES, Column, TableSchema
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk

@@ -7,10 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
-from airflow_provider_mysqlcdc.engine.model.tables import (
-    Column,
-    TableSchema,
-)
+from airflow_provider_mysqlcdc.engine.model.tables import Column, TableSchema
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan

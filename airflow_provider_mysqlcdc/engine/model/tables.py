@@ -5,12 +5,10 @@ Every identifier that reaches SQL goes through ``quote_ident``; values never do 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
@@ -134,14 +132,3 @@ class TableSchema:
             tuple(data.get("primary_key") or ()),
             engine=data.get("engine"),
         )
-
-
-def matching_tables(tables: Iterable[TableId | str], patterns: Iterable[str]) -> list[TableId]:
-    """The tables that match any of the ``db.table`` names or patterns, database and table matched apart
-    (so a ``*`` never crosses the dot), in name order."""
-    wanted = [TableId.parse(p.strip()) for p in patterns]
-    ids = [TableId.parse(t) if isinstance(t, str) else t for t in tables]
-    return sorted(
-        t for t in ids
-        if any(fnmatch.fnmatchcase(t.database, w.database) and fnmatch.fnmatchcase(t.table, w.table) for w in wanted)
-    )

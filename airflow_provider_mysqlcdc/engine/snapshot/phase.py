@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
     ChunkRead,
@@ -94,12 +95,12 @@ def tables_to_plan(store: ChunkStore, tables: Sequence[TableId], patterns: Seque
     the pipeline (an active plan) are left alone too.
     """
     entries = {e.table: e for e in store.table_entries()}
-    named = {p.strip() for p in patterns if not is_pattern(p)}
+    named = {TablePattern.parse(p).exact for p in patterns}  # a pattern names only a table spelled like it
     selected, kept = [], []
     for table in tables:
         entry = entries.get(str(table))
         if entry is not None and not entry.active:
-            if str(table) not in named:
+            if table not in named:
                 log.info("%s matches %s but was removed from the pipeline at %s (run %s): not planned; name "
                          "it exactly to put it back", table, ", ".join(patterns), entry.removed_at,
                          entry.removed_run_id or "-")
@@ -119,8 +120,6 @@ def remove_tables(store: ChunkStore, patterns: Iterable[str], run_id: str | None
     (:meth:`ChunkStore.remove_table`): ``[(table, removed_now), ...]``, ``removed_now`` False for a table that
     already was. A name or pattern that matches no planned table is an error naming it (nothing is removed
     then)."""
-    from airflow_provider_mysqlcdc.engine.model.tables import matching_tables
-
     wanted = [p.strip() for p in patterns if p.strip()]
     planned = store.tables()
     tables: list[str] = []
@@ -134,11 +133,6 @@ def remove_tables(store: ChunkStore, patterns: Iterable[str], run_id: str | None
             )
         tables.extend(t for t in matches if t not in tables)
     return [(t, store.remove_table(t, run_id, reason=reason)) for t in tables]
-
-
-def is_pattern(text: str) -> bool:
-    """A table pattern with wildcards (``*``, ``?``, ``[...]``), not one exact ``db.table`` name."""
-    return any(ch in text for ch in "*?[")
 
 
 def load_plan(store: ChunkStore, table: TableId, generation: int | None = None) -> ChunkPlan:

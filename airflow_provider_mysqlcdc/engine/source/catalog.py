@@ -9,7 +9,8 @@ from typing import Iterable
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, matching_tables
+from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
+from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
 
@@ -20,7 +21,9 @@ def find_tables(settings: MySQLSettings, patterns: Iterable[str]) -> list[TableI
 
 
 def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -> list[TableId]:
-    """Resolve ``db.table`` names and ``db.orders_*`` patterns (``*``, ``?``) to existing base tables.
+    """Resolve ``db.table`` names and ``db.orders_*`` patterns (``*``, ``?``, ``[...]``) to existing base
+    tables (``engine/model/table_names.py``: an exact name selects its table even with glob characters in it,
+    and `` `db`.`name` `` quotes any name).
 
     A plain name that does not exist, or a pattern that matches nothing, is an error naming it.
     """
@@ -32,9 +35,10 @@ def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -
         existing = [TableId(str(db), str(name)) for db, name in cur.fetchall()]
     found: list[TableId] = []
     for pattern in patterns:
-        matches = matching_tables(existing, [pattern])
+        parsed = TablePattern.parse(pattern)
+        matches = parsed.select(existing)
         if not matches:
-            kind = "pattern" if any(ch in pattern for ch in "*?[") else "table"
+            kind = "pattern" if parsed.is_pattern else "table"
             raise ConfigurationError(
                 f"{kind} {pattern!r} matches no table the CDC user can see: check the name, and that the user "
                 "has SELECT on it"

@@ -63,9 +63,13 @@ from pyspark.sql.streaming.datasource import (
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset, OffsetFormatError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.table_names import (
+    TablePattern,
+    quote_table_name,
+    split_table_list,
+)
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.outages import (
@@ -135,7 +139,7 @@ class BinlogSourceOptions:
                 f"{SOURCE_NAME}: mysql_url must not contain the password (options show up in plans, logs): "
                 f"pass it in a file (option password_file) or in ${MYSQL_PASSWORD_ENV}"
             )
-        tables = tuple(TableId.parse(t) for t in split_commas(get("tables")))
+        tables = tuple(TablePattern.parse(t).exact for t in split_table_list(get("tables")))
         if not tables:
             raise ConfigurationError(
                 f"{SOURCE_NAME}: option tables is required (database.table, comma-separated)"
@@ -179,7 +183,7 @@ class BinlogSourceOptions:
     def to_options(self) -> dict[str, str]:
         options = {
             "mysql_url": self.mysql_url,
-            "tables": ",".join(str(t) for t in self.tables),
+            "tables": ",".join(quote_table_name(t) for t in self.tables),
             "chunk_store": self.chunk_store,
             "password_env": self.password_env,
             "max_bytes_per_batch": str(self.max_bytes_per_batch or 0),
