@@ -67,8 +67,8 @@ def add_output_option(parser: argparse.ArgumentParser, *, required: bool) -> Non
 def add_tables_option(parser: argparse.ArgumentParser, *, planned: bool = False) -> None:
     """``--tables`` (required, repeatable, comma-separated); ``planned``: only tables planned already."""
     parser.add_argument("--tables", action="append", required=True,
-                        help=f"{'planned ' if planned else ''}db.table or pattern (db.orders_*); "
-                        "comma-separated or repeated")
+                        help=f"{'planned ' if planned else ''}db.table or pattern (db.orders_*), or any name "
+                        "quoted as `db`.`name`; comma-separated or repeated")
 
 
 def add_exclude_columns_option(parser: argparse.ArgumentParser) -> None:
