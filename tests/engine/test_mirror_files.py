@@ -37,6 +37,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     read_mirror,
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch, snapshot_batch
 from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
@@ -55,8 +56,9 @@ def _pipeline(mysql_server, mysql_db, tmp_path, **kw) -> LayoutPipeline:
 
 
 def _rows(table: pa.Table, names: list[str]) -> list[tuple]:
-    assert table.schema.names == names, table.schema.names
-    return [tuple(r[c] for c in names) for r in table.to_pylist()]
+    """The table's rows over ``names`` (each temporal column followed by its zero-date companion)."""
+    assert [n for n in table.schema.names if not n.endswith(values.ZERO_DATE_SUFFIX)] == names, table.schema.names
+    return [tuple(r[c] for c in names) for r in values.canonical_pylist(table)]
 
 
 def _versions(root: str, table: TableId) -> dict[int, str]:
@@ -80,7 +82,8 @@ def _duckdb_rows(files: list[str]) -> tuple[list[str], list[tuple]]:
         ).fetch_arrow_table()
     finally:
         con.close()
-    return table.schema.names, [tuple(r.values()) for r in table.to_pylist()]
+    names = [n for n in table.schema.names if not n.endswith(values.ZERO_DATE_SUFFIX)]
+    return names, [tuple(r[n] for n in names) for r in values.canonical_pylist(table)]
 
 
 # --- the rule over files, without a server ------------------------------------------------------------------
@@ -187,7 +190,7 @@ def test_file_mirror_follows_the_engine_rule_batch_by_batch(tmp_path, with_pk):
             {c: [dict(zip(schema.column_names, r)) for r in rows] for c, rows in snapshot.items()},
             changelog,
         )
-        got = read_mirror(root, T).to_pylist()
+        got = values.canonical_pylist(read_mirror(root, T))
         key = lambda r: tuple(sorted((k, str(v)) for k, v in r.items()))  # noqa: E731
         assert sorted(map(key, got)) == sorted(map(key, want))
 

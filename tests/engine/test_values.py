@@ -20,9 +20,11 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
 from airflow_provider_mysqlcdc.engine.model.values import (
     UnsupportedType,
+    ZeroDate,
     arrow_schema,
     binlog_normalizer,
     enum_members,
+    python_rows,
     select_list,
     snapshot_normalizer,
     to_arrow_batch,
@@ -212,7 +214,11 @@ def test_edge_values_are_the_documented_canonical_form(loaded):
     assert four["j"] == '"just a string \u00e9"' and two["j"] == "[]"
     assert isinstance(one["g"], bytes) and len(one["g"]) == 25
     assert all(v is None for k, v in null.items() if k != "id")
-    assert zero["dte"] is None and zero["dt"] is None and zero["dt6"] is None and zero["ts"] is None
+    # zero dates keep their value: MySQL's text of it, from both sources
+    assert zero["dte"] == ZeroDate("0000-00-00") and zero["dt"] == ZeroDate("0000-00-00 00:00:00")
+    assert zero["dt6"] == ZeroDate("2020-00-00 00:00:00.000000")
+    assert zero["ts"] == ZeroDate("0000-00-00 00:00:00.000000")
+    assert all(type(zero[c]) is ZeroDate for c in ("dte", "dt", "dt6", "ts"))
 
 
 def test_arrow_batch_keeps_values_exact(loaded):
@@ -228,7 +234,8 @@ def test_arrow_batch_keeps_values_exact(loaded):
     for rows in (selected, streamed):
         batch = to_arrow_batch(schema, rows)
         assert batch.schema == target and batch.num_rows == len(rows)
-        back = batch.to_pylist()
+        assert batch.column("dt__zero_date").to_pylist()[-41] == "0000-00-00 00:00:00"  # row 5's companion
+        back = [dict(zip(schema.column_names, r)) for r in python_rows(batch, schema, schema.column_names)]
         for row, again in zip(rows, back):
             for name, value in zip(schema.column_names, row):
                 got = again[name]
@@ -247,14 +254,17 @@ def test_normalizers_are_identity_when_nothing_to_convert():
     )
     row = (1, "a")
     assert snapshot_normalizer(schema)(row) is row
-    values = {"id": 1, "v": "a"}
-    assert binlog_normalizer(schema)(values) is values
+    ints = TableSchema(TableId("d", "t"), schema.columns[:1], ("id",))
+    values = {"id": 1}
+    assert binlog_normalizer(ints)(values) is values
+    # strings arrive as the column's bytes (binlog.row_decoding) and are decoded by its charset
+    assert binlog_normalizer(schema)({"id": 1, "v": "\u00e9".encode()}) == {"id": 1, "v": "\u00e9"}
     assert select_list(schema) == "`id` AS `id`, `v` AS `v`"
 
 
 def test_unsupported_types_fail_when_the_normalizer_is_built():
-    schema = TableSchema(TableId("d", "t"), (Column("u", "uuid", "uuid", True),), ())
-    with pytest.raises(UnsupportedType, match="'u'.*uuid"):
+    schema = TableSchema(TableId("d", "t"), (Column("u", "vector", "vector(3)", True),), ())
+    with pytest.raises(UnsupportedType, match="'u'.*vector"):
         snapshot_normalizer(schema)
     with pytest.raises(UnsupportedType):
         binlog_normalizer(schema)

@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import manifest_path, read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -61,7 +62,8 @@ def _parquet_snapshots(output: str, table: TableId) -> dict[int, list[dict]]:
     for chunk_id, files in manifest.chunk_files().items():
         data = [pq.read_table(f) for f in files]
         rows[chunk_id] = [
-            {k: v for k, v in r.items() if k not in METADATA_NAMES} for t in data for r in t.to_pylist()
+            {k: v for k, v in r.items() if k not in METADATA_NAMES} for t in data
+            for r in values.canonical_pylist(t)
         ]
         for t in data:
             assert set(t.column("_op").to_pylist()) <= {"+I"}

@@ -26,6 +26,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     write_json_atomic,
 )
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadResult
@@ -139,4 +140,4 @@ class LayoutPipeline(Pipeline):
 
 def _data_rows(data: pa.Table) -> list[dict]:
     names = [n for n in data.schema.names if n not in METADATA_NAMES]
-    return data.select(names).to_pylist()
+    return values.canonical_pylist(data.select(names))

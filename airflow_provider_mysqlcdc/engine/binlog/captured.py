@@ -29,12 +29,15 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
 )
 from airflow_provider_mysqlcdc.engine.binlog.table_map import schema_from_table_map, table_map_signature
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.model.values import binlog_normalizer
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.binlog.transaction import Transaction
+
+Decoders = Callable[[str], CharsetDecoder]  # charset name -> its decoder (source.charset_tables)
 
 
 @dataclass
@@ -47,20 +50,22 @@ class CapturedVersion:
     column_names: list[str]
 
     @classmethod
-    def of(cls, schema: TableSchema) -> "CapturedVersion":
-        return cls(schema.table, schema, binlog_normalizer(schema), schema.column_names)
+    def of(cls, schema: TableSchema, decoders: Decoders | None = None) -> "CapturedVersion":
+        return cls(schema.table, schema, binlog_normalizer(schema, decoders), schema.column_names)
 
 
 class CapturedTables:
     """The tables a reader captures, their schema versions seen in TABLE_MAPs, and DDL not yet emitted."""
 
     def __init__(self, tables: set[TableId] | None, schemas: dict[TableId, TableSchema],
-                 replanned: dict[TableId, BinlogPosition] | None = None) -> None:
+                 replanned: dict[TableId, BinlogPosition] | None = None,
+                 decoders: Decoders | None = None) -> None:
         captured = set(schemas) if tables is None else set(tables)
         missing = sorted(str(t) for t in captured if t not in schemas)
         if missing:
             raise ConfigurationError(f"no schema given for captured table(s) {missing}")
-        self.latest = {t: CapturedVersion.of(schemas[t]) for t in captured}
+        self.decoders = decoders
+        self.latest = {t: CapturedVersion.of(schemas[t], decoders) for t in captured}
         self.versions: dict[tuple[TableId, tuple], CapturedVersion] = {}
         self.replanned = dict(replanned or {})
         self.pending_ddl: list[tuple[TableId, TableDdl]] = []
@@ -79,14 +84,14 @@ class CapturedTables:
         names = [c.name for c in event.columns]
         if names == known.column_names and all(n for n in names):
             derived = schema_from_table_map(event, table, known.schema)
-            version = known if derived.schema_id == known.schema.schema_id else CapturedVersion.of(derived)
+            version = known if derived.schema_id == known.schema.schema_id else CapturedVersion.of(derived, self.decoders)
         elif any(not n or str(n).startswith("UNKNOWN_COL") for n in names):
             raise SchemaChangeError(
                 f"the binlog at {cur_file}:{event_start} has no column names for captured table {table}: set "
                 "binlog_row_metadata=FULL on the server (mysqlcdc check says how), then re-snapshot the table"
             )
         else:
-            version = CapturedVersion.of(schema_from_table_map(event, table, known.schema))
+            version = CapturedVersion.of(schema_from_table_map(event, table, known.schema), self.decoders)
         self.versions[(table, signature)] = version
         return version
 

@@ -39,6 +39,7 @@ What we do not understand, we refuse (``No silent skips`` in docs/design.md):
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any, Iterator
@@ -46,6 +47,7 @@ from typing import Any, Iterator
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 
+from airflow_provider_mysqlcdc.engine.binlog import row_decoding
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedTables
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.errors import (
@@ -60,6 +62,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerNotRe
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.source.charset_tables import charset_decoder
 from airflow_provider_mysqlcdc.engine.source.connection import (
     LOST_CONNECTION_ERRORS,
     UNREACHABLE_ERRORS,
@@ -94,7 +97,10 @@ class BinlogReader:
         ``replanned``: where a table's current plan was made; DDL before that position is covered by it."""
         self.settings = settings
         self.server_id = server_id
-        self.captured = CapturedTables(tables, schemas, replanned)
+        row_decoding.install()
+        decoders = functools.partial(charset_decoder, lambda: connect(settings.with_database(None)),
+                                     f"{settings.host}:{settings.port}")
+        self.captured = CapturedTables(tables, schemas, replanned, decoders)
         self.last_offset: BinlogOffset | None = None
         self._control: pymysql.connections.Connection | None = None
 

@@ -30,6 +30,7 @@ _PLAIN = {
     T.JSON: "json",
     T.GEOMETRY: "geometry",
 }
+_NATIVE_WIDTHS = {"uuid": 16, "inet4": 4, "inet6": 16}  # MariaDB's own types, BINARY(n) in a TABLE_MAP
 _BLOBS = {
     1: ("tinytext", "tinyblob"),
     2: ("text", "blob"),
@@ -137,11 +138,17 @@ def _same_type(have: Column, derived: Column) -> bool:
     if have.data_type != derived.data_type and not (
         have.data_type in ("numeric",) and derived.data_type == "decimal"
     ):
-        # MariaDB's JSON is a LONGTEXT in the binlog
-        if not (have.data_type == "json" and derived.data_type == "longtext"):
+        # MariaDB's JSON is a LONGTEXT in the binlog; its UUID/INET4/INET6 are BINARY(16/4/16) there
+        if not (have.data_type == "json" and derived.data_type == "longtext") and not (
+            derived.data_type == "binary" and _NATIVE_WIDTHS.get(have.data_type) == derived.char_max_length
+        ):
             return False
+        if derived.data_type == "binary":
+            return True
     if have.unsigned != derived.unsigned:
         return False
+    if derived.charset and have.charset and _charset_name(have.charset) != _charset_name(derived.charset):
+        return False  # ALTER ... CONVERT TO CHARACTER SET: older events carry the old charset's bytes
     if derived.data_type in ("decimal", "bit") and (
         have.numeric_precision != derived.numeric_precision
         or (have.numeric_scale or 0) != (derived.numeric_scale or 0)
@@ -158,3 +165,12 @@ def _same_type(have: Column, derived: Column) -> bool:
     if derived.data_type == "binary" and have.char_max_length != derived.char_max_length:
         return False
     return True
+
+
+def _charset_name(name: str) -> str:
+    """mysql-replication names a charset by its Python codec where it knows one (latin1 -> cp1252)."""
+    return _CODEC_NAMES.get(name.lower(), name.lower())
+
+
+# pymysql's charset table (which mysql-replication reports through) -> MySQL's names, where they differ.
+_CODEC_NAMES = {"cp1252": "latin1", "utf8": "utf8mb4", "koi8_r": "koi8r", "koi8_u": "koi8u"}

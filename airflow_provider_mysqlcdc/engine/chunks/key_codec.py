@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any, Sequence
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.values import ZeroDate
 
 Key = tuple[Any, ...]
 
@@ -30,6 +31,8 @@ class KeyCodec:
             return ["dec", str(value)]
         if isinstance(value, float):
             return ["f", repr(value)]
+        if isinstance(value, ZeroDate):  # before str: a ZeroDate is a str
+            return ["zd", str(value)]
         if isinstance(value, str):
             return ["s", value]
         if isinstance(value, (bytes, bytearray, memoryview)):
@@ -60,6 +63,8 @@ class KeyCodec:
             return float(value)
         if tag == "s":
             return str(value)
+        if tag == "zd":
+            return ZeroDate(value)
         if tag == "b":
             return base64.b64decode(value)
         if tag == "dt":

@@ -13,8 +13,10 @@ belongs to the first chunk.
 """
 from __future__ import annotations
 
+import ipaddress
 import re
 import struct
+import uuid
 from collections import OrderedDict
 from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
@@ -38,9 +40,10 @@ FLOAT_TYPES = {"float", "double", "real", "double precision"}
 STRING_KEY_TYPES = {"char", "varchar"}
 BINARY_KEY_TYPES = {"binary", "varbinary"}
 DATETIME_TYPES = {"date", "datetime", "timestamp"}
+ADDRESS_TYPES = {"uuid", "inet4", "inet6"}  # MariaDB's own types: ordered by their binary form
 ORDERABLE_TYPES = (
     INTEGER_TYPES | DECIMAL_TYPES | FLOAT_TYPES | STRING_KEY_TYPES | BINARY_KEY_TYPES | DATETIME_TYPES
-    | {"time", "year"}
+    | ADDRESS_TYPES | {"time", "year"}
 )
 # Why a type cannot be a chunk key (the rest of the message says what to do instead).
 _UNORDERABLE_REASONS = {
@@ -89,7 +92,7 @@ def validate_chunk_key(schema: TableSchema, key_columns: Sequence[str]) -> tuple
         raise ConfigurationError(
             f"table {schema.table}: {where} {column.name!r} ({column.column_type}) cannot be a chunk key: "
             f"{reason}. Fix: set the option chunk_key for this table to a column of an orderable type "
-            "(integer, decimal, float/double, date/time, CHAR/VARCHAR, BINARY/VARBINARY)"
+            "(integer, decimal, float/double, date/time, CHAR/VARCHAR, BINARY/VARBINARY, UUID, INET4/INET6)"
         )
     return columns
 
@@ -142,6 +145,7 @@ class KeyOrder:
         self._cache_limit = cache_bytes
         self._batch_size = batch_size
         self.weight_queries = 0  # server round trips for sort keys (for tests and metrics)
+        self._uuid_rules: dict[int, bool] = {}  # column index -> MariaDB's force_swap order
 
     # -- lifecycle
 
@@ -253,6 +257,8 @@ class KeyOrder:
             return (1, self._binary(column, value))
         if kind in DATETIME_TYPES:
             return (1, _datetime_parts(value))
+        if kind in ADDRESS_TYPES:
+            return (1, self._address(index, column, value))
         if kind == "time":
             return (1, _time_micros(value))
         if kind == "float":
@@ -266,6 +272,34 @@ class KeyOrder:
         raise CdcError(
             f"table {self.schema.table}: key value {value!r} ({type(value).__name__}) does not fit "
             f"column {column.name!r} ({column.column_type})"
+        )
+
+    # MariaDB's UUID / INET4 / INET6
+
+    def _address(self, index: int, column: Column, value: Any) -> bytes:
+        if column.data_type == "uuid":
+            if index not in self._uuid_rules:
+                self._uuid_rules[index] = self._verify_uuid_order(column)
+            return uuid_sort_bytes(str(value), force_swap=self._uuid_rules[index])
+        return address_bytes(column.data_type, str(value))
+
+    def _verify_uuid_order(self, column: Column) -> bool:
+        """Which of MariaDB's two UUID orders the column has (10.10+ swaps only time-based UUIDs; columns
+        made by 10.7-10.9 swap every value): the one that sorts probe values as the server does."""
+        probes = list(_UUID_PROBES)
+        expr = "(CAST(%s AS UUID) > CAST(%s AS UUID)) - (CAST(%s AS UUID) < CAST(%s AS UUID))"
+        pairs = [(a, b) for i, a in enumerate(probes) for b in probes[i + 1:]]
+        params: list[Any] = []
+        for a, b in pairs:
+            params.extend((a, b, a, b))
+        server = [int(v) for v in self._query_row("SELECT " + ", ".join([expr] * len(pairs)), params)]
+        for force_swap in (False, True):
+            keys = {p: uuid_sort_bytes(p, force_swap=force_swap) for p in probes}
+            if all((keys[a] > keys[b]) - (keys[a] < keys[b]) == want for (a, b), want in zip(pairs, server)):
+                return force_swap
+        raise ConfigurationError(
+            f"table {self.schema.table}: the server orders UUID column {column.name!r} in a way mysqlcdc "
+            "cannot reproduce. Fix: set the option chunk_key to another column"
         )
 
     # string weights from the server
@@ -462,6 +496,33 @@ def _datetime_parts(value: Any) -> tuple[int, ...]:
             micros = int(fraction.ljust(6, "0")) if fraction else 0
             return (*parts, micros)
     raise CdcError(f"cannot order the date/time key value {value!r}")
+
+
+def address_bytes(kind: str, text: str) -> bytes:
+    """INET4/INET6 order: their binary form, byte by byte."""
+    return ipaddress.IPv4Address(text).packed if kind == "inet4" else ipaddress.IPv6Address(text).packed
+
+
+def uuid_sort_bytes(text: str, force_swap: bool = False) -> bytes:
+    """MariaDB's UUID order: the stored ("record") form compared byte by byte. Time-based UUIDs (version
+    1-5, RFC variant; all UUIDs with ``force_swap``) are stored node, clock sequence, time high, time mid,
+    time low, so they sort by time within a node; the others as written."""
+    data = uuid.UUID(text).bytes
+    if force_swap or (0 < data[6] < 0x60 and data[8] & 0x80):
+        return data[10:16] + data[8:10] + data[6:8] + data[4:6] + data[0:4]
+    return data
+
+
+# Probes for the UUID order: time-based and not, versions 0..8, variants, equal nodes, extremes.
+_UUID_PROBES = (
+    "00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff",
+    "6ccd780c-baba-1026-9564-5b8c656024db", "6ccd780c-baba-4026-9564-5b8c656024db",
+    "0003f135-24d4-1913-8f5f-db948c1a1e17", "162434cc-0469-185f-9eed-c643757b3060",
+    "22881234-b031-0e08-e38b-97cb904be17e", "244770d5-65b4-2a78-1ca5-d05acc9499c8",
+    "01bb9027-926d-51a3-8809-b488dec65517", "02193a3d-ba90-f361-f366-56e8fbf217da",
+    "5a12ef54-ed3a-0241-a3f4-caa67b7c43be", "5b6d4534-ce8b-f15d-b6d8-b99fa9b816d4",
+    "018f2b3c-4d5e-7f60-8a9b-0c1d2e3f4a5b", "ffffffff-ffff-1fff-bfff-000000000000",
+)
 
 
 def _time_micros(value: Any) -> int:

@@ -9,6 +9,7 @@ from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory, KeyOr
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 
 
@@ -16,8 +17,9 @@ class ChunkAssigner:
     """Chunk index of each record's key under one plan, vectorized where Arrow's order is the server's.
 
     A single integer, DATE, DATETIME or TIMESTAMP key compares natively (as ``KeyOrder`` does), so it is
-    located with one ``searchsorted``; any other key goes through ``ChunkLocator`` and the server's collation
-    sort keys. Keys with a NULL belong to the first chunk.
+    located with one ``searchsorted``; any other key (and a temporal key holding zero dates, which only the
+    companion column tells apart) goes through ``ChunkLocator`` and the server's collation sort keys. Keys
+    with a NULL belong to the first chunk.
     """
 
     def __init__(self, plan: ChunkPlan, schema: TableSchema, conn_factory: ConnFactory | None) -> None:
@@ -37,8 +39,11 @@ class ChunkAssigner:
         """Index into ``plan.chunks`` for every row of ``table`` (which holds the key columns)."""
         if table.num_rows == 0 or len(self.chunk_ids) == 1:
             return np.zeros(table.num_rows, dtype=np.int64)
-        if len(self.plan.key_columns) == 1:
-            column = table.column(self.plan.key_columns[0])
+        name = self.plan.key_columns[0]
+        companion = values.zero_date_field(name)
+        zero_dates = companion in table.schema.names and table.column(companion).null_count < table.num_rows
+        if len(self.plan.key_columns) == 1 and not zero_dates:
+            column = table.column(name)
             native, bounds = _native_ints(column), self._native_bounds(column.type)
             if native is not None and bounds is not None:
                 keys, nulls = native
@@ -67,7 +72,7 @@ class ChunkAssigner:
             factory = self._conn_factory or _no_connection(self.schema.table)
             self._order = KeyOrder(factory, self.schema, self.plan.key_columns)
             self._locator = ChunkLocator(self.plan, self._order)
-        keys = list(zip(*(table.column(c).to_pylist() for c in self.plan.key_columns)))
+        keys = values.python_rows(table, self.schema, self.plan.key_columns)  # zero dates as ZeroDate
         return np.fromiter(
             (self._index[c] for c in self._locator.locate(keys)), dtype=np.int64, count=len(keys)
         )

@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.engine.lake.mirror_records import OP
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from airflow_provider_mysqlcdc.engine.model.values import ZERO_DATE_SUFFIX
 
 _ASSERTS = pa.array([INSERT, UPDATE_AFTER])
 _RETRACTS = (DELETE, UPDATE_BEFORE)
@@ -22,13 +23,23 @@ def apply_latest(state: pa.Table, changes: pa.Table, primary_key: Sequence[str])
     if changes.num_rows == 0:
         return state
     pk = list(primary_key)
-    indexed = changes.select(pk).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    indexed = _join_keys(changes, pk).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
     last = indexed.group_by(pk, use_threads=False).aggregate([("_i", "max")]).column("_i_max")
     latest = changes.take(pa.array(np.sort(last.to_numpy())))
-    kept = state.join(latest.select(pk), keys=pk, join_type="left anti", use_threads=False)
+    rows = _join_keys(state, pk).append_column("_s", pa.array(np.arange(state.num_rows, dtype=np.int64)))
+    kept_rows = rows.join(_join_keys(latest, pk), keys=pk, join_type="left anti", use_threads=False)
+    kept = state.take(pa.array(np.sort(kept_rows.column("_s").to_numpy())))
     upserts = latest.filter(pc.is_in(latest.column(OP), value_set=_ASSERTS))
     names = state.schema.names
     return pa.concat_tables([kept.select(names).cast(state.schema), upserts.select(names).cast(state.schema)])
+
+
+def _join_keys(table: pa.Table, names: list[str]) -> pa.Table:
+    """The key columns, a zero-date companion's NULL (no zero date) made a value: joins never match NULLs."""
+    columns = [
+        pc.fill_null(table.column(n), "") if n.endswith(ZERO_DATE_SUFFIX) else table.column(n) for n in names
+    ]
+    return pa.table(columns, names=names)
 
 
 def apply_multiset(state: pa.Table, changes: pa.Table) -> pa.Table:

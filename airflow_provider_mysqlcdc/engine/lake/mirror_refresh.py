@@ -349,7 +349,10 @@ class _Build:
 
     @property
     def primary_key(self) -> tuple[str, ...]:
-        return tuple(self.schema.primary_key)
+        """The Arrow columns that identify a row: the key's, each temporal one with its zero-date companion
+        where the files hold it (two zero dates differ only there)."""
+        names = values.identity_names(self.schema, self.schema.primary_key)
+        return tuple(n for n in names if n in self.data_schema.names)
 
     def manifest(
         self, entries: list[MirrorChunkEntry], through: int | None, position: BinlogPosition | None, exact: bool

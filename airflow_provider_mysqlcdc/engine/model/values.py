@@ -30,30 +30,40 @@ JSON                   canonical text: ``json.dumps(parsed, sort_keys=True,     
                        separators=(',', ':'), ensure_ascii=False)``
 =====================  ==========================================================  ===========================
 
-Zero dates: MySQL may store ``'0000-00-00'`` (and dates with a zero month or day, or TIMESTAMP 0) when the
-sql_mode allows it. Python cannot represent them; both paths map them to ``None``. Such values are therefore
-indistinguishable from NULL downstream, and the Arrow fields of DATE/DATETIME/TIMESTAMP columns are nullable
-even for NOT NULL columns.
+UUID / INET4 / INET6     ``str``: the server's text (``'123e4567-...'``, ``'1.2.3.4'``,   string
+(MariaDB)              ``'::ffff:1.2.3.4'``)
+
+Character sets: a string column of any character set is the server's conversion of it to Unicode; the binlog
+carries the column's own bytes, decoded with tables the server produced (``model.charsets``).
+
+Zero dates: MySQL stores ``'0000-00-00'``, dates with a zero month or day (``'2020-00-15'``), year-0 dates
+and TIMESTAMP 0 when the sql_mode allows it. No calendar type of Python, Arrow's readers or Spark holds them,
+and they are distinct values (they may sit in a primary key), so the canonical value is ``ZeroDate``: MySQL's
+own text of the value (a ``str``), the same from both sources. In Arrow the column keeps its calendar type
+and holds NULL there, and a companion string column ``<name>__zero_date`` holds the text (NULL for every
+other row): readers that know nothing of it see NULL, as with other CDC tools; ``coalesce`` of the two gives
+the exact value, and the mirror keys rows by both.
 
 JSON on MariaDB: MariaDB's JSON is an alias of LONGTEXT (``information_schema`` says ``longtext``), so such a
 column is read as the text it stores, which is identical on both paths. Only columns whose ``data_type`` is
 ``json`` (Oracle MySQL, or a schema that marks MariaDB's JSON columns so) are canonicalized.
 
-Types we cannot yet read identically from both sources (MariaDB's UUID, INET4, INET6, and any type this
-module does not know) raise UnsupportedType when a normalizer is built, rather than producing values that
-differ between the snapshot and the stream.
+A type this module does not know raises UnsupportedType when a normalizer is built, naming the column,
+rather than producing values that differ between the snapshot and the stream.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
 import re
+import uuid
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder, is_unicode
 from airflow_provider_mysqlcdc.engine.model.tables import (
     BINARY_TYPES,
     INTEGER_TYPES,
@@ -73,7 +83,28 @@ GEOMETRY_TYPES = {
     "geometrycollection",
 }
 ZERO_DATE_TYPES = {"date", "datetime", "timestamp"}
+MARIADB_NATIVE_TYPES = {"uuid": 16, "inet4": 4, "inet6": 16}  # binary width in the binlog
 ARROW_MAX_DECIMAL_PRECISION = 38
+ZERO_DATE_SUFFIX = "__zero_date"
+
+
+class ZeroDate(str):
+    """A DATE/DATETIME/TIMESTAMP value no calendar type holds, as MySQL's own text: ``'0000-00-00'``,
+    ``'2020-00-15 10:11:12.000'``, ``'0000-01-01'``. A ``str``, so it hashes, compares and travels as text."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"ZeroDate({str.__repr__(self)})"
+
+
+def zero_date_field(name: str) -> str:
+    """The companion Arrow column that holds ``name``'s zero dates."""
+    return name + ZERO_DATE_SUFFIX
+
+
+def holds_zero_dates(column: Column) -> bool:
+    return column.data_type in ZERO_DATE_TYPES
 
 
 class UnsupportedType(CdcError):
@@ -128,22 +159,71 @@ def enum_members(column_type: str) -> list[str]:
     return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", body)]
 
 
-def _zero_date_to_none(value: Any) -> Any:
-    """pymysql returns the raw text when a DATE/DATETIME cannot be a Python date ('0000-00-00')."""
-    return None if isinstance(value, str) else value
+def _snapshot_date(value: Any) -> Any:
+    """pymysql returns the server's text when a DATE/DATETIME cannot be a Python date ('0000-00-00')."""
+    return ZeroDate(value) if isinstance(value, str) else value
 
 
 def _snapshot_timestamp(value: Any) -> Any:
     if isinstance(value, str):
-        return None
+        return ZeroDate(value)
     return value.replace(tzinfo=UTC)
 
 
-def _binlog_timestamp(value: dt.datetime) -> dt.datetime | None:
-    # mysql-replication decodes TIMESTAMP as naive UTC; TIMESTAMP 0 is MySQL's zero date.
-    if value == _EPOCH:
-        return None
-    return value.replace(tzinfo=UTC)
+def _binlog_timestamp(precision: int) -> Converter:
+    zero = ZeroDate("0000-00-00 00:00:00" + ("." + "0" * precision if precision else ""))
+
+    def convert(value: Any) -> Any:
+        # mysql-replication decodes TIMESTAMP as naive UTC; TIMESTAMP 0 is MySQL's zero date.
+        if value == _EPOCH:
+            return zero
+        return value.replace(tzinfo=UTC)
+
+    return convert
+
+
+def inet6_text(data: bytes) -> str:
+    """An INET6 value as MariaDB prints it: the longest run of zero groups (even a single one) is ``::``,
+    and IPv4-compatible (``::1.2.3.4``) and IPv4-mapped (``::ffff:1.2.3.4``) addresses end in dotted form."""
+    words = [int.from_bytes(data[i:i + 2], "big") for i in range(0, 16, 2)]
+    gap_at, gap_len, run_at = -1, 0, None
+    for i in range(9):
+        if i < 8 and words[i] == 0:
+            run_at = i if run_at is None else run_at
+        elif run_at is not None:
+            if i - run_at > gap_len:
+                gap_at, gap_len = run_at, i - run_at
+            run_at = None
+    if gap_at == 0 and (gap_len == 6 or (gap_len == 5 and words[5] == 0xFFFF)):
+        return ("::" if gap_len == 6 else "::ffff:") + ".".join(str(b) for b in data[12:16])
+    if gap_at < 0:
+        return ":".join(f"{w:x}" for w in words)
+    head = ":".join(f"{w:x}" for w in words[:gap_at])
+    tail = ":".join(f"{w:x}" for w in words[gap_at + gap_len:])
+    return f"{head}::{tail}"
+
+
+def _native_text(kind: str, width: int) -> Converter:
+    """MariaDB's UUID/INET4/INET6 arrive as their binary form (trailing zero bytes stripped)."""
+
+    def convert(value: Any) -> str:
+        if isinstance(value, str):
+            return value
+        data = bytes(value).ljust(width, b"\x00")
+        if kind == "uuid":
+            return str(uuid.UUID(bytes=data))
+        if kind == "inet4":
+            return ".".join(str(b) for b in data)
+        return inet6_text(data)
+
+    return convert
+
+
+def _text(decode: Callable[[bytes], str]) -> Converter:
+    def convert(value: Any) -> str:
+        return value if isinstance(value, str) else decode(bytes(value))  # ENUM members come as text
+
+    return convert
 
 
 def _binlog_time(value: dt.timedelta) -> dt.timedelta:
@@ -210,6 +290,8 @@ def _kind(column: Column) -> str:
         return "binary" if t == "binary" else "bytes"
     if t in GEOMETRY_TYPES:
         return "bytes"
+    if t in MARIADB_NATIVE_TYPES:
+        return t
     raise UnsupportedType(
         f"column {column.name!r} has type {column.column_type!r}, which mysqlcdc cannot yet read identically "
         "from a snapshot and from the binlog; exclude the table or convert the column"
@@ -243,7 +325,7 @@ def select_list(schema: TableSchema) -> str:
 def _snapshot_converter(column: Column) -> Converter | None:
     kind = _kind(column)
     if kind in ("date", "datetime"):
-        return _zero_date_to_none
+        return _snapshot_date
     if kind == "timestamp":
         return _snapshot_timestamp
     if kind == "json":
@@ -251,10 +333,14 @@ def _snapshot_converter(column: Column) -> Converter | None:
     return None  # pymysql already returns BINARY(n) padded, and bytes for every binary type
 
 
-def _binlog_converter(column: Column) -> Converter | None:
+def _binlog_converter(column: Column, decoders: Callable[[str], CharsetDecoder] | None) -> Converter | None:
     kind = _kind(column)
     if kind == "timestamp":
-        return _binlog_timestamp
+        return _binlog_timestamp(column.datetime_precision or 0)
+    if kind == "text":
+        return _text(_decoder(column, decoders))
+    if kind in MARIADB_NATIVE_TYPES:
+        return _native_text(kind, MARIADB_NATIVE_TYPES[kind])
     if kind == "time" and (column.datetime_precision or 0) > 0:
         return _binlog_time
     if kind == "year":
@@ -289,13 +375,26 @@ def snapshot_normalizer(schema: TableSchema) -> Callable[[tuple], tuple]:
     return normalize
 
 
-def binlog_normalizer(schema: TableSchema) -> Callable[..., dict]:
-    """Canonical values for one row image of mysql-replication: ``normalize(values, none_sources=None)``.
+def _decoder(column: Column, decoders: Callable[[str], CharsetDecoder] | None) -> Callable[[bytes], str]:
+    charset = (column.charset or "utf8mb4").lower()
+    if is_unicode(charset):
+        return CharsetDecoder(charset)
+    if decoders is None:
+        raise CdcError(f"column {column.name!r} ({charset}) needs the server's conversion table to decode")
+    return decoders(charset)
 
-    ``none_sources`` (the row's ``none_sources``/``before_none_sources``/``after_none_sources``) tells an
-    empty SET (``''``) apart from NULL: mysql-replication decodes both as None.
+
+def binlog_normalizer(
+    schema: TableSchema, decoders: Callable[[str], CharsetDecoder] | None = None
+) -> Callable[..., dict]:
+    """Canonical values for one row image of mysql-replication (as ``binlog.row_decoding`` patches it:
+    strings as bytes, zero dates as ``ZeroDate``): ``normalize(values, none_sources=None)``.
+
+    ``decoders`` gives the decoder of a legacy charset (``source.charset_tables``). ``none_sources`` (the
+    row's ``none_sources``/``before_none_sources``/``after_none_sources``) tells an empty SET (``''``)
+    apart from NULL: mysql-replication decodes both as None.
     """
-    converters = [(c.name, conv) for c in schema.columns if (conv := _binlog_converter(c))]
+    converters = [(c.name, conv) for c in schema.columns if (conv := _binlog_converter(c, decoders))]
     set_columns = [c.name for c in schema.columns if c.data_type == "set"]
     if not converters and not set_columns:
         return _identity_dict
@@ -352,28 +451,77 @@ def arrow_type(column: Column) -> pa.DataType:
     if kind == "bit":
         bits = column.numeric_precision or 64
         return pa.int64() if bits < 64 else pa.decimal128(20, 0)
-    if kind in ("text", "set", "json"):
+    if kind in ("text", "set", "json", *MARIADB_NATIVE_TYPES):
         return pa.string()
     return pa.binary()
 
 
 def arrow_schema(schema: TableSchema) -> pa.Schema:
-    """The Arrow schema of canonical rows; DATE/DATETIME/TIMESTAMP are nullable because of zero dates."""
-    return pa.schema(
-        [
-            pa.field(c.name, arrow_type(c), nullable=c.nullable or c.data_type in ZERO_DATE_TYPES)
-            for c in schema.columns
-        ]
-    )
+    """The Arrow schema of canonical rows: each column, and after each DATE/DATETIME/TIMESTAMP column its
+    zero-date companion (those columns are nullable: a zero date is NULL in the calendar column)."""
+    fields = []
+    for c in schema.columns:
+        fields.append(pa.field(c.name, arrow_type(c), nullable=c.nullable or holds_zero_dates(c)))
+        if holds_zero_dates(c):
+            fields.append(pa.field(zero_date_field(c.name), pa.string()))
+    return pa.schema(fields)
+
+
+def identity_names(schema: TableSchema, names: Iterable[str]) -> list[str]:
+    """Arrow columns that identify values of ``names``: each, plus its zero-date companion."""
+    out = []
+    for name in names:
+        out.append(name)
+        column = schema.column_by_name.get(name)
+        if column is not None and holds_zero_dates(column):
+            out.append(zero_date_field(name))
+    return out
+
+
+def canonical_pylist(table: Any) -> list[dict[str, Any]]:
+    """``table.to_pylist()`` with each zero-date companion folded into its column (as ``ZeroDate``)."""
+    names = table.schema.names
+    pairs = [(n[: -len(ZERO_DATE_SUFFIX)], n) for n in names
+             if n.endswith(ZERO_DATE_SUFFIX) and n[: -len(ZERO_DATE_SUFFIX)] in names]
+    rows = table.to_pylist()
+    for row in rows:
+        for name, companion in pairs:
+            text = row.pop(companion)
+            if text is not None:
+                row[name] = ZeroDate(text)
+    return rows
+
+
+def python_rows(table: Any, schema: TableSchema, names: Sequence[str]) -> list[tuple]:
+    """Canonical values of ``names`` from an Arrow table or batch in ``arrow_schema`` layout: a zero date
+    comes back as ``ZeroDate`` from its companion column (absent in files written before companions)."""
+    columns = []
+    for name in names:
+        values_ = table.column(name).to_pylist()
+        column = schema.column_by_name.get(name)
+        companion = zero_date_field(name)
+        if column is not None and holds_zero_dates(column) and companion in table.schema.names:
+            texts = table.column(companion).to_pylist()
+            values_ = [ZeroDate(t) if t is not None else v for v, t in zip(values_, texts)]
+        columns.append(values_)
+    return list(zip(*columns)) if columns else [() for _ in range(table.num_rows)]
 
 
 def to_arrow_batch(schema: TableSchema, rows: list[tuple]) -> pa.RecordBatch:
     """A RecordBatch of canonical rows (tuples in schema order), converted column by column by pyarrow."""
     target = arrow_schema(schema)
-    columns = list(zip(*rows)) if rows else [()] * len(target)
+    columns = list(zip(*rows)) if rows else [()] * len(schema.columns)
     arrays = []
-    for field, column, values in zip(target, schema.columns, columns):
+    for column, values in zip(schema.columns, columns):
+        field = target.field(column.name)
         if column.is_decimal and pa.types.is_string(field.type):
             values = [None if v is None else str(v) for v in values]  # wider than decimal128: exact text
+        if holds_zero_dates(column):
+            zeros = [v if isinstance(v, ZeroDate) else None for v in values]
+            if any(z is not None for z in zeros):
+                values = [None if isinstance(v, ZeroDate) else v for v in values]
+            arrays.append(pa.array(values, type=field.type))
+            arrays.append(pa.array(zeros, type=pa.string()))
+            continue
         arrays.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)

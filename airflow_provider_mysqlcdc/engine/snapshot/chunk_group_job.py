@@ -19,6 +19,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from airflow_provider_mysqlcdc.engine.model import values
+
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -76,7 +78,7 @@ class ChunkGroupJob:
 
     def output_schema(self, schema: TableSchema) -> pa.Schema:
         """Metadata columns, then the columns of ``schema`` except the excluded ones."""
-        excluded = set(self.options.exclude_columns)
+        excluded = set(values.identity_names(schema, self.options.exclude_columns))  # with zero-date companions
         return pa.schema([f for f in record_schema(schema) if f.name not in excluded])
 
     def read(self, chunk_id: int, slot: int) -> ChunkRead:
