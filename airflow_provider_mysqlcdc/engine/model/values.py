@@ -28,10 +28,10 @@ VARBINARY/BLOB         ``bytes``                                                
 GEOMETRY types         ``bytes`` (MySQL's internal SRID + WKB)                     binary
 JSON                   canonical text: ``json.dumps(parsed, sort_keys=True,        string
                        separators=(',', ':'), ensure_ascii=False)``
+UUID/INET4/INET6       ``str``: the server's text (``'123e4567-...'``,             string
+(MariaDB)              ``'1.2.3.4'``, ``'::ffff:1.2.3.4'``)
+zero dates             ``ZeroDate``: MySQL's text (``'0000-00-00'``)               NULL + ``<col>__zero_date``
 =====================  ==========================================================  ===========================
-
-UUID / INET4 / INET6     ``str``: the server's text (``'123e4567-...'``, ``'1.2.3.4'``,   string
-(MariaDB)              ``'::ffff:1.2.3.4'``)
 
 Character sets: a string column of any character set is the server's conversion of it to Unicode; the binlog
 carries the column's own bytes, decoded with tables the server produced (``model.charsets``).
