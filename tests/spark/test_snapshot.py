@@ -372,6 +372,8 @@ def test_output_types_are_faithful_and_excluded_columns_absent(spark, mysql_serv
         "wall": T.TimestampNTZType(), "ts": T.TimestampType(), "doc": T.StringType(), "kind": T.StringType(),
         "flags": T.StringType(), "b5": T.LongType(), "b64": T.DecimalType(20, 0), "data": T.BinaryType(),
         "bin4": T.BinaryType(), "day": T.DateType(), "t": T.LongType(),  # TIME: microseconds
+        # zero dates: each DATE/DATETIME/TIMESTAMP column's companion (docs/output.md#types)
+        "wall__zero_date": T.StringType(), "ts__zero_date": T.StringType(), "day__zero_date": T.StringType(),
     }
     from_parquet = spark.read.parquet(*files)
     from_source = spark.read.format(SOURCE_NAME).options(**options.to_options()).load()
