@@ -75,7 +75,7 @@ def read_table(conn: pymysql.connections.Connection, charset: str) -> CharsetTab
             ranges = [(_DOUBLE, 2)] + ([(_TRIPLE, 3)] if maxlen > 2 else [])
             for (first, last), width in ranges:
                 for code, char in _converted(cur, charset, first, last, width=width).items():
-                    if len(char) == 1 and char != REPLACEMENT:
+                    if len(char) == 1:  # a well-formed sequence the charset leaves undefined is one '?'
                         multi[code.to_bytes(width, "big")] = char
     return CharsetTable(charset, "".join(chars), multi)
 
