@@ -84,7 +84,9 @@ class CapturedTables:
         names = [c.name for c in event.columns]
         if names == known.column_names and all(n for n in names):
             derived = schema_from_table_map(event, table, known.schema)
-            version = known if derived.schema_id == known.schema.schema_id else CapturedVersion.of(derived, self.decoders)
+            # schema_id names the Arrow layout; a column's charset (how its bytes decode) is not part of it
+            same = derived.columns == known.schema.columns
+            version = known if same else CapturedVersion.of(derived, self.decoders)
         elif any(not n or str(n).startswith("UNKNOWN_COL") for n in names):
             raise SchemaChangeError(
                 f"the binlog at {cur_file}:{event_start} has no column names for captured table {table}: set "

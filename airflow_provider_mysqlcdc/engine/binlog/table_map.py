@@ -124,7 +124,7 @@ def _column(c: Any, nullable: bool) -> Column:
         data_type=data_type,
         column_type=column_type,
         nullable=nullable,
-        charset=None if binary else c.character_set_name,
+        charset=None if binary or not c.character_set_name else _charset_name(c.character_set_name),
         collation=c.collation_name,
         char_max_length=max_length if data_type == "binary" else None,
         numeric_precision=precision,
@@ -168,9 +168,10 @@ def _same_type(have: Column, derived: Column) -> bool:
 
 
 def _charset_name(name: str) -> str:
-    """mysql-replication names a charset by its Python codec where it knows one (latin1 -> cp1252)."""
-    return _CODEC_NAMES.get(name.lower(), name.lower())
+    """The server's name of a charset mysql-replication reports by pymysql's codec name (latin1 ->
+    cp1252, utf8mb3/utf8mb4 -> utf8); the two UTF-8 charsets decode alike, so both read as utf8mb4."""
+    return _MYSQL_NAMES.get(name.lower(), name.lower())
 
 
-# pymysql's charset table (which mysql-replication reports through) -> MySQL's names, where they differ.
-_CODEC_NAMES = {"cp1252": "latin1", "utf8": "utf8mb4", "koi8_r": "koi8r", "koi8_u": "koi8u"}
+# The inverse of pymysql's ``Charset.encoding`` where it renames, plus utf8mb3 (decoded like utf8mb4).
+_MYSQL_NAMES = {"cp1252": "latin1", "koi8_r": "koi8r", "koi8_u": "koi8u", "utf8": "utf8mb4", "utf8mb3": "utf8mb4"}
