@@ -20,7 +20,7 @@ from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES,
 from airflow_provider_mysqlcdc.engine.model.position_text import parse_row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
-from airflow_provider_mysqlcdc.engine.model.values import ZeroDate, holds_zero_dates, zero_date_field
+from airflow_provider_mysqlcdc.engine.model.values import canonical_pylist, holds_zero_dates, zero_date_field
 
 
 def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = None) -> pa.Table:
@@ -52,15 +52,11 @@ def arrow_records(table: pa.Table, schema: TableSchema) -> list[Record]:
         for c in schema.columns
         if c.name in table.schema.names
     }
-    companions = {zero_date_field(c.name): c.name for c in schema.columns if holds_zero_dates(c)}
+    companions = {zero_date_field(c.name) for c in schema.columns if holds_zero_dates(c)}
     names = [n for n in table.schema.names if n not in METADATA_NAMES and n not in companions]
-    zero_dates = [(n, c) for c, n in companions.items() if c in table.schema.names]
     out = []
-    for row in table.to_pylist():
+    for row in canonical_pylist(table):  # zero dates folded back from their companions
         values = {n: converters.get(n, _identity)(row[n]) if row[n] is not None else None for n in names}
-        for name, companion in zero_dates:
-            if row[companion] is not None:
-                values[name] = ZeroDate(row[companion])
         out.append(
             Record(
                 table=str(schema.table),
