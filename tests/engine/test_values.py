@@ -270,6 +270,16 @@ def test_unsupported_types_fail_when_the_normalizer_is_built():
         binlog_normalizer(schema)
 
 
+def test_a_column_named_like_a_zero_date_companion_is_refused_by_name():
+    schema = TableSchema(
+        TableId("d", "t"),
+        (Column("d", "date", "date", True), Column("d__zero_date", "varchar", "varchar(9)", True)),
+        (),
+    )
+    with pytest.raises(UnsupportedType, match="'d__zero_date'.*rename the column"):
+        arrow_schema(schema)
+
+
 def test_enum_members_parse_quotes():
     assert enum_members("set('a','b,c','it''s','')") == ["a", "b,c", "it's", ""]
     assert enum_members("enum('x')") == ["x"]

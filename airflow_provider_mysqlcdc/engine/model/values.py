@@ -463,7 +463,13 @@ def arrow_schema(schema: TableSchema) -> pa.Schema:
     for c in schema.columns:
         fields.append(pa.field(c.name, arrow_type(c), nullable=c.nullable or holds_zero_dates(c)))
         if holds_zero_dates(c):
-            fields.append(pa.field(zero_date_field(c.name), pa.string()))
+            companion = zero_date_field(c.name)
+            if companion in schema.column_by_name:
+                raise UnsupportedType(
+                    f"table {schema.table}: column {companion!r} has the name of the zero-date column of "
+                    f"{c.name!r} in the output; rename the column (ALTER TABLE ... RENAME COLUMN) or leave the table out"
+                )
+            fields.append(pa.field(companion, pa.string()))
     return pa.schema(fields)
 
 
