@@ -523,11 +523,13 @@ def to_arrow_batch(schema: TableSchema, rows: list[tuple]) -> pa.RecordBatch:
         if column.is_decimal and pa.types.is_string(field.type):
             values = [None if v is None else str(v) for v in values]  # wider than decimal128: exact text
         if holds_zero_dates(column):
-            zeros = [v if isinstance(v, ZeroDate) else None for v in values]
-            if any(z is not None for z in zeros):
-                values = [None if isinstance(v, ZeroDate) else v for v in values]
+            if any(type(v) is ZeroDate for v in values):
+                zeros = pa.array([v if type(v) is ZeroDate else None for v in values], type=pa.string())
+                values = [None if type(v) is ZeroDate else v for v in values]
+            else:  # the usual case: no zero date in the batch
+                zeros = pa.nulls(len(values), pa.string())
             arrays.append(pa.array(values, type=field.type))
-            arrays.append(pa.array(zeros, type=pa.string()))
+            arrays.append(zeros)
             continue
         arrays.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)
