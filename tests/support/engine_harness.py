@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Callable, Iterator
 
 import pyarrow as pa
@@ -72,7 +73,7 @@ class Pipeline:
         def write(batches: Iterator[pa.RecordBatch]) -> str:
             rows: list[dict] = []
             for batch in batches:
-                rows.extend(_data_rows(batch))
+                rows.extend(_data_rows(batch, schema))
             self.versions += 1
             self.snapshots[(plan.table, chunk_id)] = rows
             return f"v{self.versions}"
@@ -86,7 +87,7 @@ class Pipeline:
         schema = self.schemas[plan.table]
         state = self.store.start_chunk(str(plan.table), plan.generation, chunk_id)
         read = ChunkRead(self.settings, schema, plan, plan.chunk(chunk_id), self.read_options)
-        rows = [row for batch in read.batches() for row in _data_rows(batch)]
+        rows = [row for batch in read.batches() for row in _data_rows(batch, schema)]
 
         def commit() -> ChunkReadResult:
             self.versions += 1
@@ -162,10 +163,18 @@ class Pipeline:
             return [normalize(r) for r in cur.fetchall()]
 
 
-def _data_rows(batch: pa.RecordBatch) -> list[dict]:
+def _data_rows(batch: pa.RecordBatch, schema: TableSchema) -> list[dict]:
+    """The chunk's rows as the changelog holds them: zero dates folded back, and a DECIMAL wider than
+    decimal128 (text in Arrow) back to its Decimal, or one row would be keyed by two representations."""
     names = [n for n in batch.schema.names if n not in METADATA_NAMES]
     assert set(batch.column(batch.schema.get_field_index("_op")).to_pylist()) <= {"+I"}
-    return values.canonical_pylist(batch.select(names))
+    rows = values.canonical_pylist(batch.select(names))
+    wide = [c.name for c in schema.columns if c.is_decimal and pa.types.is_string(values.arrow_type(c))]
+    for row in rows:
+        for name in wide:
+            if isinstance(row.get(name), str):
+                row[name] = Decimal(row[name])
+    return rows
 
 
 def assert_same_rows(got: list[tuple], want: list[tuple], table: object) -> None:

@@ -62,6 +62,13 @@ _PROBE_MAX_CHARS = 4  # padding covers at least this many characters, so the sel
 _COLLATION_PROBES = (
     "", " ", "\t", "\x00", "a", "A", "a ", "a\t", "á", "a\u0301", "ä", "ae", "æ", "ß", "ss", "ﬃ", "ffi",
     "b", "B ", "\u00a0", "😀", "😁", "z", "Z", "0", "-",
+    # beyond Latin: legacy multi-byte collations (big5_chinese_ci) compare codes but sort keys by stroke
+    "ュ", "シ", "中", "文", "丁", "한", "Ж", "ж", "Ω", "α", "ø", "ą", "ñ",
+)
+# "a" + each of these against "a": where the pad weight and a character's own weight disagree (latin7's space
+# weighs more than its pad), a character that sorts between them would be misplaced
+_PAD_PROBES = tuple("a" + chr(i) for i in range(0x100)) + tuple(
+    "a" + c for c in _COLLATION_PROBES if len(c) == 1 and ord(c) > 0xFF
 )
 
 
@@ -112,10 +119,32 @@ class _StringColumn:
         self.pad_weights = self.max_chars * max(sortlen, 1)
         cast = f"CAST(%s AS CHAR CHARACTER SET {charset}) COLLATE {collation}"
         self.cast_sql = cast
-        self.weight_sql = f"WEIGHT_STRING({cast} AS CHAR({self.pad_weights}))" if pad_space else (
+        self.weight_sql = f"WEIGHT_STRING(RTRIM({cast}) AS CHAR({self.pad_weights}))" if pad_space else (
             f"WEIGHT_STRING({cast})"
         )
         self.approx_weight_bytes = self.pad_weights * 2 * 3 if pad_space else 64
+        self.space_pad = b""  # set by use_space_padding
+
+    def use_space_padding(self, cast: str, space: bytes) -> None:
+        """Comparisons pad with the weight of a space, but a few collations' WEIGHT_STRING pads with another
+        weight (latin7_general_ci: a space weighs 0x30, the pad 0x20; '' > '-' on the server). For those the
+        weights are taken unpadded (trailing spaces trimmed: they never count under PAD SPACE) and padded here
+        with the space's weight."""
+        self.weight_sql = f"WEIGHT_STRING(RTRIM({cast}))"
+        self.space_pad = space
+
+    def finish(self, weight: bytes) -> bytes:
+        """The sort key of a weight string the server returned for ``weight_sql``."""
+        if not self.space_pad:
+            return weight
+        width = self.pad_weights * len(self.space_pad)
+        missing = width - len(weight)
+        if missing < 0 or missing % len(self.space_pad):
+            raise CdcError(
+                f"column {self.column.name!r}: a sort key of {len(weight)} bytes does not pad to {width} bytes "
+                f"in weights of {len(self.space_pad)} bytes: set the option chunk_key to another column"
+            )
+        return weight + self.space_pad * (missing // len(self.space_pad))
 
 
 class KeyOrder:
@@ -363,7 +392,14 @@ class KeyOrder:
         else:
             lowered = collation.lower()
             pad_space = not ("nopad" in lowered or "_0900_" in lowered)
-        return _StringColumn(column, charset, collation, pad_space, sortlen)
+        info = _StringColumn(column, charset, collation, pad_space, sortlen)
+        if pad_space:
+            pad, space = self._query_row(
+                f"SELECT WEIGHT_STRING({info.cast_sql} AS CHAR(1)), WEIGHT_STRING({info.cast_sql})", ("", " ")
+            )
+            if pad is not None and space and bytes(pad) != bytes(space):
+                info.use_space_padding(info.cast_sql, bytes(space))
+        return info
 
     def _weights(self, items: Iterable[tuple[int, Any]]) -> dict[tuple[int, Any], bytes]:
         """Sort keys of string values: cached ones, the rest from the server in batches."""
@@ -412,7 +448,7 @@ class KeyOrder:
                     f"table {self.schema.table}: the server returned no sort key for {value!r} in column "
                     f"{self.columns[index].name!r} (result larger than max_allowed_packet?)"
                 )
-            out[cache_key] = bytes(weight)
+            out[cache_key] = self._string_column(index).finish(bytes(weight))
             self._remember(cache_key, out[cache_key])
         return out
 
@@ -445,7 +481,7 @@ class KeyOrder:
             raise CdcError(
                 f"table {self.schema.table}: the server returned no sort keys for the probe strings"
             )
-        weights = {value: bytes(w) for value, w in zip(probes, row)}
+        weights = {value: info.finish(bytes(w)) for value, w in zip(probes, row)}
         pairs = [(a, b) for i, a in enumerate(probes) for b in probes[i + 1:]]
         expr = f"({info.cast_sql} > {info.cast_sql}) - ({info.cast_sql} < {info.cast_sql})"
         params: list[Any] = []
@@ -455,14 +491,35 @@ class KeyOrder:
         for (a, b), server in zip(pairs, server_row):
             ours = (weights[a] > weights[b]) - (weights[a] < weights[b])
             if ours != int(server):
-                raise ConfigurationError(
-                    f"table {self.schema.table}: the order of collation {info.column.collation} of column "
-                    f"{info.column.name!r} cannot be reproduced from its sort keys ({a!r} vs {b!r}: server "
-                    f"{int(server)}, ours {ours}). Fix: set the option chunk_key to a column with another "
-                    "collation, or change the column's collation"
-                )
+                raise self._unreproducible(info, a, b, int(server), ours)
+        self._verify_padding(info)
         for value, weight in weights.items():
             self._remember((index, value), weight)
+
+    def _verify_padding(self, info: _StringColumn) -> None:
+        """Each probe of ``_PAD_PROBES`` against "a" (linear: one comparison per character)."""
+        probes = ["a", *_PAD_PROBES]
+        row = self._query_row("SELECT " + ", ".join([info.weight_sql] * len(probes)), probes)
+        base = info.finish(bytes(row[0]))
+        expr = f"({info.cast_sql} > {info.cast_sql}) - ({info.cast_sql} < {info.cast_sql})"
+        params: list[Any] = []
+        for probe in _PAD_PROBES:
+            params.extend((probe, "a", probe, "a"))
+        server_row = self._query_row("SELECT " + ", ".join([expr] * len(_PAD_PROBES)), params)
+        for probe, weight, server in zip(_PAD_PROBES, row[1:], server_row):
+            key = info.finish(bytes(weight))
+            ours = (key > base) - (key < base)
+            if ours != int(server):
+                raise self._unreproducible(info, probe, "a", int(server), ours)
+
+    def _unreproducible(self, info: _StringColumn, a: str, b: str, server: int, ours: int) -> ConfigurationError:
+        return ConfigurationError(
+            f"table {self.schema.table}: the order of collation {info.column.collation} of column "
+            f"{info.column.name!r} cannot be reproduced from its sort keys ({a!r} vs {b!r}: server {server}, "
+            f"ours {ours}), so the stream could not place changes in chunks. Fix: set the option chunk_key to "
+            "a column with another collation (any orderable column, unique or not), or change the column's "
+            "collation"
+        )
 
 
 def _cache_value(value: Any) -> Any:

@@ -357,5 +357,7 @@ def _check_increasing(schema: TableSchema, order: KeyOrder, boundaries: Sequence
         if not sort_keys[i - 1] < sort_keys[i]:
             raise CdcError(
                 f"table {schema.table}: the server returned key {boundaries[i]!r} as greater than "
-                f"{boundaries[i - 1]!r}, but their sort keys disagree: cannot plan chunks for this chunk key"
+                f"{boundaries[i - 1]!r}, but their sort keys disagree, so the stream could not place changes "
+                f"in chunks by {', '.join(order.key_columns)}. Fix: set the option chunk_key to another "
+                "orderable column (unique or not), or change the key column's collation"
             )

@@ -219,11 +219,43 @@ def _native_text(kind: str, width: int) -> Converter:
     return convert
 
 
-def _text(decode: Callable[[bytes], str]) -> Converter:
+def _text(decode: Callable[[bytes], str], table: Any, column: Column) -> Converter:
     def convert(value: Any) -> str:
-        return value if isinstance(value, str) else decode(bytes(value))  # ENUM members come as text
+        if isinstance(value, str):  # ENUM members come as text
+            return value
+        try:
+            return decode(bytes(value))
+        except UnicodeDecodeError as exc:
+            raise UndecodableText(table, column, bytes(value), exc) from None
 
     return convert
+
+
+class UndecodableText(CdcError):
+    """A string value with no Unicode form: ucs2 and utf32 columns accept lone UTF-16 surrogates (U+D800 to
+    U+DFFF) under a non-strict sql_mode, and the server hands them out as invalid UTF-8. No Arrow, Parquet or
+    Spark string can hold one, and replacing it would change the value, so reading stops here."""
+
+    def __init__(self, table: Any, column: Column, value: bytes, exc: UnicodeDecodeError) -> None:
+        unit = 8 if (column.charset or "").lower() == "utf32" else 4  # hex digits per code unit
+        pattern = "^(" + "." * unit + ")*" + "0" * (unit - 4) + "D[89A-F]"
+        super().__init__(
+            f"table {table}, column {column.name!r} ({column.charset}): a value holds bytes "
+            f"{value[exc.start:exc.end].hex().upper()} (at byte {exc.start}), a lone UTF-16 surrogate: no "
+            "Unicode character, so no Arrow, Parquet or Spark string can hold it. Fix such values at the "
+            f"source (find them with SELECT ... WHERE HEX({column.quoted}) REGEXP '{pattern}'; a strict "
+            "sql_mode prevents new ones); a snapshot may instead exclude the column (exclude_columns). The "
+            "stream cannot pass a change that holds one (docs/output.md, Character sets)"
+        )
+
+
+# ucs2 and utf32 admit code points with no UTF-8 form, which the server would send as invalid UTF-8: the
+# snapshot reads their bytes and decodes them as the binlog path does, so both fail (or agree) alike.
+_BYTES_READ_CHARSETS = {"ucs2", "utf32"}
+
+
+def _read_as_bytes(column: Column) -> bool:
+    return column.data_type != "enum" and (column.charset or "").lower() in _BYTES_READ_CHARSETS
 
 
 def _binlog_time(value: dt.timedelta) -> dt.timedelta:
@@ -311,6 +343,8 @@ def select_expression(column: Column) -> str:
         # The server prints FLOAT with 6 significant digits; as DOUBLE it prints the exact single-precision
         # value (shortest round-trip form), which is what the binlog carries.
         return f"CAST({q} AS DOUBLE)"
+    if kind == "text" and _read_as_bytes(column):
+        return f"CAST({q} AS BINARY)"
     return q
 
 
@@ -322,8 +356,10 @@ def select_list(schema: TableSchema) -> str:
 # --- normalizers --------------------------------------------------------------------------------------------
 
 
-def _snapshot_converter(column: Column) -> Converter | None:
+def _snapshot_converter(column: Column, table: Any) -> Converter | None:
     kind = _kind(column)
+    if kind == "text" and _read_as_bytes(column):
+        return _text(CharsetDecoder(column.charset or ""), table, column)
     if kind in ("date", "datetime"):
         return _snapshot_date
     if kind == "timestamp":
@@ -333,12 +369,14 @@ def _snapshot_converter(column: Column) -> Converter | None:
     return None  # pymysql already returns BINARY(n) padded, and bytes for every binary type
 
 
-def _binlog_converter(column: Column, decoders: Callable[[str], CharsetDecoder] | None) -> Converter | None:
+def _binlog_converter(
+    column: Column, decoders: Callable[[str], CharsetDecoder] | None, table: Any
+) -> Converter | None:
     kind = _kind(column)
     if kind == "timestamp":
         return _binlog_timestamp(column.datetime_precision or 0)
     if kind == "text":
-        return _text(_decoder(column, decoders))
+        return _text(_decoder(column, decoders), table, column)
     if kind in MARIADB_NATIVE_TYPES:
         return _native_text(kind, MARIADB_NATIVE_TYPES[kind])
     if kind == "time" and (column.datetime_precision or 0) > 0:
@@ -360,7 +398,9 @@ def _binlog_converter(column: Column, decoders: Callable[[str], CharsetDecoder] 
 
 def snapshot_normalizer(schema: TableSchema) -> Callable[[tuple], tuple]:
     """Canonical values of a row fetched with ``SELECT {select_list(schema)}``; identity if nothing to do."""
-    converters = [(i, conv) for i, c in enumerate(schema.columns) if (conv := _snapshot_converter(c))]
+    converters = [
+        (i, conv) for i, c in enumerate(schema.columns) if (conv := _snapshot_converter(c, schema.table))
+    ]
     if not converters:
         return _identity
 
@@ -394,7 +434,9 @@ def binlog_normalizer(
     row's ``none_sources``/``before_none_sources``/``after_none_sources``) tells an empty SET (``''``)
     apart from NULL: mysql-replication decodes both as None.
     """
-    converters = [(c.name, conv) for c in schema.columns if (conv := _binlog_converter(c, decoders))]
+    converters = [
+        (c.name, conv) for c in schema.columns if (conv := _binlog_converter(c, decoders, schema.table))
+    ]
     set_columns = [c.name for c in schema.columns if c.data_type == "set"]
     if not converters and not set_columns:
         return _identity_dict

@@ -1,0 +1,17 @@
+"""Prints the conformance matrix at the end of the session and writes it to MATRIX_FILE."""
+from __future__ import annotations
+
+from tests.conformance.matrix import MATRIX_FILE, RESULTS, render
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not RESULTS:
+        return
+    text = render()
+    terminalreporter.write(text)
+    try:
+        with open(MATRIX_FILE, "w", encoding="utf-8") as f:
+            f.write(text)
+        terminalreporter.write(f"(matrix written to {MATRIX_FILE})\n")
+    except OSError:
+        pass

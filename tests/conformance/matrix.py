@@ -1,0 +1,46 @@
+"""The verdict of every case and phase, printed at the end of the session (and written to a file)."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+MATRIX_FILE = "/tmp/mysqlcdc-conformance-matrix.txt"
+
+# group -> case -> phase -> "ok" | "FAIL" | "skip" | a short fact
+RESULTS: dict[str, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
+PHASES = {
+    "types": ["identity", "arrow", "mirror", "mirror-wm"],
+    "type-tables": ["chunks", "changes", "mirror", "backfilled", "mirror-wm"],
+    "charsets": ["chars", "identity", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm", "no-unicode"],
+    "keys": ["chunks", "changes", "identity", "mirror", "backfilled", "mirror-wm"],
+}
+
+
+_COLUMNS = ("ok", "refused", "FAIL", "skip", "-")  # refused: a clear plan-time error, the way out tested
+
+
+def record(group: str, case: str, phase: str, status: str) -> None:
+    RESULTS[group][case][phase] = status
+
+
+def verdict(problems: list[str]) -> str:
+    return "FAIL" if problems else "ok"
+
+
+def render() -> str:
+    lines = ["", "=== mysqlcdc conformance matrix ==="]
+    for group, cases in RESULTS.items():
+        phases = PHASES.get(group) or sorted({p for c in cases.values() for p in c})
+        counts = {p: defaultdict(int) for p in phases}
+        for row in cases.values():
+            for p in phases:
+                status = row.get(p, "-")
+                counts[p][status if status in ("FAIL", "skip", "-", "refused") else "ok"] += 1
+        lines.append(f"\n[{group}] {len(cases)} cases")
+        lines.append("  phase        " + "  ".join(f"{k:>7}" for k in _COLUMNS))
+        for p in phases:
+            lines.append(f"  {p:<12} " + "  ".join(f"{counts[p][k]:>7}" for k in _COLUMNS))
+        width = max(len(c) for c in cases) + 2
+        lines.append("  " + "case".ljust(width) + " ".join(f"{p:>10}" for p in phases))
+        for case, row in cases.items():
+            lines.append("  " + case.ljust(width) + " ".join(f"{row.get(p, '-'):>10}" for p in phases))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,296 @@
+"""Conformance: every column type, every character set of the server and every key shape, through the
+snapshot's SELECT and the binlog (value identity, cell by cell), through Arrow, and through the whole pipeline
+(chunked snapshot + stream under concurrent writes: the mirror equals the source row by row).
+
+The pipeline runs in both chunk-read modes: ``mirror`` is the server's consistent snapshot (what MariaDB
+uses by default; LW == HW), ``mirror-wm`` the watermark-table mode (DBLog: markers, then the chunk's rows are
+corrected with the binlog events between its watermarks, so binlog decoding and key matching run inside the
+snapshot too). Without a primary key the watermark mode is at-least-once (docs/design.md): there only missing
+rows count.
+
+Cases come from ``catalogue.py``; the charset list is checked against the server's own SHOW CHARACTER SET.
+Seeds are fixed per case (``specs.seed_of``). The matrix of verdicts is printed at the end of the session and
+written to ``matrix.MATRIX_FILE``. Run: ``pytest -q tests/conformance -p no:cacheprovider``.
+"""
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
+from tests.conformance.catalogue import (
+    CHARSETS,
+    NULL,
+    KEY_CASES,
+    REPORTED_TYPE_CASES,
+    WIDE_TABLES,
+    charset_maxlen,
+    representable,
+    server_charsets,
+    unicode_pool,
+)
+from tests.conformance.matrix import record, verdict
+from tests.conformance.runner import (
+    TableRun,
+    TableSpec,
+    ValueColumn,
+    arrow_mismatches,
+    identity_mismatches,
+    mirror_mismatches,
+    run_group,
+)
+from tests.conformance.specs import (
+    SURROGATE_CHARSETS,
+    UNORDERABLE_COLLATIONS,
+    charset_specs,
+    key_spec,
+    probe_key_case,
+    probe_types,
+    seed_of,
+    type_specs,
+)
+
+CHUNK_SIZE = 6  # rows per chunk: every table of ~30 rows gets several chunks
+DATABASE = "conformance"
+WM_SUFFIX = "_wm"
+WM_SERVER_ID = 5460  # the backfill reader's replica id (the stream and the identity reads use slots 0 and 1)
+
+
+def _fail(case: str, problems: dict[str, list[str]]) -> None:
+    bad = {phase: p for phase, p in problems.items() if p}
+    if bad:
+        text = "\n".join(f"  [{phase}] " + f"\n  [{phase}] ".join(p) for phase, p in bad.items())
+        pytest.fail(f"{case}:\n{text}", pytrace=False)
+
+
+def _per_column(run: TableRun, names: list[str], check) -> list[str]:
+    if run.identity_error:
+        return [f"table read failed: {run.identity_error}"]
+    return [f"{n}: {m}" for n in names for m in check(run, n)]
+
+
+def _exercised(run: TableRun, min_changes: int = 10) -> list[str]:
+    """A run that planned under 3 chunks or streamed almost nothing proves little."""
+    out = []
+    if run.pipeline_error is None and run.chunks < 3:
+        out.append(f"only {run.chunks} chunks planned")
+    if run.pipeline_error is None and run.changes < min_changes:
+        out.append(f"only {run.changes} changelog records")
+    return out
+
+
+@pytest.fixture(scope="module")
+def conformance_db(mysql_server):
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{DATABASE}`")
+        cur.execute(f"CREATE DATABASE `{DATABASE}`")
+        wm = TableId(DATABASE, "mysqlcdc_watermark")
+        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
+        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    yield DATABASE
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{DATABASE}`")
+
+
+@pytest.fixture(scope="module")
+def watermark_mode(conformance_db) -> ChunkReadOptions:
+    return ChunkReadOptions(mode="watermark_table", watermark_table=TableId(conformance_db, "mysqlcdc_watermark"),
+                            server_id=WM_SERVER_ID)
+
+
+# --- types ----------------------------------------------------------------------------------------------------
+
+TYPE_PHASES = ("identity", "arrow", "mirror", "mirror-wm")
+
+
+@pytest.fixture(scope="module")
+def type_runs(mysql_server, conformance_db, watermark_mode, tmp_path_factory):
+    """The wide tables (one column per type case), run once per read mode for all type tests."""
+    with mysql_server.admin(conformance_db) as conn:
+        skipped = probe_types(conn)
+    # six tables share one writer: more rounds, so each gets its share of changes
+    plain = run_group(mysql_server, conformance_db, type_specs(skipped),
+                      tmp_path_factory.mktemp("types") / "chunks.db", seed=seed_of("types"), chunk_size=CHUNK_SIZE,
+                      stream_rounds=20)
+    wm = run_group(mysql_server, conformance_db, type_specs(skipped, WM_SUFFIX),
+                   tmp_path_factory.mktemp("types-wm") / "chunks.db", seed=seed_of("types-wm"),
+                   chunk_size=CHUNK_SIZE, read_options=watermark_mode, stream_rounds=20)
+    return plain, wm, skipped
+
+
+@pytest.mark.parametrize("case", REPORTED_TYPE_CASES, ids=lambda c: c.id)
+def test_type(case, type_runs):
+    plain, wm, skipped = type_runs
+    if case.id in skipped:
+        for phase in TYPE_PHASES:
+            record("types", case.id, phase, "skip")
+        pytest.skip(f"type[{case.id}] not on this server: {skipped[case.id]}")
+    name = WIDE_TABLES[case.table].name
+    run, run_wm = plain.tables[name], wm.tables[name + WM_SUFFIX]
+    problems = {
+        "identity": identity_mismatches(run, case.column),
+        "arrow": arrow_mismatches(run, case.column),
+        "mirror": mirror_mismatches(run, case.column),
+        "mirror-wm": mirror_mismatches(run_wm, case.column),
+    }
+    for phase, p in problems.items():
+        record("types", case.id, phase, verdict(p))
+    _fail(f"type[{case.id}] (column {case.column} of {run.table})", problems)
+
+
+@pytest.mark.parametrize("table", list(WIDE_TABLES), ids=lambda t: WIDE_TABLES[t].name)
+def test_type_table(table, type_runs):
+    """Whole rows of each wide table in both modes, and that the runs exercised what they should."""
+    plain, wm, _ = type_runs
+    run = plain.tables[WIDE_TABLES[table].name]
+    run_wm = wm.tables[WIDE_TABLES[table].name + WM_SUFFIX]
+    problems = {
+        "exercised": _exercised(run) + _exercised(run_wm),
+        "mirror": mirror_mismatches(run),
+        "mirror-wm": mirror_mismatches(run_wm),
+    }
+    name = run.spec.name
+    record("type-tables", name, "chunks", str(run.chunks))
+    record("type-tables", name, "changes", str(run.changes))
+    record("type-tables", name, "mirror", verdict(problems["mirror"]))
+    record("type-tables", name, "backfilled", str(run_wm.backfill_events))
+    record("type-tables", name, "mirror-wm", verdict(problems["mirror-wm"]))
+    _fail(f"type-table[{name}]", problems)
+
+
+# --- character sets ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server_charset_names(mysql_server) -> list[str]:
+    with mysql_server.admin() as conn:
+        return server_charsets(conn)
+
+
+def test_every_server_charset_is_catalogued(server_charset_names):
+    """The catalogue covers every row of SHOW CHARACTER SET (but binary)."""
+    missing = sorted(set(server_charset_names) - set(CHARSETS))
+    assert not missing, f"charsets of this server with no conformance case: {missing}: add them to CHARSETS"
+
+
+CHARSET_PHASES = ("chars", "identity", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm")
+
+
+@pytest.mark.parametrize("charset", CHARSETS)
+def test_charset(charset, mysql_server, conformance_db, server_charset_names, watermark_mode, tmp_path):
+    if charset not in server_charset_names:
+        for phase in CHARSET_PHASES:
+            record("charsets", charset, phase, "skip")
+        pytest.skip(f"charset[{charset}]: not in this server's SHOW CHARACTER SET")
+    with mysql_server.admin() as conn:
+        chars = representable(conn, charset, unicode_pool())
+        maxlen = charset_maxlen(conn, charset)
+    non_ascii = [c for c in chars if ord(c) > 0x7F]
+    record("charsets", charset, "chars", str(len(non_ascii)))
+    plain, wm = charset_specs(charset, chars, maxlen), charset_specs(charset, chars, maxlen, WM_SUFFIX)
+    runs = {}
+    # the key table on its own: a key the engine refuses to chunk must not hide the verdict on the values
+    for mode, specs, options in (("", [plain["values"], plain["raw"]], None), ("", [plain["key"]], None),
+                                 (WM_SUFFIX, [wm["values"]], watermark_mode), (WM_SUFFIX, [wm["key"]], watermark_mode)):
+        group = run_group(mysql_server, conformance_db, specs, tmp_path / f"{specs[0].name}.db",
+                          seed=seed_of(specs[0].name), chunk_size=CHUNK_SIZE, read_options=options)
+        runs.update(group.tables)
+    refused = {}
+    if charset in UNORDERABLE_COLLATIONS:  # refused at plan time; the way out (a _bin collation) must work
+        refused = {phase: _refusal(runs[specs["key"].name]) for phase, specs in (("key", plain), ("key-wm", wm))}
+        bin_plain = charset_specs(charset, chars, maxlen, key_collation=f"{charset}_bin")
+        bin_wm = charset_specs(charset, chars, maxlen, WM_SUFFIX, key_collation=f"{charset}_bin")
+        for specs, options in ((bin_plain, None), (bin_wm, watermark_mode)):
+            group = run_group(mysql_server, conformance_db, [specs["key"]], tmp_path / f"{specs['key'].name}.db",
+                              seed=seed_of(specs["key"].name), chunk_size=CHUNK_SIZE, read_options=options)
+            runs.update(group.tables)
+        plain, wm = dict(plain, key=bin_plain["key"]), dict(wm, key=bin_wm["key"])
+    values_run, key_run = runs[plain["values"].name], runs[plain["key"].name]
+    value_columns = [c.name for c in plain["values"].value_columns]
+    problems = {
+        "chars": [] if non_ascii or charset in ("ascii", "swe7") else ["no non-ASCII character round-trips"],
+        "identity": _per_column(values_run, value_columns, identity_mismatches)
+        + _per_column(key_run, ["k", "v"], identity_mismatches),
+        "raw-bytes": identity_mismatches(runs[plain["raw"].name], "b", limit=8),
+        "arrow": _per_column(values_run, value_columns, arrow_mismatches)
+        + _per_column(key_run, ["k", "v"], arrow_mismatches),
+        "mirror": mirror_mismatches(values_run) + _exercised(values_run),
+        "mirror-wm": mirror_mismatches(runs[wm["values"].name]) + _exercised(runs[wm["values"].name]),
+        "key": mirror_mismatches(key_run) + _exercised(key_run),
+        "key-wm": mirror_mismatches(runs[wm["key"].name]) + _exercised(runs[wm["key"].name]),
+    }
+    for phase, problem in refused.items():
+        problems[phase] = problem + problems[phase]
+    for phase in CHARSET_PHASES[1:]:
+        status = verdict(problems[phase])
+        record("charsets", charset, phase, "refused" if phase in refused and status == "ok" else status)
+    _fail(f"charset[{charset}] ({len(non_ascii)} non-ASCII characters round-trip)", problems)
+
+
+@pytest.mark.parametrize("charset", sorted(SURROGATE_CHARSETS))
+def test_no_unicode_form(charset, mysql_server, conformance_db, server_charset_names, tmp_path):
+    """ucs2 and utf32 take a lone UTF-16 surrogate under a non-strict sql_mode; no string type of Arrow,
+    Parquet or Spark can hold one. Both paths refuse it alike, naming the table and column and the way out
+    (never a crash deep in a driver, never a replaced character)."""
+    if charset not in server_charset_names:
+        record("charsets", charset, "no-unicode", "skip")
+        pytest.skip(f"{charset}: not in this server's SHOW CHARACTER SET")
+    spec = TableSpec(
+        name=f"csu_{charset}", key_columns=[("id", "INT NOT NULL")], key_pool=[(str(i),) for i in range(1, 4)],
+        value_columns=[ValueColumn("s", f"VARCHAR(8) CHARACTER SET {charset} NULL", lambda r: NULL,
+                                   ("'ok'", f"_binary X'{SURROGATE_CHARSETS[charset]}'", NULL))],
+        sql_mode="", initial_rows=3, pipeline=False)
+    run = run_group(mysql_server, conformance_db, [spec], tmp_path / "chunks.db", seed=seed_of(spec.name),
+                    chunk_size=CHUNK_SIZE).tables[spec.name]
+    problems = []
+    for path, error in (("SELECT", run.select_error), ("binlog", run.binlog_error)):
+        wanted = ("UndecodableText", f"column 's' ({charset})", "lone UTF-16 surrogate", "exclude_columns")
+        if error is None or not all(w in error for w in wanted):
+            problems.append(f"{path}: expected a clear UndecodableText naming the column, got {error}")
+    record("charsets", charset, "no-unicode", verdict(problems))
+    _fail(f"no-unicode-form[{charset}]", {"refused": problems})
+
+
+def _refusal(run: TableRun) -> list[str]:
+    """Problems unless ``run`` was refused at plan time with an error naming the column and the way out."""
+    error = run.pipeline_error or ""
+    wanted = ("ConfigurationError", "column 'k'", "chunk_key", "collation")
+    if all(w in error for w in wanted):
+        return []
+    return [f"expected a plan-time ConfigurationError naming column 'k' and the option chunk_key, got {error!r}"]
+
+
+# --- key shapes -------------------------------------------------------------------------------------------------
+
+KEY_PHASES = ("chunks", "changes", "identity", "mirror", "backfilled", "mirror-wm")
+
+
+@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: c.id)
+def test_key(case, mysql_server, conformance_db, watermark_mode, tmp_path):
+    with mysql_server.admin(conformance_db) as conn:
+        reason = probe_key_case(conn, case)
+    if reason:
+        for phase in KEY_PHASES:
+            record("keys", case.id, phase, "skip")
+        pytest.skip(f"key[{case.id}] not on this server: {reason}")
+    spec, spec_wm = key_spec(case), key_spec(case, WM_SUFFIX)
+    group = run_group(mysql_server, conformance_db, [spec], tmp_path / "chunks.db", seed=seed_of(case.id),
+                      chunk_size=CHUNK_SIZE)
+    group_wm = run_group(mysql_server, conformance_db, [spec_wm], tmp_path / "chunks-wm.db",
+                         seed=seed_of(case.id + WM_SUFFIX), chunk_size=CHUNK_SIZE, read_options=watermark_mode)
+    run, run_wm = group.tables[spec.name], group_wm.tables[spec_wm.name]
+    names = run.schema.column_names if run.schema else ["seq"]
+    problems = {
+        "exercised": _exercised(run) + _exercised(run_wm),
+        "identity": _per_column(run, names, identity_mismatches),
+        "mirror": mirror_mismatches(run),
+        "mirror-wm": mirror_mismatches(run_wm, at_least_once=not case.primary_key),
+    }
+    record("keys", case.id, "chunks", str(run.chunks))
+    record("keys", case.id, "changes", str(run.changes))
+    record("keys", case.id, "backfilled", str(run_wm.backfill_events))
+    for phase in ("identity", "mirror", "mirror-wm"):
+        record("keys", case.id, phase, verdict(problems[phase]))
+    _fail(f"key[{case.id}] (table {run.table}; {group.writer_transactions} and {group_wm.writer_transactions} "
+          "background transactions)", problems)
