@@ -63,6 +63,9 @@ with DAG(
         "remove_tables": Param("", type="string",
                                description="take these planned tables (names or patterns, comma-separated) "
                                            "out of the pipeline; their output stays"),
+        "zero_dates": Param("keep", type="string", enum=["keep", "null"],
+                            description="zero dates (0000-00-00) written exactly in a <column>__zero_date "
+                                        "companion (keep) or as NULL only (null); applies to newly planned tables"),
         "exclude_columns": Param({}, type="object",
                                  description='columns never written, e.g. {"shop.users": ["password_hash"]}'),
         "max_concurrent_reads": Param(4, type="integer", minimum=0,
@@ -90,6 +93,7 @@ with DAG(
         startup_mode="{{ params.startup_mode }}",
         only_new="{{ params.only_new }}",
         remove_tables="{{ params.remove_tables }}",
+        zero_dates="{{ params.zero_dates }}",
     )
     with TaskGroup("snapshot_phase", tooltip="one Spark application per chunk group") as snapshot_phase:
         MySqlCdcSnapshotOperator.partial(

@@ -38,6 +38,10 @@ def _add_plan_parser(sub: "argparse._SubParsersAction") -> None:
     plan.add_argument("--only-new", action="store_true",
                       help="plan only tables that are not in the pipeline yet (no plan, or removed); every "
                            "other table keeps its plan and snapshot")
+    plan.add_argument("--zero-dates", choices=("keep", "null"), default="keep",
+                      help="zero dates (0000-00-00) written exactly in a <column>__zero_date companion (keep, "
+                           "the default) or as NULL only (null; key columns keep their companion); stored in "
+                           "the plan, so the snapshot and the stream agree")
     plan.add_argument("--run-id", help="recorded with the plan in the chunk store")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=cmd_plan)
@@ -72,7 +76,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with ChunkStore(args.chunk_store) as store:
         plans = plan_tables(settings, store, split_table_list(args.tables), chunk_size=args.chunk_size,
                             chunk_keys=parse_pairs(args.chunk_key, "--chunk-key"), run_id=args.run_id,
-                            only_new=args.only_new)
+                            only_new=args.only_new, zero_dates=args.zero_dates)
     report = [
         {"table": str(p.table), "generation": p.generation, "split": p.split, "key_columns": list(p.key_columns),
          "chunk_size": p.chunk_size, "row_estimate": p.row_estimate, "chunk_count": len(p.chunks),

@@ -75,11 +75,15 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param only_new: plan only tables not in the pipeline yet (a rendered ``"true"``/``"false"`` works too);
         False re-plans every table (a new generation each).
     :param remove_tables: names or patterns of planned tables to take out of the pipeline first.
+    :param zero_dates: how zero dates (``0000-00-00``, ``2020-00-15``) are written, stored in each new plan so
+        the snapshot and the stream agree: ``keep`` (default: exactly, in a ``<column>__zero_date`` companion
+        column next to the NULL date) or ``null`` (NULL only, no companion, except for key columns, whose
+        zero dates keep rows apart). See docs/output.md.
     """
 
     template_fields: Sequence[str] = (
         "tables", "chunk_store", "output_path", "checkpoint", "chunk_size", "chunks_per_group", "chunk_keys",
-        "redo_chunks", "mysql_conn_id", "startup_mode", "only_new", "remove_tables",
+        "redo_chunks", "mysql_conn_id", "startup_mode", "only_new", "remove_tables", "zero_dates",
     )
     ui_color = "#e8f1fb"
 
@@ -98,6 +102,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         startup_mode: str = INITIAL,
         only_new: bool | str = True,
         remove_tables: str | Sequence[str] | None = None,
+        zero_dates: str = "keep",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -113,6 +118,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.startup_mode = startup_mode
         self.only_new = only_new  # plan only tables not in the pipeline yet (see the module doc)
         self.remove_tables = remove_tables  # names or patterns of planned tables to take out of the pipeline
+        self.zero_dates = zero_dates
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
         hook = MySqlCdcHook(self.mysql_conn_id)
@@ -141,7 +147,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                 tables = sorted(redo)
             else:
                 plans = plan_tables(hook.settings(), store, patterns, chunk_size=int(self.chunk_size),
-                                    chunk_keys=dict(self.chunk_keys or {}), run_id=run_id, only_new=only_new)
+                                    chunk_keys=dict(self.chunk_keys or {}), run_id=run_id, only_new=only_new,
+                                    zero_dates=str(self.zero_dates).strip().lower())
                 for p in plans:
                     self.log.info("planned %s: generation %s, %s chunk(s) (%s split on %s)", p.table,
                                   p.generation, len(p.chunks), p.split, ", ".join(p.key_columns))

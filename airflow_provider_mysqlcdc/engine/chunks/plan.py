@@ -62,6 +62,9 @@ class ChunkPlan:
     # The binlog end when the plan was made: DDL of the table before it (a TRUNCATE, a RENAME) is covered by
     # this plan's snapshot, so the stream may pass it (engine/binlog/ddl.py). None for plans made before 0.x.
     planned_at: BinlogPosition | None = None
+    # How the lake writes zero dates of this table (``values.ZERO_DATE_MODES``): read by the snapshot and the
+    # stream alike, so their files agree.
+    zero_dates: str = "keep"
 
     def chunk(self, chunk_id: int) -> Chunk:
         for c in self.chunks:
@@ -81,6 +84,7 @@ class ChunkPlan:
             "row_estimate": self.row_estimate,
             "chunks": [c.to_dict() for c in self.chunks],
             **({"planned_at": self.planned_at.to_dict()} if self.planned_at is not None else {}),
+            **({"zero_dates": self.zero_dates} if self.zero_dates != "keep" else {}),
         }
 
     @classmethod
@@ -101,6 +105,7 @@ class ChunkPlan:
             chunk_size=int(data["chunk_size"]),
             row_estimate=int(data["row_estimate"]),
             planned_at=BinlogPosition.from_dict(data["planned_at"]) if data.get("planned_at") else None,
+            zero_dates=str(data.get("zero_dates") or "keep"),
         )
 
 

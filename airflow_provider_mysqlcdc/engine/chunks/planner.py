@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory, KeyOr
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import key_select_sql, tuple_compare_sql
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan, chunks_from_boundaries
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
@@ -69,8 +70,11 @@ def plan_table(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_key: str | None = None,
     distribution_factor_bounds: tuple[float, float] = DEFAULT_DISTRIBUTION_FACTOR_BOUNDS,
+    zero_dates: str = "keep",
 ) -> ChunkPlan:
-    """Split ``table`` into chunks of about ``chunk_size`` rows (generation given by the chunk store)."""
+    """Split ``table`` into chunks of about ``chunk_size`` rows (generation given by the chunk store);
+    ``zero_dates`` is how the lake will write its zero dates (``values.ZERO_DATE_MODES``)."""
+    values.check_zero_date_mode(zero_dates)
     if chunk_size < 1:
         raise ConfigurationError(f"chunk_size must be at least 1, got {chunk_size}")
     low_bound, high_bound = distribution_factor_bounds
@@ -108,6 +112,7 @@ def plan_table(
         chunk_size=chunk_size,
         row_estimate=rows,
         planned_at=planned_at,
+        zero_dates=zero_dates,
     )
 
 

@@ -35,11 +35,23 @@ def apply_latest(state: pa.Table, changes: pa.Table, primary_key: Sequence[str])
 
 
 def _join_keys(table: pa.Table, names: list[str]) -> pa.Table:
-    """The key columns, a zero-date companion's NULL (no zero date) made a value: joins never match NULLs."""
-    columns = [
-        pc.fill_null(table.column(n), "") if n.endswith(ZERO_DATE_SUFFIX) else table.column(n) for n in names
-    ]
+    """The key columns with their NULLs made values, since joins never match NULLs: a zero-date companion's
+    NULL (no zero date) becomes "", and a date column's NULL next to its companion (the row holds a zero
+    date there) becomes the epoch; the companion keeps the two apart from a real 1970-01-01."""
+    present = set(names)
+    columns = []
+    for n in names:
+        column = table.column(n)
+        if n.endswith(ZERO_DATE_SUFFIX):
+            column = pc.fill_null(column, "")
+        elif n + ZERO_DATE_SUFFIX in present:
+            column = pc.fill_null(column, _epoch(column.type))
+        columns.append(column)
     return pa.table(columns, names=names)
+
+
+def _epoch(arrow_type: pa.DataType) -> pa.Scalar:
+    return pa.scalar(0, pa.int32() if pa.types.is_date32(arrow_type) else pa.int64()).cast(arrow_type)
 
 
 def apply_multiset(state: pa.Table, changes: pa.Table) -> pa.Table:

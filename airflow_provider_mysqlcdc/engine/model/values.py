@@ -62,7 +62,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder, is_unicode
 from airflow_provider_mysqlcdc.engine.model.tables import (
     BINARY_TYPES,
@@ -105,6 +105,28 @@ def zero_date_field(name: str) -> str:
 
 def holds_zero_dates(column: Column) -> bool:
     return column.data_type in ZERO_DATE_TYPES
+
+
+# How a lake writes zero dates (the plan's ``zero_dates``, so the snapshot and the stream agree): "keep" (the
+# default) writes each in its column's companion; "null" leaves them NULL only (no companion), as most CDC
+# tools do, except in key columns.
+ZERO_DATE_MODES = ("keep", "null")
+
+
+def check_zero_date_mode(mode: str) -> str:
+    if mode not in ZERO_DATE_MODES:
+        raise ConfigurationError(f"zero_dates must be one of {', '.join(ZERO_DATE_MODES)}, got {mode!r}")
+    return mode
+
+
+def unwritten_companions(schema: TableSchema, mode: str, key_columns: Iterable[str]) -> tuple[str, ...]:
+    """The zero-date companions a lake in ``mode`` leaves out: none under "keep"; under "null" those of every
+    date column but the key columns (primary key and chunk key), whose zero dates keep rows apart in the
+    mirror and place them in their chunks: those keep their companion."""
+    if check_zero_date_mode(mode) == "keep":
+        return ()
+    keys = set(schema.primary_key) | set(key_columns)
+    return tuple(zero_date_field(c.name) for c in schema.columns if holds_zero_dates(c) and c.name not in keys)
 
 
 class UnsupportedType(CdcError):

@@ -79,6 +79,7 @@ class ChunkGroupJob:
     def output_schema(self, schema: TableSchema) -> pa.Schema:
         """Metadata columns, then the columns of ``schema`` except the excluded ones."""
         excluded = set(values.identity_names(schema, self.options.exclude_columns))  # with zero-date companions
+        excluded.update(values.unwritten_companions(schema, self.plan.zero_dates, self.plan.key_columns))
         return pa.schema([f for f in record_schema(schema) if f.name not in excluded])
 
     def read(self, chunk_id: int, slot: int) -> ChunkRead:
@@ -95,7 +96,7 @@ class ChunkGroupJob:
                 if read.schema is not self.schema:
                     _check_names(read.schema)  # DDL added columns: none may look like metadata columns
                 target = self.output_schema(read.schema)
-            if self.options.exclude_columns:
+            if batch.schema.names != target.names:
                 batch = batch.select(target.names)
             yield batch
 

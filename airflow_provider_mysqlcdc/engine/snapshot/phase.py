@@ -45,6 +45,7 @@ def plan_tables(
     run_id: str | None = None,
     expected_rows_per_second: float = EXPECTED_SNAPSHOT_ROWS_PER_SECOND,
     only_new: bool = False,
+    zero_dates: str = "keep",
 ) -> list[ChunkPlan]:
     """Plan every table the patterns match into a new plan generation (never mixing old boundaries).
 
@@ -54,7 +55,8 @@ def plan_tables(
     pipeline) only when a pattern names it exactly, never through a wildcard (see :func:`tables_to_plan`).
 
     Warns when binlog retention is shorter than the snapshot is expected to take at
-    ``expected_rows_per_second`` (the whole snapshot phase, all groups together).
+    ``expected_rows_per_second`` (the whole snapshot phase, all groups together). ``zero_dates``: how the
+    lake writes zero dates ("keep" or "null", ``values.ZERO_DATE_MODES``), stored in each plan.
     """
     from airflow_provider_mysqlcdc.engine.source.readiness import require_ready, retention_warning
 
@@ -71,6 +73,7 @@ def plan_tables(
         plan = plan_table(
             lambda: connect(settings), table, generation, chunk_size=chunk_size,
             chunk_key=(chunk_keys or {}).get(str(table)), distribution_factor_bounds=distribution_factor_bounds,
+            zero_dates=zero_dates,
         )
         stored = store.create_plan(str(table), plan.to_dict(), run_id=run_id)
         if stored != generation:

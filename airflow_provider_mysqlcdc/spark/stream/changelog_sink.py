@@ -54,6 +54,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     write_json_atomic,
 )
 from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.records import Record
@@ -74,6 +75,7 @@ LEDGER_DIR = "mysqlcdc/batches"
 LEDGER_RETAIN = 1000  # batch ledgers kept in the checkpoint (Spark itself keeps ~100 batches of metadata)
 
 BatchHook = Callable[[int, list[TableId]], None]
+ZeroDateLayout = tuple[str, tuple[str, ...]]  # a table's plan's zero_dates mode and key columns
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,10 @@ class BatchCommit:
 class _TableFiles:
     """The open output files of one table in one partition."""
 
-    def __init__(self, schema: TableSchema, parquet_path: str, json_path: str | None) -> None:
+    def __init__(self, schema: TableSchema, parquet_path: str, json_path: str | None,
+                 unwritten: tuple[str, ...] = ()) -> None:
         self.schema = schema  # the table's columns at these changes (one file per schema version)
-        self.arrow_schema = record_schema(schema)
+        self.arrow_schema = pa.schema([f for f in record_schema(schema) if f.name not in unwritten])
         self.parquet_path, self.json_path = parquet_path, json_path
         fs, inner = filesystem(parquet_path)
         fs.create_dir(posixpath.dirname(inner), recursive=True)
@@ -154,6 +157,7 @@ class PartitionWriter:
     schemas: dict[str, TableSchema]  # by table: for changes that carry no schema version
     changelog_json: bool = False
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
+    zero_dates: dict[str, ZeroDateLayout] = field(default_factory=dict)  # by table, from its plan
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -201,7 +205,9 @@ class PartitionWriter:
             json_path = posixpath.join(
                 changelog_dir(self.root, tid, self.batch_id, CHANGELOG_JSON), f"{stem}.json"
             )
-        return _TableFiles(schema, parquet, json_path)
+        layout = self.zero_dates.get(table)
+        unwritten = values.unwritten_companions(schema, *layout) if layout else ()
+        return _TableFiles(schema, parquet, json_path, unwritten)
 
 
 # --- driver: commit one batch -----------------------------------------------------------------------------
@@ -218,6 +224,7 @@ class ChangelogSink:
     on_batch_committed: BatchHook | None = None  # mirror refresh: (batch_id, tables with new changes)
     on_progress: Callable[[BatchCommit], None] | None = None
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
+    zero_dates: dict[str, ZeroDateLayout] = field(default_factory=dict)  # by table, from its plan
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -229,7 +236,8 @@ class ChangelogSink:
         ledger = self.ledger_path(batch_id)
         replay = read_json(ledger) is not None
         write_json_atomic(ledger, {"batch_id": batch_id, "state": "writing", "attempt": attempt})
-        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude)
+        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude,
+                                 self.zero_dates)
         results = [tuple(r) for r in df.mapInArrow(writer, WRITE_RESULT_SCHEMA).collect()]
         batch = self.commit(batch_id, attempt, results, replay=replay)
         write_json_atomic(

@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable, read_j
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
 from airflow_provider_mysqlcdc.engine.source.catalog import list_tables, load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.readiness import require_ready
@@ -39,7 +40,12 @@ from airflow_provider_mysqlcdc.engine.stream.startup import StartupMode
 from airflow_provider_mysqlcdc.spark.errors import stream_failure_message
 from airflow_provider_mysqlcdc.spark.session import register_data_source
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogSource, BinlogSourceOptions
-from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchCommit, BatchHook, ChangelogSink
+from airflow_provider_mysqlcdc.spark.stream.changelog_sink import (
+    BatchCommit,
+    BatchHook,
+    ChangelogSink,
+    ZeroDateLayout,
+)
 from airflow_provider_mysqlcdc.spark.stream.checkpoint import STARTUP_FILE, claim_output, startup_offset
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig, written_schemas
 
@@ -130,6 +136,7 @@ def start_stream(
             on_batch_committed=on_batch_committed,
             on_progress=on_progress,
             exclude=dict(config.exclude_columns),
+            zero_dates=_zero_date_layouts(config, tables),
         )
         query = _start_query(spark, config, source, sink)
     except BaseException:
@@ -175,6 +182,18 @@ def _stream_tables(
             "latest-offset, earliest-offset, specific-offset or timestamp)"
         )
     return mode, schemas
+
+
+def _zero_date_layouts(config: StreamConfig, tables: list[TableId]) -> dict[str, ZeroDateLayout]:
+    """How each table's plan says zero dates are written (tables without a plan: the default, keep)."""
+    out: dict[str, ZeroDateLayout] = {}
+    with ChunkStore(config.chunk_store) as store:
+        planned = set(store.tables())
+        for table in tables:
+            if str(table) in planned:
+                plan = load_plan(store, table)
+                out[str(table)] = (plan.zero_dates, tuple(plan.key_columns))
+    return out
 
 
 class _LockWatch:
