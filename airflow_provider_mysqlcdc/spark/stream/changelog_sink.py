@@ -224,7 +224,7 @@ class ChangelogSink:
     on_batch_committed: BatchHook | None = None  # mirror refresh: (batch_id, tables with new changes)
     on_progress: Callable[[BatchCommit], None] | None = None
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
-    zero_dates: dict[str, ZeroDateLayout] = field(default_factory=dict)  # by table, from its plan
+    zero_dates: Callable[[], dict[str, ZeroDateLayout]] | None = None  # by table, from its plan; per batch
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -236,8 +236,9 @@ class ChangelogSink:
         ledger = self.ledger_path(batch_id)
         replay = read_json(ledger) is not None
         write_json_atomic(ledger, {"batch_id": batch_id, "state": "writing", "attempt": attempt})
+        layouts = dict(self.zero_dates()) if self.zero_dates is not None else {}
         writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude,
-                                 self.zero_dates)
+                                 layouts)
         results = [tuple(r) for r in df.mapInArrow(writer, WRITE_RESULT_SCHEMA).collect()]
         batch = self.commit(batch_id, attempt, results, replay=replay)
         write_json_atomic(

@@ -136,7 +136,7 @@ def start_stream(
             on_batch_committed=on_batch_committed,
             on_progress=on_progress,
             exclude=dict(config.exclude_columns),
-            zero_dates=_zero_date_layouts(config, tables),
+            zero_dates=_ZeroDateLayouts(config.chunk_store),
         )
         query = _start_query(spark, config, source, sink)
     except BaseException:
@@ -184,16 +184,22 @@ def _stream_tables(
     return mode, schemas
 
 
-def _zero_date_layouts(config: StreamConfig, tables: list[TableId]) -> dict[str, ZeroDateLayout]:
-    """How each table's plan says zero dates are written (tables without a plan: the default, keep)."""
-    out: dict[str, ZeroDateLayout] = {}
-    with ChunkStore(config.chunk_store) as store:
-        planned = set(store.tables())
-        for table in tables:
-            if str(table) in planned:
-                plan = load_plan(store, table)
-                out[str(table)] = (plan.zero_dates, tuple(plan.key_columns))
-    return out
+class _ZeroDateLayouts:
+    """How each table's plan says zero dates are written, asked by the sink before each batch: a table planned
+    into the pipeline while the stream runs joins with its own plan's layout (one query per batch, plus one
+    per new table; a table streamed without a plan has the default, keep)."""
+
+    def __init__(self, chunk_store: str | None) -> None:
+        self.chunk_store = chunk_store
+        self.known: dict[str, ZeroDateLayout] = {}
+
+    def __call__(self) -> dict[str, ZeroDateLayout]:
+        with ChunkStore(self.chunk_store) as store:
+            for name in store.tables():
+                if name not in self.known:
+                    plan = load_plan(store, TableId.parse(name))
+                    self.known[name] = (plan.zero_dates, tuple(plan.key_columns))
+        return self.known
 
 
 class _LockWatch:
@@ -307,8 +313,10 @@ def resnapshot_table(spark: Any, config: StreamConfig, table: TableId, position:
     settings = config.settings()
     log.warning("%s changed without row events at %s: planning and snapshotting it again", table, position)
     with ChunkStore(config.chunk_store) as store:
+        # the layout its files have, which the sink keeps writing (a table streamed without a plan: the default)
+        zero_dates = load_plan(store, table).zero_dates if str(table) in set(store.tables()) else "keep"
         try:
-            plan_tables(settings, store, [str(table)])
+            plan_tables(settings, store, [str(table)], zero_dates=zero_dates)
         except ConfigurationError as exc:
             raise StreamFailed(
                 f"{table} needs a new snapshot after the DDL at {position}, but it cannot be planned "
