@@ -64,6 +64,8 @@ _COLLATION_PROBES = (
     "b", "B ", "\u00a0", "😀", "😁", "z", "Z", "0", "-",
     # beyond Latin: legacy multi-byte collations (big5_chinese_ci) compare codes but sort keys by stroke
     "ュ", "シ", "中", "文", "丁", "한", "Ж", "ж", "Ω", "α", "ø", "ą", "ñ",
+    # Thai: tis620_thai_ci reorders leading vowels and weighs tone marks after the base letters
+    "ก", "ก่", "ก่ ", "เก", "กา",
 )
 # "a" + each of these against "a": where the pad weight and a character's own weight disagree (latin7's space
 # weighs more than its pad), a character that sorts between them would be misplaced
@@ -119,7 +121,7 @@ class _StringColumn:
         self.pad_weights = self.max_chars * max(sortlen, 1)
         cast = f"CAST(%s AS CHAR CHARACTER SET {charset}) COLLATE {collation}"
         self.cast_sql = cast
-        self.weight_sql = f"WEIGHT_STRING(RTRIM({cast}) AS CHAR({self.pad_weights}))" if pad_space else (
+        self.weight_sql = f"WEIGHT_STRING({cast} AS CHAR({self.pad_weights}))" if pad_space else (
             f"WEIGHT_STRING({cast})"
         )
         self.approx_weight_bytes = self.pad_weights * 2 * 3 if pad_space else 64
@@ -128,9 +130,9 @@ class _StringColumn:
     def use_space_padding(self, cast: str, space: bytes) -> None:
         """Comparisons pad with the weight of a space, but a few collations' WEIGHT_STRING pads with another
         weight (latin7_general_ci: a space weighs 0x30, the pad 0x20; '' > '-' on the server). For those the
-        weights are taken unpadded (trailing spaces trimmed: they never count under PAD SPACE) and padded here
-        with the space's weight."""
-        self.weight_sql = f"WEIGHT_STRING(RTRIM({cast}))"
+        weights are taken unpadded and padded here with the space's weight. (Trailing spaces are not trimmed:
+        tis620_thai_ci moves tone marks behind them, so for it 'x ' and 'x' differ.)"""
+        self.weight_sql = f"WEIGHT_STRING({cast})"
         self.space_pad = space
 
     def finish(self, weight: bytes) -> bytes:

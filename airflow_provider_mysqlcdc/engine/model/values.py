@@ -259,15 +259,20 @@ class UndecodableText(CdcError):
     Spark string can hold one, and replacing it would change the value, so reading stops here."""
 
     def __init__(self, table: Any, column: Column, value: bytes, exc: UnicodeDecodeError) -> None:
-        unit = 8 if (column.charset or "").lower() == "utf32" else 4  # hex digits per code unit
-        pattern = "^(" + "." * unit + ")*" + "0" * (unit - 4) + "D[89A-F]"
+        charset = (column.charset or "").lower()
+        bad = value[exc.start:exc.end].hex().upper()
+        if charset in _BYTES_READ_CHARSETS:
+            unit = 8 if charset == "utf32" else 4  # hex digits per code unit
+            pattern = "^(" + "." * unit + ")*" + "0" * (unit - 4) + "D[89A-F]"
+            what = "a lone UTF-16 surrogate"
+            find = f" (find them with SELECT ... WHERE HEX({column.quoted}) REGEXP '{pattern}')"
+        else:
+            what, find = f"not valid {charset or 'utf8mb4'}", ""
         super().__init__(
-            f"table {table}, column {column.name!r} ({column.charset}): a value holds bytes "
-            f"{value[exc.start:exc.end].hex().upper()} (at byte {exc.start}), a lone UTF-16 surrogate: no "
-            "Unicode character, so no Arrow, Parquet or Spark string can hold it. Fix such values at the "
-            f"source (find them with SELECT ... WHERE HEX({column.quoted}) REGEXP '{pattern}'; a strict "
-            "sql_mode prevents new ones); a snapshot may instead exclude the column (exclude_columns). The "
-            "stream cannot pass a change that holds one (docs/output.md, Character sets)"
+            f"table {table}, column {column.name!r} ({column.charset}): a value holds bytes {bad} (at byte "
+            f"{exc.start}), {what}: no Unicode character, so no Arrow, Parquet or Spark string can hold it. Fix "
+            f"such values at the source{find}, then rerun; a strict sql_mode prevents new ones. The stream "
+            "cannot pass a change that holds one (docs/output.md, Character sets)"
         )
 
 
