@@ -599,8 +599,8 @@ def test_planning_cost_does_not_grow_with_the_chunk_count(mysql_server, mysql_db
         scans = [s for s in log.planner_statements if "GROUP BY" in s]
         assert len(scans) == 1 and "SQL_BIG_RESULT" in scans[0]
     assert one_pass[50][0] == one_pass[1000][0], one_pass  # 18 or 360 chunks: the same statements
-    # the collation checks (5 queries, once per column) and the sort keys of 359 boundaries: batched
-    assert one_pass[50][1] <= one_pass[50][0] + 5 + 3, one_pass
+    # the collation checks (3 queries, once per column) and the sort keys of 359 boundaries: batched
+    assert one_pass[50][1] <= one_pass[50][0] + 5 + 1, one_pass
 
     for chunk_size in (1000, 50):
         log = StatementLog(factory)
@@ -612,5 +612,5 @@ def test_planning_cost_does_not_grow_with_the_chunk_count(mysql_server, mysql_db
         assert len(log.planner_statements) <= chunks + 10
         walks = [s for s in log.planner_statements if "OFFSET" in s]
         assert len(walks) == chunks and all("FORCE INDEX (`s`)" in s for s in walks)
-        # the collation checks (5, once per column) and the boundaries' sort keys, batched by 200
-        assert len(log.statements) - len(log.planner_statements) <= 6 + -(-chunks // 200)
+        # the collation checks (3, once per column) and the boundaries' sort keys, batched by 200
+        assert len(log.statements) - len(log.planner_statements) <= 4 + -(-chunks // 200)

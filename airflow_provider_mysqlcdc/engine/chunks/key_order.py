@@ -127,12 +127,12 @@ class _StringColumn:
         self.approx_weight_bytes = self.pad_weights * 2 * 3 if pad_space else 64
         self.space_pad = b""  # set by use_space_padding
 
-    def use_space_padding(self, cast: str, space: bytes) -> None:
+    def use_space_padding(self, space: bytes) -> None:
         """Comparisons pad with the weight of a space, but a few collations' WEIGHT_STRING pads with another
         weight (latin7_general_ci: a space weighs 0x30, the pad 0x20; '' > '-' on the server). For those the
         weights are taken unpadded and padded here with the space's weight. (Trailing spaces are not trimmed:
         tis620_thai_ci moves tone marks behind them, so for it 'x ' and 'x' differ.)"""
-        self.weight_sql = f"WEIGHT_STRING({cast})"
+        self.weight_sql = f"WEIGHT_STRING({self.cast_sql})"
         self.space_pad = space
 
     def finish(self, weight: bytes) -> bytes:
@@ -400,7 +400,7 @@ class KeyOrder:
                 f"SELECT WEIGHT_STRING({info.cast_sql} AS CHAR(1)), WEIGHT_STRING({info.cast_sql})", ("", " ")
             )
             if pad is not None and space and bytes(pad) != bytes(space):
-                info.use_space_padding(info.cast_sql, bytes(space))
+                info.use_space_padding(bytes(space))
         return info
 
     def _weights(self, items: Iterable[tuple[int, Any]]) -> dict[tuple[int, Any], bytes]:
@@ -475,16 +475,18 @@ class KeyOrder:
             self._cache_bytes -= len(dropped)
 
     def _verify(self, index: int, info: _StringColumn) -> None:
-        """Compare our order with the server's on tricky strings, once per column: disagreement is an error,
-        so a collation whose sort keys do not reproduce its comparisons can never misplace an event."""
-        probes = list(_COLLATION_PROBES)
+        """Compare our order with the server's on tricky strings, once per column: every pair of
+        ``_COLLATION_PROBES``, and each of ``_PAD_PROBES`` against "a". Disagreement is an error, so a
+        collation whose sort keys do not reproduce its comparisons can never misplace an event."""
+        probes = list(dict.fromkeys(["a", *_COLLATION_PROBES, *_PAD_PROBES]))
         row = self._query_row("SELECT " + ", ".join([info.weight_sql] * len(probes)), probes)
         if len(row) != len(probes) or any(w is None for w in row):
             raise CdcError(
                 f"table {self.schema.table}: the server returned no sort keys for the probe strings"
             )
         weights = {value: info.finish(bytes(w)) for value, w in zip(probes, row)}
-        pairs = [(a, b) for i, a in enumerate(probes) for b in probes[i + 1:]]
+        pairs = [(a, b) for i, a in enumerate(_COLLATION_PROBES) for b in _COLLATION_PROBES[i + 1:]]
+        pairs += [(probe, "a") for probe in _PAD_PROBES]
         expr = f"({info.cast_sql} > {info.cast_sql}) - ({info.cast_sql} < {info.cast_sql})"
         params: list[Any] = []
         for a, b in pairs:
@@ -494,25 +496,8 @@ class KeyOrder:
             ours = (weights[a] > weights[b]) - (weights[a] < weights[b])
             if ours != int(server):
                 raise self._unreproducible(info, a, b, int(server), ours)
-        self._verify_padding(info)
-        for value, weight in weights.items():
-            self._remember((index, value), weight)
-
-    def _verify_padding(self, info: _StringColumn) -> None:
-        """Each probe of ``_PAD_PROBES`` against "a" (linear: one comparison per character)."""
-        probes = ["a", *_PAD_PROBES]
-        row = self._query_row("SELECT " + ", ".join([info.weight_sql] * len(probes)), probes)
-        base = info.finish(bytes(row[0]))
-        expr = f"({info.cast_sql} > {info.cast_sql}) - ({info.cast_sql} < {info.cast_sql})"
-        params: list[Any] = []
-        for probe in _PAD_PROBES:
-            params.extend((probe, "a", probe, "a"))
-        server_row = self._query_row("SELECT " + ", ".join([expr] * len(_PAD_PROBES)), params)
-        for probe, weight, server in zip(_PAD_PROBES, row[1:], server_row):
-            key = info.finish(bytes(weight))
-            ours = (key > base) - (key < base)
-            if ours != int(server):
-                raise self._unreproducible(info, probe, "a", int(server), ours)
+        for value in _COLLATION_PROBES:
+            self._remember((index, value), weights[value])
 
     def _unreproducible(self, info: _StringColumn, a: str, b: str, server: int, ours: int) -> ConfigurationError:
         return ConfigurationError(

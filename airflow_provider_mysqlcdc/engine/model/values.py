@@ -386,7 +386,7 @@ def select_list(schema: TableSchema) -> str:
 def _snapshot_converter(column: Column, table: Any) -> Converter | None:
     kind = _kind(column)
     if kind == "text" and _read_as_bytes(column):
-        return _text(CharsetDecoder(column.charset or ""), table, column)
+        return _text(_decoder(column, None), table, column)
     if kind in ("date", "datetime"):
         return _snapshot_date
     if kind == "timestamp":
