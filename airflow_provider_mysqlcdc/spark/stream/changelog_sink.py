@@ -54,12 +54,12 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     write_json_atomic,
 )
 from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
-from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.stream.transport import stream_changes
+from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -75,7 +75,6 @@ LEDGER_DIR = "mysqlcdc/batches"
 LEDGER_RETAIN = 1000  # batch ledgers kept in the checkpoint (Spark itself keeps ~100 batches of metadata)
 
 BatchHook = Callable[[int, list[TableId]], None]
-ZeroDateLayout = tuple[str, tuple[str, ...]]  # a table's plan's zero_dates mode and key columns
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ class PartitionWriter:
     schemas: dict[str, TableSchema]  # by table: for changes that carry no schema version
     changelog_json: bool = False
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
-    zero_dates: dict[str, ZeroDateLayout] = field(default_factory=dict)  # by table, from its plan
+    zero_dates: ZeroDateLayouts | None = None  # by table, from its plan (None: every companion written)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -205,8 +204,7 @@ class PartitionWriter:
             json_path = posixpath.join(
                 changelog_dir(self.root, tid, self.batch_id, CHANGELOG_JSON), f"{stem}.json"
             )
-        layout = self.zero_dates.get(table)
-        unwritten = values.unwritten_companions(schema, *layout) if layout else ()
+        unwritten = self.zero_dates.unwritten(schema) if self.zero_dates is not None else ()
         return _TableFiles(schema, parquet, json_path, unwritten)
 
 
@@ -224,7 +222,7 @@ class ChangelogSink:
     on_batch_committed: BatchHook | None = None  # mirror refresh: (batch_id, tables with new changes)
     on_progress: Callable[[BatchCommit], None] | None = None
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
-    zero_dates: Callable[[], dict[str, ZeroDateLayout]] | None = None  # by table, from its plan; per batch
+    zero_dates: ZeroDateLayouts | None = None  # by table, from its plan; refreshed before each batch
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -236,7 +234,7 @@ class ChangelogSink:
         ledger = self.ledger_path(batch_id)
         replay = read_json(ledger) is not None
         write_json_atomic(ledger, {"batch_id": batch_id, "state": "writing", "attempt": attempt})
-        layouts = dict(self.zero_dates()) if self.zero_dates is not None else {}
+        layouts = self.zero_dates.refresh(self._by_name) if self.zero_dates is not None else None
         writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude,
                                  layouts)
         results = [tuple(r) for r in df.mapInArrow(writer, WRITE_RESULT_SCHEMA).collect()]

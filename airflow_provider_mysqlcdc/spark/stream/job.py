@@ -44,10 +44,10 @@ from airflow_provider_mysqlcdc.spark.stream.changelog_sink import (
     BatchCommit,
     BatchHook,
     ChangelogSink,
-    ZeroDateLayout,
 )
 from airflow_provider_mysqlcdc.spark.stream.checkpoint import STARTUP_FILE, claim_output, startup_offset
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig, written_schemas
+from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def start_stream(
             on_batch_committed=on_batch_committed,
             on_progress=on_progress,
             exclude=dict(config.exclude_columns),
-            zero_dates=_ZeroDateLayouts(config.chunk_store),
+            zero_dates=ZeroDateLayouts(config.chunk_store),
         )
         query = _start_query(spark, config, source, sink)
     except BaseException:
@@ -182,24 +182,6 @@ def _stream_tables(
             "latest-offset, earliest-offset, specific-offset or timestamp)"
         )
     return mode, schemas
-
-
-class _ZeroDateLayouts:
-    """How each table's plan says zero dates are written, asked by the sink before each batch: a table planned
-    into the pipeline while the stream runs joins with its own plan's layout (one query per batch, plus one
-    per new table; a table streamed without a plan has the default, keep)."""
-
-    def __init__(self, chunk_store: str | None) -> None:
-        self.chunk_store = chunk_store
-        self.known: dict[str, ZeroDateLayout] = {}
-
-    def __call__(self) -> dict[str, ZeroDateLayout]:
-        with ChunkStore(self.chunk_store) as store:
-            for name in store.tables():
-                if name not in self.known:
-                    plan = load_plan(store, TableId.parse(name))
-                    self.known[name] = (plan.zero_dates, tuple(plan.key_columns))
-        return self.known
 
 
 class _LockWatch:
