@@ -15,7 +15,8 @@ the other tables keep their snapshot and the running stream captures the new one
 taking it out of ``tables`` and triggering a run with ``remove_tables`` (``"shop.old"``): the stream stops
 capturing it, its output stays as it is. ``only_new=false`` re-plans and re-snapshots every table.
 
-Reruns: clear one mapped ``snapshot_phase.snapshot_chunk_group`` task to rerun exactly that chunk group; or
+Reruns: clear one mapped ``snapshot_phase.snapshot_chunk_group`` task with Downstream on (the Clear dialog's
+default) to rerun exactly that chunk group and then the stream (the MySQL CDC tab links the failed one); or
 trigger a run with ``redo_chunks`` (``"shop.orders=3,7"``) to re-snapshot only those chunks while the stream
 keeps running (that run's stream task then skips, as the running stream picks the new HWs up itself).
 """
@@ -66,6 +67,9 @@ with DAG(
         "zero_dates": Param("keep", type="string", enum=["keep", "null"],
                             description="zero dates (0000-00-00) written exactly in a <column>__zero_date "
                                         "companion (keep) or as NULL only (null); applies to newly planned tables"),
+        "chunk_keys": Param({}, type="object",
+                            description='chunk by this column instead of the primary key, e.g. {"shop.events": '
+                                        '"id"}; required for a table without a primary key'),
         "exclude_columns": Param({}, type="object",
                                  description='columns never written, e.g. {"shop.users": ["password_hash"]}'),
         "max_concurrent_reads": Param(4, type="integer", minimum=0,
@@ -89,6 +93,7 @@ with DAG(
         chunk_store="{{ params.chunk_store }}",
         chunk_size="{{ params.chunk_size }}",
         chunks_per_group="{{ params.chunks_per_group }}",
+        chunk_keys="{{ params.chunk_keys }}",
         redo_chunks="{{ params.redo_chunks }}",
         startup_mode="{{ params.startup_mode }}",
         only_new="{{ params.only_new }}",
@@ -106,7 +111,7 @@ with DAG(
             max_concurrent_reads="{{ params.max_concurrent_reads }}",
             rows_per_second="{{ params.rows_per_second }}",
             query_timeout="{{ params.query_timeout }}",
-            map_index_template=MAP_INDEX_TEMPLATE,  # shows "shop.orders g3 chunks 8-15" in the UI
+            map_index_template=MAP_INDEX_TEMPLATE,  # "shop.orders chunks 8-15 (plan generation 3)"
             outlets=[ASSET_ALIAS],  # mapped tasks declare their outlets here: one asset per table (assets.py)
             retries=1,
         ).expand(chunk_group=plan.output)

@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)  # its settings, one line each, per connect
     from pyspark.sql import SparkSession
 
     spark = (
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         .getOrCreate()
     )
     try:
-        run(spark, args, on_progress=lambda b: print(b.describe(), flush=True))
+        run(spark, args)  # each batch is logged once, by the sink (logging is configured above)
     except CdcError as exc:
         print(f"binlog_stream: error: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@
 The MySQL password comes from $MYSQLCDC_MYSQL_PASSWORD (driver and executors, e.g.
 ``--conf spark.executorEnv.MYSQLCDC_MYSQL_PASSWORD=...`` set by the scheduler, not typed) or from a file
 named by ``--password-file`` (ship it with ``--files``); never from the command line. Prints the chunk group's
-result as JSON (also to ``--result-file``). Argument parsing only: the work is in
+result as JSON on one line (also to ``--result-file``). Argument parsing only: the work is in
 ``airflow_provider_mysqlcdc.spark.snapshot.chunk_group``.
 """
 from __future__ import annotations
@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         spark.stop()
-    text = json.dumps(result, indent=1)
-    print(text)
+    text = json.dumps(result, separators=(",", ":"))
+    print(text)  # one line: spark-submit's stdout becomes one task log line per line
     if args.result_file:
         with open(args.result_file, "w", encoding="utf-8") as out:
             out.write(text)

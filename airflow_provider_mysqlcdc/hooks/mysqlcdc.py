@@ -86,9 +86,13 @@ class MySqlCdcHook(BaseHook):
 def settings_from_connection(conn: Any) -> MySQLSettings:
     """An Airflow ``Connection`` (``mysql``/``mysqlcdc``) as ``MySQLSettings``; unknown extras are an error."""
     if conn.conn_type not in ("mysql", "mysqlcdc", "mariadb"):
+        why = (" (Airflow stores --conn-type mysql as 'generic' when the MySQL provider is not installed)"
+               if conn.conn_type == "generic" else "")
         raise ConfigurationError(
-            f"connection {conn.conn_id!r} has type {conn.conn_type!r}: the MySQL CDC source needs a connection "
-            "of type mysql (host, port, login, password, extras ssl/server_id/charset)"
+            f"connection {conn.conn_id!r} has type {conn.conn_type!r}{why}: the MySQL CDC source needs a "
+            f"connection of type mysqlcdc; recreate it: airflow connections delete {conn.conn_id} && "
+            f"airflow connections add {conn.conn_id} --conn-type mysqlcdc --conn-host <host> --conn-port 3306 "
+            "--conn-login <user> --conn-password <password> (extras: ssl, server_id, charset)"
         )
     if not conn.host:
         raise ConfigurationError(f"connection {conn.conn_id!r} has no host: set the MySQL server's host name")

@@ -19,6 +19,7 @@ nothing either: the mapped snapshot task expands to no instance, and the stream 
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from typing import Any, Iterable, Mapping, Sequence
@@ -147,11 +148,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                 tables = sorted(redo)
             else:
                 plans = plan_tables(hook.settings(), store, patterns, chunk_size=int(self.chunk_size),
-                                    chunk_keys=dict(self.chunk_keys or {}), run_id=run_id, only_new=only_new,
+                                    chunk_keys=parse_chunk_keys(self.chunk_keys), run_id=run_id, only_new=only_new,
                                     zero_dates=str(self.zero_dates).strip().lower())
-                for p in plans:
-                    self.log.info("planned %s: generation %s, %s chunk(s) (%s split on %s)", p.table,
-                                  p.generation, len(p.chunks), p.split, ", ".join(p.key_columns))
                 resumed: list[ChunkPlan] = []
                 if only_new:
                     resumed = resume_plans(store, run_id, {str(p.table) for p in plans})
@@ -177,6 +175,29 @@ class MySqlCdcPlanOperator(BaseOperator):
         for g in groups:
             self.log.info("chunk group: %s", g.name)
         return [g.to_dict() for g in groups]
+
+
+def parse_chunk_keys(value: Mapping[str, str] | str | None) -> dict[str, str]:
+    """``chunk_keys`` as given: a mapping, its JSON text (a template rendered without native objects), or
+    ``"db.t=col; db.u=col"``; nothing (None, ``""``, ``"None"``, ``{}``) means none."""
+    if isinstance(value, Mapping):
+        pairs = dict(value)
+    else:
+        text = "" if value is None else str(value).strip()
+        if text in ("", "None", "{}"):
+            return {}
+        try:
+            pairs = json.loads(text) if text.startswith("{") else dict(
+                part.split("=", 1) for part in re.split(r"[;,]", text) if part.strip())
+        except ValueError:
+            raise ConfigurationError(
+                f'chunk_keys must map tables to columns, e.g. {{"shop.events": "id"}} or "shop.events=id", '
+                f"got {value!r}") from None
+    if not isinstance(pairs, dict) or any(not isinstance(v, str) or not v.strip() or not str(k).strip()
+                                          for k, v in pairs.items()):
+        raise ConfigurationError(
+            f'chunk_keys must map each table to one column name, e.g. {{"shop.events": "id"}}; got {value!r}')
+    return {str(k).strip(): v.strip() for k, v in pairs.items()}
 
 
 def parse_flag(value: bool | str | None, name: str, default: bool = True) -> bool:

@@ -1,31 +1,39 @@
 """Snapshot task: one chunk group as one Spark application (``spark_apps/snapshot_chunks.py``).
 
-Mapped over the plan task's groups with ``.partial(...).expand(chunk_group=...)``; the map index shows the
-group (``shop.orders g3 chunks 8-15``). Clearing one mapped task instance reruns exactly that group: the
-chunks are read again and replace their output atomically, and the stream treats them as HW = -inf until the
-rerun commits. Returns the group's chunk results (rows, LW, HW) as recorded in the chunk store. A Spark
-driver that dies hard (no ``abort`` runs) has its chunks marked failed here once spark-submit has exited, so
-they never stay 'running' with nothing running them.
+Mapped over the plan task's groups with ``.partial(...).expand(chunk_group=...)``; the map index names the
+group (``shop.orders chunks 8-15 (plan generation 3)``) from the moment a try starts. Clearing one mapped task
+instance reruns exactly that group: the chunks are read again and replace their output atomically, and the
+stream treats them as HW = -inf until the rerun commits. Returns the group's chunk results (rows, LW, HW) as
+recorded in the chunk store. What a failed try left behind, and the message it gives, is
+``snapshot_outcome``'s.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
-from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
+from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
+    TaskRef,
+    exit_reason,
+    failure_message,
+    group_result,
+    record_dead_attempts,
+)
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 
-MAP_INDEX_TEMPLATE = "{{ mysqlcdc_chunk_group }}"
+# Rendered by the task runner from the mapped argument as a try starts (not from a value set in execute(),
+# which showed a bare number while the group was running or waiting to retry).
+MAP_INDEX_TEMPLATE = "{{ task.chunk_group.name }}"
 
 
 class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
@@ -93,14 +101,11 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         group = ChunkGroup.from_dict(dict(self.chunk_group))
-        context["mysqlcdc_chunk_group"] = group.name
         hook = MySqlCdcHook(self.mysql_conn_id)
         store_url = chunk_store_url(self.chunk_store, self.output_path)
         excluded = _columns_for(self.exclude_columns, group.table)
         settings = hook.settings()
         map_index = int(context["ti"].map_index or 0)
-        if map_index < 0:
-            map_index = 0
         self.application_args = [
             "--mysql-url", hook.redacted_url(),
             "--table", group.table,
@@ -109,7 +114,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
             "--output", self.output_path,
             "--run-id", str(context["run_id"]),
             "--read-view-mode", self.read_view_mode,
-            "--reader-slot-base", str(reader_slot_base(map_index, len(group.chunk_ids))),
+            "--reader-slot-base", str(reader_slot_base(max(map_index, 0), len(group.chunk_ids))),
         ]
         if self.watermark_table:
             self.application_args += ["--watermark-table", self.watermark_table]
@@ -124,77 +129,26 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, len(group.chunk_ids))
         before = {c["chunk_id"]: c["attempts"] for c in group_result(store_url, group)["chunks"]}
         failure: BaseException | None = None
+        unstarted: list[int] = []
         try:
             super().execute(context)
         except Exception as exc:  # noqa: BLE001 - the chunk store says what failed; report that
             failure = exc
-            if fail_dead_attempts(store_url, group, before, str(context["run_id"]), exc):
-                self.log.warning("%s: the Spark application ended mid-snapshot; its chunks are marked failed",
-                                 group.name)
+            running, unstarted = record_dead_attempts(store_url, group, before, str(context["run_id"]), exc)
+            if running or unstarted:
+                self.log.warning("%s: the Spark application ended (%s) with chunks %s running and %s not started; "
+                                 "they are recorded as failed", group.name, exit_reason(exc),
+                                 format_chunk_ids(running) or "none", format_chunk_ids(unstarted) or "none")
         result = group_result(store_url, group)
         failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
         if failure is not None or failed:
-            details = "; ".join(
-                f"chunk {c['chunk_id']}: {c['status']}" + (f" ({c['error']})" if c.get("error") else "")
-                for c in failed
-            ) or str(failure)
-            raise CdcError(
-                f"snapshot of {group.name} failed: {details}. The previous snapshot of these chunks (if any) "
-                "stays in force; clear this task to rerun exactly this chunk group"
-            ) from failure
+            task = TaskRef(self.task_id, map_index)
+            raise CdcError(failure_message(group, failed, failure, unstarted, task)) from failure
         self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"], result["max_hw"])
         if result["table_complete"]:
             self.emit_table_asset(context, settings, group.table, {"generation": group.generation,
                                                                    "phase": "snapshot"})
         return result
-
-
-def group_result(store_url: str, group: ChunkGroup) -> dict[str, Any]:
-    """The group's chunks as the chunk store has them (the source of truth), JSON-safe for XCom."""
-    with ChunkStore(store_url) as store:
-        states = store.chunks(group.table, group.generation)
-    wanted = set(group.chunk_ids)
-    chunks = [
-        {
-            "chunk_id": c.chunk_id, "status": c.status, "rows": c.rows, "attempts": c.attempts,
-            "lw": None if c.lw is None else str(c.lw), "hw": None if c.hw is None else str(c.hw),
-            "run_id": c.committed_run_id if c.status == COMMITTED else c.run_id,
-            "error": (c.error or "").splitlines()[0][:300] if c.error else None,
-        }
-        for c in states
-        if c.chunk_id in wanted
-    ]
-    hws = [c.hw for c in states if c.chunk_id in wanted and c.hw is not None]
-    return {
-        "table": group.table, "generation": group.generation, "name": group.name,
-        "chunk_ids": list(group.chunk_ids), "chunks": chunks,
-        "rows": sum(c["rows"] or 0 for c in chunks if c["status"] == COMMITTED),
-        "min_hw": str(min(hws)) if hws else None, "max_hw": str(max(hws)) if hws else None,
-        "table_complete": bool(states) and all(c.status == COMMITTED for c in states),
-    }
-
-
-def fail_dead_attempts(store_url: str, group: ChunkGroup, before: Mapping[int, int], run_id: str,
-                       failure: BaseException) -> list[int]:
-    """Record as failed the attempts this try started that are still 'running' after spark-submit exited.
-
-    A driver that dies hard (killed, out of memory, its node lost) runs no ``abort``: without this its chunks
-    would show 'running' until a retry supersedes them, and forever if no retry is left. Only attempts that
-    are provably this try's are touched (this run, exactly one attempt since the try began); ``fail_chunk``
-    with the attempt number leaves a newer attempt alone. The committed result stays in force.
-    """
-    code = re.search(r"Error code is: (-?\d+)", str(failure))
-    reason = f"spark-submit exit code {code.group(1)}" if code else type(failure).__name__
-    dead: list[int] = []
-    with ChunkStore(store_url) as store:
-        for state in store.chunks(group.table, group.generation):
-            if (state.chunk_id in before and state.status == RUNNING and state.run_id == run_id
-                    and state.attempts == before[state.chunk_id] + 1):
-                store.fail_chunk(group.table, group.generation, state.chunk_id,
-                                 f"the Spark application ended before this chunk committed ({reason})",
-                                 run_id=run_id, attempt=state.attempts)
-                dead.append(state.chunk_id)
-    return dead
 
 
 def reader_slot_base(map_index: int, group_size: int) -> int:

@@ -18,6 +18,9 @@ from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 DEFAULT_CONF = {
     "spark.speculation": "false",  # one read per chunk: a speculative copy would read with another HW
     "spark.sql.session.timeZone": "UTC",
+    # Spark's INFO lines (~200 per job, thousands per stream run) drowned our own in the task log; its warnings
+    # and errors stay. Set "spark.log.level": "INFO" in ``conf`` to get them back.
+    "spark.log.level": "WARN",
 }
 
 

@@ -38,7 +38,9 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
+from airflow_provider_mysqlcdc.plugins.run_tasks import TaskRow, load_task_rows, on_call_actions
 from airflow_provider_mysqlcdc.plugins.status_page import (
+    DEFAULT_REFRESH_S,
     RunRef,
     render_login_required,
     render_no_pipeline,
@@ -87,6 +89,7 @@ class RunStatus:
     record: PipelineRecord | None
     report: StatusReport | None = None
     notes: tuple[str, ...] = ()  # problems of this app (e.g. the MySQL connection), besides the report's
+    tasks: tuple[TaskRow, ...] = ()  # the run's task instances (what to clear)
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -210,11 +213,12 @@ def _collect(record: PipelineRecord) -> RunStatus:
 
 
 def _load(session: Session, dag_id: str, run_id: str) -> RunStatus:
-    """For the routes: the record from the metadata DB, whose session is then released before the slow
-    part (MySQL may take its connect timeout, an object store its time)."""
+    """For the routes: the record and task instances from the metadata DB, whose session is then released
+    before the slow part (MySQL may take its connect timeout, an object store its time)."""
     record = run_record(session, dag_id, run_id)
+    tasks = tuple(load_task_rows(session, dag_id, run_id))
     session.close()
-    return run_status(record, dag_id, run_id)
+    return dataclasses.replace(run_status(record, dag_id, run_id), tasks=tasks)
 
 
 # --- routes -------------------------------------------------------------------------------------------------
@@ -226,8 +230,9 @@ def _run_ref(dag_id: str, run_id: str) -> RunRef:
 
 
 @app.get("/runs/{dag_id}/{run_id:path}", response_class=HTMLResponse, dependencies=_READ_RUN)
-def run_page(dag_id: str, run_id: str, session: SessionDep, refresh: int | None = None) -> HTMLResponse:
-    """The page for one DAG run (the UI's "MySQL CDC" tab of the run). ``?refresh=N`` reloads every N s."""
+def run_page(dag_id: str, run_id: str, session: SessionDep, refresh: int = DEFAULT_REFRESH_S) -> HTMLResponse:
+    """The page for one DAG run (the UI's "MySQL CDC" tab of the run); it refreshes itself every ``refresh``
+    seconds (at least 5; ``?refresh=0``: never)."""
     run = _run_ref(dag_id, run_id)
     try:
         loaded = _load(session, dag_id, run_id)
@@ -236,8 +241,8 @@ def run_page(dag_id: str, run_id: str, session: SessionDep, refresh: int | None 
                             status_code=problem.status_code)
     if loaded.record is None or loaded.report is None:
         return HTMLResponse(render_no_pipeline(run), status_code=status.HTTP_200_OK)
-    refresh = max(refresh, 5) if refresh else None
-    page = render_status(run, loaded.record, loaded.report, notes=loaded.notes, refresh=refresh)
+    page = render_status(run, loaded.record, loaded.report, notes=loaded.notes,
+                         refresh=max(refresh, 5) if refresh > 0 else None, tasks=loaded.tasks)
     return HTMLResponse(page)
 
 
@@ -256,7 +261,11 @@ def run_status_json(dag_id: str, run_id: str, session: SessionDep) -> JSONRespon
     if loaded.record is None or loaded.report is None:
         return JSONResponse({**head, "pipeline": None, "detail": NO_PIPELINE})
     return JSONResponse({**head, "pipeline": loaded.record.to_dict(), **loaded.report.as_dict(),
-                         "page_notes": list(loaded.notes)})
+                         "page_notes": list(loaded.notes),
+                         "task_instances": [dataclasses.asdict(t) for t in loaded.tasks],
+                         "actions": [{"kind": a.kind, "text": a.text, "value": a.value,
+                                      "task": a.task.name if a.task else None, "href": a.task.href if a.task else None}
+                                     for a in on_call_actions(loaded.tasks, loaded.report)]})
 
 
 @app.exception_handler(StarletteHTTPException)

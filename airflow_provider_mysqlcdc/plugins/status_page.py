@@ -1,7 +1,8 @@
 """HTML of the phase-monitoring page: one DAG run's pipeline, per table, from the engine's ``StatusReport``.
 
 Plain server-side HTML with a little CSS: the page lives in an iframe of the Airflow UI and must read well
-without JavaScript. Every value goes through ``html.escape``: table names, chunk errors and notes come from
+without JavaScript. One small inline script refreshes its content in place (a visible control pauses it) and
+opens task-instance links in the Airflow UI around the frame. Every value goes through ``html.escape``: table names, chunk errors and notes come from
 users, MySQL and Spark, and none of them may inject markup. The numbers are the ``TableStatus`` fields as the
 engine computed them (no status logic here, only formatting); cells carry ``data-field`` names so tests and
 scripts can read them back.
@@ -20,19 +21,26 @@ from airflow_provider_mysqlcdc.engine.status.table_status import (
     STREAM,
     TableStatus,
 )
-from airflow_provider_mysqlcdc.engine.status.text import lag_text
+from airflow_provider_mysqlcdc.engine.status.text import lag_text, progress_text
 from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
+from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow, on_call_actions
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 14px; margin: 16px;
        color: #1f2328; background: #fff; }
 h1 { font-size: 18px; margin: 0 0 8px; } h2 { font-size: 15px; margin: 20px 0 6px; }
 table { border-collapse: collapse; margin: 6px 0 12px; }
-th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical-align: top; }
+table.summary { width: 100%; }
+th, td { border: 1px solid #d0d7de; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 code, .pos { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; }
-td.pos { white-space: nowrap; } td.lag { white-space: nowrap; }
+td.pos { overflow-wrap: anywhere; min-width: 9ch; } td.lag { white-space: nowrap; }
+.bar { width: 100%; max-width: 640px; height: 10px; }
+#actions { border-left: 4px solid #cf222e; background: #ffebe9; padding: 6px 10px; margin: 8px 0; }
+#actions.ok { border-color: #1a7f37; background: #dafbe1; }
+#actions li { margin: 4px 0; } .paste { user-select: all; background: #f6f8fa; padding: 1px 4px; }
+#refresh { float: right; font-size: 12px; }
 dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; margin: 0 0 12px; }
 dl.meta dt { color: #59636e; } dl.meta dd { margin: 0; }
 .phase { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600; font-size: 12px; }
@@ -47,7 +55,8 @@ ul.notes { margin: 4px 0 12px; padding-left: 20px; }
 .muted { color: #59636e; }
 @media (prefers-color-scheme: dark) {
   body { background: #0d1117; color: #e6edf3; } th { background: #161b22; } th, td { border-color: #30363d; }
-  .notice { background: #3b2e00; } .error { background: #3d0c0c; }
+  .notice { background: #3b2e00; } .error, #actions { background: #3d0c0c; } #actions.ok { background: #0f2d16; }
+  .paste { background: #161b22; }
 }
 """
 
@@ -102,18 +111,10 @@ def stream_text(t: TableStatus) -> str:
     return str(t.stream_position) + ("" if t.stream_position_exact else "~")
 
 
-def _lag_cell(t: TableStatus) -> str:
-    basis = (
-        "behind the server's binlog" if t.lag_from == "stream"
-        else "from the smallest HW to the server's binlog: the stream has not started"
-    )
-    return f'<span title="{_e(basis)}">{_e(lag_text(t))}</span>'
-
-
 def _phase(t: TableStatus) -> str:
     css = "phase-" + t.phase.replace(" ", "-")
     label = PHASE_LABELS.get(t.phase, t.phase)
-    return f'<span class="phase {_e(css)}" title="{_e(label)}">{_e(t.phase)}</span>'
+    return f'<span class="phase {_e(css)}" title="{_e(label)}" data-field="phase">{_e(t.phase)}</span>'
 
 
 def _hw_range(t: TableStatus) -> str:
@@ -125,40 +126,53 @@ def _hw_range(t: TableStatus) -> str:
     )
 
 
+def _f(name: str, value: Any, css: str = "") -> str:
+    """A value readable back by ``data-field`` (tests, scripts), escaped."""
+    cls = f' class="{css}"' if css else ""
+    return f'<span data-field="{name}"{cls}>{_e(value)}</span>'
+
+
+def _chunks_cell(t: TableStatus) -> str:
+    failed = _f("failed", t.failed, "failed" if t.failed else "")
+    return (f'{_f("committed", t.committed)}/{_f("chunks", t.chunks)} done<br><span class="muted">'
+            f'{_f("running", t.running)} running, {failed} failed, {_f("planned", t.planned)} planned</span>')
+
+
+def _stream_cell(t: TableStatus) -> str:
+    basis = ("behind the server's binlog" if t.lag_from == "stream"
+             else "from the smallest HW to the server's binlog: the stream has not started")
+    return (f'{_f("stream_position", stream_text(t))}<br>'
+            f'<span class="muted" title="{_e(basis)}">lag {_f("lag", lag_text(t))}</span>')
+
+
+def _consistent_cell(t: TableStatus) -> str:
+    as_of = _f("consistent_as_of", t.consistent_as_of if t.consistent else "not yet")
+    return f'{as_of}<br><span class="muted">from {_f("consistent_from", t.consistent_from)}</span>'
+
+
 def _summary_row(t: TableStatus) -> str:
-    failed = f'<span class="failed">{t.failed}</span>' if t.failed else str(t.failed)
     cells = [
-        ("table", f'<a href="#table-{_e(t.table)}">{_e(t.table)}</a>', ""),
-        ("phase", _phase(t), ""),
-        ("generation", _e(t.generation), "num"),
-        ("chunks", str(t.chunks), "num"),
-        ("planned", str(t.planned), "num"),
-        ("running", str(t.running), "num"),
-        ("committed", str(t.committed), "num"),
-        ("failed", failed, "num"),
-        ("rows", f"{t.rows:,}", "num"),
-        ("hw_range", _hw_range(t), "pos"),
-        ("stream_position", _e(stream_text(t)), "pos"),
-        ("lag", _lag_cell(t), "lag"),
-        ("consistent_from", _e(t.consistent_from), "pos"),
-        ("consistent_as_of", _e(t.consistent_as_of) if t.consistent else "not yet", "pos"),
+        (f'<a href="#table-{_e(t.table)}">{_e(t.table)}</a>', ""),
+        (f'{_phase(t)}<br><span class="muted">gen {_f("generation", t.generation)}</span>', ""),
+        (_chunks_cell(t), "num"),
+        (_f("rows", f"{t.rows:,}"), "num"),
+        (_hw_range(t), "pos"),
+        (_stream_cell(t), "pos"),
+        (_consistent_cell(t), "pos"),
     ]
-    tds = "".join(f'<td data-field="{name}" class="{css}">{value}</td>' for name, value, css in cells)
+    tds = "".join(f'<td class="{css}">{value}</td>' for value, css in cells)
     return f'<tr data-table="{_e(t.table)}">{tds}</tr>'
 
 
 _SUMMARY_HEAD = (
-    '<tr><th rowspan="2">Table</th><th rowspan="2">Phase</th><th rowspan="2">Gen</th>'
-    '<th colspan="5">Chunks</th><th rowspan="2">Rows read</th>'
-    '<th rowspan="2">HW range (min .. max)</th><th rowspan="2">Stream position</th>'
-    '<th rowspan="2">Lag</th><th rowspan="2">Consistent from</th><th rowspan="2">Consistent as of</th></tr>'
-    "<tr><th>total</th><th>planned</th><th>running</th><th>done</th><th>failed</th></tr>"
+    "<tr><th>Table</th><th>Phase, plan generation</th><th>Chunks</th><th>Rows read</th>"
+    "<th>HW range (min .. max)</th><th>Stream position, lag</th><th>Mirror consistent</th></tr>"
 )
 
 
 def _mirror_text(mirror: dict[str, Any] | None) -> str:
     if not mirror:
-        return "none"
+        return "not refreshed yet: the stream refreshes it after each batch"
     text = (
         f"{mirror.get('rows')} rows through batch {mirror.get('through_batch')}, "
         f"refreshed {mirror.get('refreshed_at')}"
@@ -172,13 +186,13 @@ def _table_details(t: TableStatus) -> str:
         f'<section id="table-{_e(t.table)}" data-table="{_e(t.table)}"><h2>{_e(t.table)} {_phase(t)}</h2>',
         _meta([
             ("plan generation", "generation", t.generation),
-            ("mirror built from generation", "mirror_generation", t.mirror_generation),
+            ("latest complete generation (the mirror's snapshot)", "mirror_generation", t.mirror_generation),
             ("reruns pending", "rerun_pending", t.rerun_pending),
             ("primary key", "primary_key", key),
             ("schema version", "schema_version", t.schema_version),
             ("latest DDL followed", "last_ddl", t.last_ddl or "none"),
             ("latest stream batch", "stream_batch", t.stream_batch),
-            ("mirror", "mirror", _mirror_text(t.mirror)),
+            ("mirror files", "mirror", _mirror_text(t.mirror)),
         ]),
     ]
     if t.failures:
@@ -209,36 +223,139 @@ def _record_meta(record: PipelineRecord, *extra: tuple[str, str, Any]) -> str:
     ])
 
 
+def _progress(report: StatusReport) -> str:
+    """The snapshot's overall progress (a bar, rate, time left) and the stream's largest lag."""
+    p, parts = report.progress, []
+    if p.chunks:
+        parts.append(
+            f'<div><strong>Snapshot</strong> <progress class="bar" max="{p.chunks}" value="{p.committed}">'
+            f'</progress><br><span data-field="progress">{_e(progress_text(p))}</span></div>'
+        )
+    streaming = [t for t in report.tables if t.lag_from == "stream" and t.lag_bytes is not None]
+    if streaming:
+        worst = max(streaming, key=lambda t: (t.lag_files or 0, t.lag_bytes or 0))
+        parts.append(f'<div><strong>Stream</strong> lag <span data-field="stream_lag">{_e(lag_text(worst))}'
+                     f"</span> behind the server's binlog (largest: {_e(worst.table)})</div>")
+    return f'<section id="progress">{"".join(parts)}</section>' if parts else ""
+
+
+def _task_link(task: TaskRow) -> str:
+    # the tab is a sandboxed iframe: the script below opens the link in the Airflow UI around it; without
+    # scripts it opens inside the frame
+    return f'<a href="{_e(task.href)}" data-top="1" data-task="{_e(task.name)}">{_e(task.name)}</a>'
+
+
+def _actions(actions: list[Action], tasks: list[TaskRow]) -> str:
+    if not actions:
+        if tasks and all(t.state in ("success", "skipped") for t in tasks):  # and no failed chunk (above)
+            return '<div id="actions" class="ok">Nothing to do: every task of this run has succeeded.</div>'
+        return ""
+    items = []
+    for a in actions:
+        if a.task and a.task.name in a.text:  # the task's name in the sentence becomes its link
+            before, after = a.text.split(a.task.name, 1)
+            text = f"{_e(before)}{_task_link(a.task)}{_e(after)}"
+        else:
+            text = _e(a.text) + (f" {_task_link(a.task)}" if a.task else "")
+        paste = f' <code class="paste" data-field="redo_chunks">{_e(a.value)}</code>' if a.value else ""
+        items.append(f'<li data-action="{_e(a.kind)}">{text}{paste}</li>')
+    return f'<div id="actions"><strong>To finish this run</strong><ul>{"".join(items)}</ul></div>'
+
+
+_SHOWN_GROUPS = 40  # beyond this, succeeded groups are counted, not listed (thousands of tables)
+
+
+def _groups(tasks: list[TaskRow]) -> str:
+    mapped = [t for t in tasks if t.mapped]
+    if not mapped:
+        return ""
+    shown = mapped if len(mapped) <= _SHOWN_GROUPS else [t for t in mapped if t.state != "success"]
+    rows = "".join(
+        f'<tr data-map-index="{t.map_index}"><td class="num">{t.map_index}</td><td>{_task_link(t)}</td>'
+        f'<td data-field="state" class="{"failed" if t.state == "failed" else ""}">{_e(t.state or "none")}</td>'
+        f'<td class="num">{t.try_number}/{t.max_tries + 1}</td></tr>'
+        for t in shown
+    )
+    hidden = len(mapped) - len(shown)
+    more = f'<p class="muted">{hidden} more succeeded.</p>' if hidden else ""
+    return (f'<h2>Chunk groups (mapped tasks)</h2><table class="groups" id="groups"><tr><th>Map index</th>'
+            f"<th>Task instance</th><th>State</th><th>Try</th></tr>{rows}</table>{more}")
+
+
+_SCRIPT = """
+(function () {
+  var every = %d, paused = false, box = document.getElementById("refresh");
+  function open(event) {
+    var a = event.target.closest("a[data-top]");
+    if (!a) return;
+    try {  // same origin: navigate the Airflow UI around this frame (its router listens to popstate)
+      window.parent.history.pushState({}, "", a.getAttribute("href"));
+      window.parent.dispatchEvent(new PopStateEvent("popstate"));
+      event.preventDefault();
+    } catch (e) { /* not framed by the UI: follow the link */ }
+  }
+  document.addEventListener("click", open);
+  if (!box || !every) return;
+  var state = box.querySelector("[data-field=refresh_state]"), button = box.querySelector("button");
+  button.addEventListener("click", function () {
+    paused = !paused; button.textContent = paused ? "resume" : "pause";
+    state.textContent = paused ? "paused" : "every " + every + " s";
+  });
+  setInterval(function () {
+    if (paused) return;
+    fetch(window.location.href, {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.text();
+    }).then(function (html) {
+      var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("content");
+      if (fresh) document.getElementById("content").replaceWith(fresh);
+      state.textContent = "every " + every + " s";
+    }).catch(function (e) { state.textContent = "refresh failed (" + e.message + "), retrying"; });
+  }, every * 1000);
+})();
+"""
+
+DEFAULT_REFRESH_S = 10
+
+
 def render_status(
     run: RunRef,
     record: PipelineRecord,
     report: StatusReport,
     *,
     notes: Iterable[str] = (),
-    refresh: int | None = None,
+    refresh: int | None = DEFAULT_REFRESH_S,
+    tasks: Iterable[TaskRow] = (),
 ) -> str:
-    """The page: the pipeline's locations, a summary row per table, then each table's failures and notes."""
-    body = [
-        _run_header(run),
+    """The page: what to do (if anything), overall progress, a summary row per table, the chunk groups, then
+    each table's failures and notes. Refreshes itself every ``refresh`` seconds (a visible control pauses)."""
+    tasks = list(tasks)
+    content = [
         _record_meta(
             record,
             ("server binlog position", "server_position", report.server_position or "unknown"),
             ("collected at", "collected_at", report.collected_at),
         ),
+        _actions(on_call_actions(tasks, report), tasks),
+        _progress(report),
     ]
-    body.extend(f'<div class="notice">{_e(note)}</div>' for note in (*report.notes, *notes))
+    content.extend(f'<div class="notice">{_e(note)}</div>' for note in (*report.notes, *notes))
     if report.tables:
         rows = "".join(_summary_row(t) for t in report.tables)
-        body.append(f'<table class="summary" id="summary">{_SUMMARY_HEAD}{rows}</table>')
-        body.extend(_table_details(t) for t in report.tables)
+        content.append(f'<table class="summary" id="summary">{_SUMMARY_HEAD}{rows}</table>')
+        content.append(_groups(tasks))
+        content.extend(_table_details(t) for t in report.tables)
     else:
-        body.append('<p class="muted">The pipeline record names no tables and the chunk store has none.</p>')
+        content.append('<p class="muted">The pipeline record names no tables and the chunk store has none.</p>')
+    control = (
+        f'<div id="refresh">auto-refresh <span data-field="refresh_state">every {int(refresh)} s</span> '
+        '<button type="button">pause</button></div>' if refresh else ""
+    )
+    body = [control, _run_header(run), f'<div id="content">{"".join(content)}</div>']
     if run.json_url:
-        body.append(
-            f'<p class="muted"><a href="{_e(run.json_url)}">as JSON</a> &middot; '
-            "reload the page for fresh numbers</p>"
-        )
-    return _document(f"MySQL CDC {run.dag_id} {run.run_id}", "\n".join(body), refresh)
+        body.append(f'<p class="muted"><a href="{_e(run.json_url)}">as JSON</a></p>')
+    body.append(f"<script>{_SCRIPT % int(refresh or 0)}</script>")
+    return _document(f"MySQL CDC {run.dag_id} {run.run_id}", "\n".join(body))
 
 
 NO_PIPELINE_TEXT = (
@@ -250,7 +367,7 @@ NO_PIPELINE_TEXT = (
 def render_no_pipeline(run: RunRef) -> str:
     """A run whose plan task has not pushed the pipeline record (yet), or a DAG that is no CDC pipeline."""
     body = f'{_run_header(run)}<div class="notice" id="no-pipeline">{_e(NO_PIPELINE_TEXT)}</div>'
-    return _document(f"MySQL CDC {run.dag_id} {run.run_id}", body)
+    return _document(f"MySQL CDC {run.dag_id} {run.run_id}", body, refresh=DEFAULT_REFRESH_S)
 
 
 def render_problem(run: RunRef | None, title: str, message: str, record: PipelineRecord | None = None) -> str:

@@ -209,7 +209,8 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         assert run.state == "success", f"DAG run ended {run.state}: {_task_instances(run.run_id)}"
         tis = _task_instances(run.run_id)
         mapped = sorted((k[1], v[1]) for k, v in tis.items() if k[0] == SNAPSHOT_TASK)
-        assert all(name and name.startswith(f"{mysql_db}.t_") and " chunks " in name for _, name in mapped), mapped
+        assert all(name and name.startswith(f"{mysql_db}.t_") and " chunks " in name
+               and name.endswith(")") and "(plan generation 1)" in name for _, name in mapped), mapped
         record = next(v for (_, _, k, v) in _xcoms([run.run_id]) if k == XCOM_KEY)
         store = ChunkStore(record["chunk_store"])
         counts = [len(store.chunks(str(t))) for t in tables]

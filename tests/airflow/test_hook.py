@@ -13,7 +13,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook, settings_from_connection
-from airflow_provider_mysqlcdc.operators.plan import parse_redo_chunks, plan_groups
+from airflow_provider_mysqlcdc.operators.plan import parse_chunk_keys, parse_redo_chunks, plan_groups
 from airflow_provider_mysqlcdc.operators.snapshot import reader_slot_base
 
 
@@ -43,7 +43,8 @@ def test_connection_fields_and_extras_become_engine_settings():
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"conn_type": "postgres"}, "needs a connection of type mysql"),
+        ({"conn_type": "postgres"}, "needs a connection of type mysqlcdc; recreate it: airflow connections delete src"),
+        ({"conn_type": "generic"}, "stores --conn-type mysql as 'generic'"),
         ({"host": None}, "has no host"),
         ({"extra": json.dumps({"sslmode": "require"})}, "unknown extra"),
         ({"extra": json.dumps({"server_id": "abc"})}, "server_id must be a number"),
@@ -107,3 +108,47 @@ def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
             stack.enter_context(claimed_server_id(settings))
     with claimed_server_id(settings, prefer=3) as again:
         assert again == 7003  # released with the claiming session
+
+
+@pytest.mark.parametrize("page", ["docs/getting-started.md", "docs/dag-authors.md"])
+def test_the_documented_connection_command_gives_a_working_source_connection(page, airflow_home, tmp_path):
+    """The docs' own ``airflow connections add mysqlcdc_source ...`` line, run with the real Airflow CLI on this
+    install (the MySQL provider absent, as for a new user), makes a connection the plan task accepts."""
+    import re
+    import shlex
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / page).read_text()
+    found = re.search(r"airflow connections add mysqlcdc_source .*?(?<!\\)\n", text, re.S)
+    assert found, f"{page} shows no `airflow connections add mysqlcdc_source` command"
+    argv = shlex.split(found.group(0).replace("\\\n", " ").replace("'...'", "pw-from-docs"))
+    conn_id = "docs_" + Path(page).stem.replace("-", "_")
+    argv[3] = conn_id
+    airflow = [sys.executable, "-m", "airflow"]
+    subprocess.run([*airflow, "connections", "delete", conn_id], capture_output=True, cwd=tmp_path)
+    done = subprocess.run([*airflow, *argv[1:]], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    stored = subprocess.run([*airflow, "connections", "get", conn_id, "-o", "json"], capture_output=True,
+                            text=True, cwd=tmp_path)
+    assert stored.returncode == 0, stored.stderr
+    row = json.loads(stored.stdout)[0]
+    assert row["conn_type"] == "mysqlcdc", row
+    settings = settings_from_connection(Connection(conn_id=conn_id, conn_type=row["conn_type"], host=row["host"],
+                                                   port=row["port"], login=row["login"],
+                                                   password=row["password"], extra=row["extra_dejson"] and
+                                                   json.dumps(row["extra_dejson"])))
+    assert (settings.host, settings.port, settings.user) == ("db.example.com", 3306, "cdc")
+    assert settings.server_id_range == (5400, 5499)
+
+
+def test_chunk_keys_as_the_dag_param_renders_them():
+    want = {"shop.events": "id", "shop.log": "ts"}
+    assert parse_chunk_keys(want) == want  # a native rendering
+    assert parse_chunk_keys('{"shop.events": "id", "shop.log": "ts"}') == want  # rendered as text
+    assert parse_chunk_keys("shop.events=id; shop.log=ts") == want
+    assert parse_chunk_keys(None) == parse_chunk_keys("") == parse_chunk_keys("None") == parse_chunk_keys({}) == {}
+    for bad in ('["shop.events"]', "shop.events", '{"shop.events": ""}', '{"shop.events": 3}', "{nope"):
+        with pytest.raises(ConfigurationError, match="chunk_keys must map"):
+            parse_chunk_keys(bad)

@@ -10,9 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,10 +23,10 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.engine.status.table_status import SNAPSHOT, STREAM, TableStatus
 from airflow_provider_mysqlcdc.plugins.status_page import lag_text, stream_text
-from airflow_provider_mysqlcdc.testing.mariadb import _die_with_parent
 from tests.support.airflow_server import AirflowApiServer
+from tests.support.airflow_ui import login
+from tests.support.browser import chromium
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DATABASE = "t_ui_plugin"
 MYSQL_CONN_ID, ADMIN_CONN_ID = "mysqlcdc_ui", "mysqlcdc_ui_admin"
 SCREENSHOTS = os.environ.get("MYSQLCDC_UI_SCREENSHOTS")  # a directory: keep what the browser saw
@@ -291,57 +288,10 @@ def test_the_latest_pipeline_record_of_the_run_wins(finished_run, tmp_path):
 # --- the browser -------------------------------------------------------------------------------------------
 
 
-def _chromium_or_skip() -> None:
-    """Chromium and its driver from Debian (``make system-deps`` installs them); install them if missing."""
-    if os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER):
-        return
-    sudo = [] if os.geteuid() == 0 else (["sudo", "-n"] if shutil.which("sudo") else None)
-    if sudo is not None and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium", "chromium-driver"]
-        for cmd in (["apt-get", "update", "-q"], install):
-            subprocess.run([*sudo, *cmd], env=env, capture_output=True, timeout=900)
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip(f"{CHROMIUM} or {CHROMEDRIVER} missing and apt-get could not install chromium and "
-                    "chromium-driver (run `make system-deps` as a user who may)")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    _chromium_or_skip()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="mysqlcdc-chromium-")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1600,1100", f"--user-data-dir={profile}", "--no-first-run"):
-        options.add_argument(arg)
-    # chromedriver (and the browser it drives) must not outlive a killed test run either
-    service = Service(executable_path=CHROMEDRIVER, popen_kw={"preexec_fn": _die_with_parent})
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(120)
-    try:
+    with chromium((1600, 1100)) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-def _login(driver: Any, server: AirflowApiServer, user: str) -> None:
-    """Through the real login page: the UI sends an anonymous visitor there."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(server.url + "/")
-    wait = WebDriverWait(driver, 90)
-    wait.until(ec.url_contains("/auth/login"))
-    wait.until(ec.presence_of_element_located((By.NAME, "username"))).send_keys(user)
-    driver.find_element(By.NAME, "password").send_keys(server.passwords[user])
-    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait.until(lambda d: "/auth/login" not in d.current_url and d.get_cookie("_token") is not None)
 
 
 def _page_rows(driver: Any) -> dict[str, dict]:
@@ -367,7 +317,7 @@ def test_browser_shows_the_run_status_in_the_dag_run_tab(finished_run, api_serve
 
     driver = browser
     wait = WebDriverWait(driver, 90)
-    _login(driver, api_server, "admin")
+    login(driver, api_server, "admin")
 
     # the DAG run page of the Airflow UI has a "MySQL CDC" tab (the plugin's external view)
     dag_id, run_id = quote(finished_run.dag_id, safe=""), quote(finished_run.run_id, safe="")
@@ -406,7 +356,9 @@ def test_browser_shows_the_run_status_in_the_dag_run_tab(finished_run, api_serve
     failure = driver.find_element(By.CSS_SELECTOR, f"section[data-table='{items.table}'] tr[data-chunk]")
     assert failure.get_attribute("data-chunk") == str(items.failures[0].chunk_id)
     assert failure.find_element(By.CSS_SELECTOR, "[data-field=error]").text == f"RuntimeError: {FAILED_ERROR}"
-    assert driver.find_elements(By.TAG_NAME, "script") == []
+    scripts = driver.find_elements(By.TAG_NAME, "script")  # only the page's own (refresh, task links)
+    assert len(scripts) == 1 and "PopStateEvent" in scripts[0].get_attribute("innerHTML")
+    assert "alert(" not in scripts[0].get_attribute("innerHTML")
     notes = driver.find_element(By.CSS_SELECTOR, f"section[data-table='{items.table}'] ul.notes").text
     assert "failed chunks" in notes
 

@@ -434,3 +434,47 @@ def test_the_stream_hook_waits_out_a_mysql_outage_during_a_refresh(tmp_path, mon
         calls.clear()
         with pytest.raises(ServerUnavailable):
             refresher.on_batch_committed(4, [T])
+
+
+def test_the_stream_hook_builds_the_mirror_of_a_quiet_table(mysql_server, mysql_db, tmp_path):
+    """A table whose snapshot committed but that gets no change has a mirror after the stream's next batch,
+    and a chunk rerun of it reaches its mirror without a change either (before, only changed tables were
+    refreshed: a quiet table had "mirror: none" though its snapshot was complete)."""
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        for name in ("busy", "quiet"):
+            cur.execute(f"CREATE TABLE `{mysql_db}`.{name} (id INT PRIMARY KEY, v INT NOT NULL)")
+            cur.executemany(f"INSERT INTO `{mysql_db}`.{name} VALUES (%s, 0)", [(i,) for i in range(1, 201)])
+    pipe = _pipeline(mysql_server, mysql_db, tmp_path, chunk_size=100)
+    plans = {p.table.table: p for p in pipe.plan([f"{mysql_db}.busy", f"{mysql_db}.quiet"])}
+    busy, quiet = plans["busy"].table, plans["quiet"].table
+    pipe.tables = [busy, quiet]
+    for plan in plans.values():
+        for chunk in plan.chunks:
+            pipe.snapshot(plan, chunk.chunk_id)
+    pipe.open_stream([busy, quiet])
+    refresher = MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE busy SET v = 1 WHERE id = 5")
+        conn.commit()
+    batch_id, changed = pipe.stream_batch()
+    assert changed == {busy}
+    refresher.on_batch_committed(batch_id, sorted(changed, key=str))
+    for table in (busy, quiet):
+        assert_same_rows(_rows(read_mirror(pipe.root, table), ["id", "v"]), pipe.source(table), table)
+    built = _versions(pipe.root, quiet)
+
+    # nothing new for the quiet table: its mirror is left alone; a rerun of one of its chunks reaches it
+    refresher.on_batch_committed(batch_id, [])
+    assert _versions(pipe.root, quiet) == built
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE quiet SET v = 7 WHERE id = 150")  # in the rerun's snapshot, not in a batch
+        conn.commit()
+    rerun = plans["quiet"].chunks[-1].chunk_id
+    pipe.snapshot(plans["quiet"], rerun)
+    refresher.on_batch_committed(batch_id, [])
+    again = _versions(pipe.root, quiet)
+    assert {c for c in again if again[c] != built[c]} == {rerun}
+    assert_same_rows(_rows(read_mirror(pipe.root, quiet), ["id", "v"]), pipe.source(quiet), quiet)
+    # a new refresher (a restarted stream) sees the mirror is current: nothing rewritten
+    MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings).on_batch_committed(batch_id, [])
+    assert _versions(pipe.root, quiet) == again

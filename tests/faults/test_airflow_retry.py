@@ -44,6 +44,7 @@ from tests.airflow.test_example_dag import (
     _task_instances,
 )
 from tests.support.engine_harness import assert_mirror_equals_source
+from tests.support.processes import argv_of
 from tests.support.workload import Workload, create_tables, seed_rows
 
 SEED = 47
@@ -67,19 +68,11 @@ class Kill:
     error: str | None = None
 
 
-def _argv(pid: str) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-
-
 def _snapshot_drivers(output: str) -> list[tuple[int, list[str]]]:
     """Python driver processes of snapshot spark-submits writing to ``output`` (not the JVM, not the test)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
-        argv = _argv(proc.name)
+        argv = argv_of(proc.name)
         if len(argv) < 2 or int(proc.name) == os.getpid() or output not in argv:
             continue
         if Path(argv[0]).name.startswith("java") or "org.apache.spark.deploy.SparkSubmit" in argv:

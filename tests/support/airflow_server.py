@@ -40,7 +40,10 @@ class AirflowApiServer:
     workdir: Path | None = None
     passwords: dict[str, str] = field(default_factory=dict)
     keep_workdir: bool = False  # keep the log and the passwords file after stop() (debugging)
+    # "core" (REST API and UI) is enough to browse; workers of a scheduler need "execution" too ("all")
+    apps: str = "core"
     process: subprocess.Popen | None = None
+    server_env: dict[str, str] = field(default_factory=dict, repr=False)  # the environment it runs with
 
     @property
     def url(self) -> str:
@@ -74,10 +77,11 @@ class AirflowApiServer:
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
             **self.env,
         }
+        self.server_env = env
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "airflow", "api-server", "--host", self.host, "--port", str(self.port),
-                 "--workers", "1", "--apps", "core"],
+                 "--workers", "1", "--apps", self.apps],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 # Not the caller's directory: `python -m` puts it on sys.path, and a source checkout's
                 # *.egg-info there registers the plugin's entry point a second time.
@@ -95,7 +99,7 @@ class AirflowApiServer:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(
-                    f"airflow api-server exited with {self.process.returncode}:\n{self._log_tail()}"
+                    f"airflow api-server exited with {self.process.returncode}:\n{self.log_tail()}"
                 )
             try:
                 with urllib.request.urlopen(self.url + HEALTH_PATH, timeout=5) as response:
@@ -105,10 +109,10 @@ class AirflowApiServer:
                 pass
             time.sleep(0.5)
         raise RuntimeError(
-            f"airflow api-server not healthy within {self.startup_timeout:.0f}s:\n{self._log_tail()}"
+            f"airflow api-server not healthy within {self.startup_timeout:.0f}s:\n{self.log_tail()}"
         )
 
-    def _log_tail(self, lines: int = 60) -> str:
+    def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:]) or "(no output)"
 
     def stop(self) -> None:
@@ -116,28 +120,29 @@ class AirflowApiServer:
         process, self.process = self.process, None
         try:
             if process is not None:
-                self._terminate(process)
+                terminate_group(process)
         finally:
             if self.workdir is not None and not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
-
-    @staticmethod
-    def _terminate(process: subprocess.Popen) -> None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
 
     def __enter__(self) -> "AirflowApiServer":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def terminate_group(process: subprocess.Popen, grace: float = 20.0) -> None:
+    """SIGTERM to the process group a ``start_new_session`` child leads, SIGKILL after ``grace`` seconds."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()

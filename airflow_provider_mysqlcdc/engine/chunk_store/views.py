@@ -63,6 +63,27 @@ class StoreViews(StoreDatabase):
         return {name: table_view_of(name, latest.get(name), committed.get(name), by_table.get(name, {}))
                 for name in names}
 
+    def snapshot_marks(self, tables: Iterable[Any]) -> dict[str, tuple[int, int, str]]:
+        """Per table with a fully committed generation: ``(generation, chunks, latest commit)`` of it, values
+        that change whenever its snapshot does (a new generation, a chunk rerun committing). A few queries
+        for any number of tables: the stream asks after every batch which mirrors need its snapshot."""
+        names = list(dict.fromkeys(table_name_of(t) for t in tables))
+        c = chunks_table.c
+
+        def read(conn: Connection) -> dict[str, tuple[int, int, str]]:
+            marks: dict[str, tuple[int, int, str]] = {}
+            for batch in in_batches(names, 200):
+                committed = committed_generations(conn, batch)
+                for table, generation, count, latest in conn.execute(
+                    sa.select(c.table_name, c.generation, sa.func.count(), sa.func.max(c.committed_at))
+                    .where(c.table_name.in_(batch)).group_by(c.table_name, c.generation)
+                ):
+                    if committed.get(table) == generation:
+                        marks[table] = (int(generation), int(count), str(latest))
+            return marks
+
+        return self._read_tx(read)
+
     def mirror_view(self, table: Any) -> MirrorView | None:
         """The latest fully committed generation's chunks with their committed HW and output version (None if
         no generation is fully committed). Reruns in progress do not change it until they commit."""

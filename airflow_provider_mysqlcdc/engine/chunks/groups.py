@@ -26,7 +26,7 @@ class ChunkGroup:
     @property
     def name(self) -> str:
         """Readable, stable label (Airflow map index name, Spark job description)."""
-        return f"{self.table} g{self.generation} chunks {format_chunk_ids(self.chunk_ids)}"
+        return group_label(self.table, self.generation, self.chunk_ids)
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "generation": self.generation, "chunk_ids": list(self.chunk_ids),
@@ -35,6 +35,12 @@ class ChunkGroup:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ChunkGroup":
         return cls(str(data["table"]), int(data["generation"]), tuple(int(c) for c in data["chunk_ids"]))
+
+
+def group_label(table: str, generation: int, chunk_ids: Iterable[int]) -> str:
+    """``shop.orders chunks 8-15 (plan generation 1)``: the chunk ids first, as on-call engineers rerun by
+    them; the generation spelled out (a bare "g1" read as "group 1")."""
+    return f"{table} chunks {format_chunk_ids(chunk_ids)} (plan generation {generation})"
 
 
 def chunk_groups(plan: ChunkPlan, chunks_per_group: int = DEFAULT_CHUNKS_PER_GROUP) -> list[ChunkGroup]:

@@ -56,8 +56,9 @@ def choose_chunk_key(schema: TableSchema, chunk_key: str | None = None) -> tuple
         key = tuple(schema.primary_key)
     else:
         raise ConfigurationError(
-            f"table {schema.table} has no primary key: set the option chunk_key for it to a column to split "
-            "the snapshot by (ideally indexed and nearly unique)"
+            f"table {schema.table} has no primary key: give it a chunk key, a column to split the snapshot by "
+            f"(ideally indexed and nearly unique): the DAG param / plan operator argument chunk_keys "
+            f'{{"{schema.table}": "<column>"}}, or mysqlcdc plan --chunk-key {schema.table}=<column>'
         )
     validate_chunk_key(schema, key)
     return key

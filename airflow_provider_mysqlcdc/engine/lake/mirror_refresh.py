@@ -112,6 +112,7 @@ class MirrorRefresher:
     schemas: dict[TableId, TableSchema] = field(default_factory=dict)
     _assigners: dict[tuple[TableId, int], ChunkAssigner] = field(default_factory=dict, repr=False)
     _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
+    _snapshot_marks: dict[str, tuple[int, int, str]] = field(default_factory=dict, repr=False)
     outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
 
     def __post_init__(self) -> None:
@@ -145,7 +146,11 @@ class MirrorRefresher:
         ``outage_budget_s``, like the stream's own reads: a refresh is safe to run again (new file versions,
         then the manifest), and the collation sessions are opened anew."""
         where = f"{self.settings.host}:{self.settings.port}" if self.settings is not None else "MySQL"
-        for table in tables:
+        marks = self.store.snapshot_marks(self.store.active_tables())
+        changed = {str(t) for t in tables}
+        stale = [TableId.parse(name) for name, mark in marks.items()
+                 if name not in changed and self._snapshot_stale(name, mark)]
+        for table in [*tables, *stale]:
             retry_while_unavailable(
                 lambda: self.refresh(table, [batch_id]),
                 what=f"refreshing the mirror of {table}",
@@ -153,6 +158,25 @@ class MirrorRefresher:
                 budget_s=self.outage_budget_s,
                 on_retry=self.close,
             )
+            if str(table) in marks:
+                self._snapshot_marks[str(table)] = marks[str(table)]
+
+    def _snapshot_stale(self, table: str, mark: tuple[int, int, str]) -> bool:
+        """Whether the table's mirror is behind its committed snapshot though the batch had no change of it: a
+        quiet table whose snapshot (or a chunk rerun) committed would otherwise have no mirror, or an old one,
+        until its next change. Known marks say it at once; a table first seen here is compared with its
+        manifest (generation and each chunk's snapshot version), once per stream run."""
+        seen = self._snapshot_marks.get(table)
+        if seen is not None:
+            return seen != mark
+        manifest = read_manifest(self.root, TableId.parse(table))
+        view = self.store.mirror_view(table)
+        current = manifest is not None and view is not None and manifest.generation == view.generation and (
+            {c.chunk_id: c.snapshot_version for c in manifest.chunks}
+            == {c.chunk_id: c.output_version for c in view.chunks})
+        if current:
+            self._snapshot_marks[table] = mark
+        return not current
 
     # -- one table -------------------------------------------------------------------------------------------
 
@@ -184,11 +208,14 @@ class MirrorRefresher:
         view = self.store.mirror_view(str(table))
         old = read_manifest(self.root, table)
         if view is None:
+            planned = str(table) in self.store.tables()
             return MirrorRefresh(
                 str(table),
                 old,
                 reason="no plan generation of this table is fully committed "
-                "yet: the mirror is built once every chunk of a plan has a committed snapshot",
+                "yet: the mirror is built once every chunk of a plan has a committed snapshot" if planned else
+                "not in the pipeline: this chunk store has no plan for it (add it: mysqlcdc plan --tables "
+                f"{table}, or to the DAG's tables param)",
             )
         build = self._build(table, view, old)
         batches = _Batches.of(committed_batch_ids(self.root, table), batch_ids, old)

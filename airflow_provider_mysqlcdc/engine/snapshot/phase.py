@@ -81,7 +81,8 @@ def plan_tables(
                 f"table {table} was re-planned concurrently (generation {stored} instead of {generation}): "
                 "run one planner per table at a time"
             )
-        log.info("planned %s: generation %s, %s chunks (%s split)", table, generation, len(plan.chunks), plan.split)
+        log.info("planned %s: generation %s, %s chunk(s) (%s split on %s, ~%s rows)", table, generation,
+                 len(plan.chunks), plan.split, ", ".join(plan.key_columns), f"{plan.row_estimate:,}")
         plans.append(plan)
     warning = retention_warning(report.retention_s, sum(p.row_estimate for p in plans), expected_rows_per_second)
     if warning:

@@ -26,9 +26,10 @@ from airflow_provider_mysqlcdc.engine.lake.layout import read_json, stream_owner
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import primary_key_columns
+from airflow_provider_mysqlcdc.engine.status.progress import SnapshotProgress, snapshot_progress
 from airflow_provider_mysqlcdc.engine.status.server_binlog import server_binlog
 from airflow_provider_mysqlcdc.engine.status.table_status import TableStatus, table_status
-from airflow_provider_mysqlcdc.engine.status.text import consistency_text, lag_text, value_text
+from airflow_provider_mysqlcdc.engine.status.text import consistency_text, lag_text, progress_text, value_text
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class StatusReport:
     collected_at: str
     notes: tuple[str, ...] = field(default_factory=tuple)
     startup_mode: str | None = None  # of the stream writing the output root (engine.stream.startup)
+    progress: SnapshotProgress = field(default_factory=SnapshotProgress)  # over all tables of the report
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +48,7 @@ class StatusReport:
             "server_position": None if self.server_position is None else str(self.server_position),
             "tables": [t.as_dict() for t in self.tables],
             "notes": list(self.notes),
+            "progress": self.progress.as_dict(),
         }
 
     def render(self) -> str:
@@ -87,6 +90,8 @@ class StatusReport:
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+        if self.progress.chunks:
+            lines.append(f"snapshot: {progress_text(self.progress)}")
         if self.server_position is not None:
             lines.append(f"server binlog position: {self.server_position}")
         for t in self.tables:
@@ -128,6 +133,7 @@ def collect_status(
         datetime.now(timezone.utc).isoformat(timespec="seconds"),
         tuple(notes),
         mode,
+        snapshot_progress(store, names),
     )
 
 

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
-from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
+from airflow_provider_mysqlcdc.engine.chunks.groups import group_label
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
@@ -92,7 +92,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
         attempts = {c: store.start_chunk(table, generation, c, run_id=options.run_id).attempts
                     for c in job.chunk_ids}
         job = ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
-        label = f"{table} g{generation} chunks {format_chunk_ids(job.chunk_ids)}"
+        label = group_label(table, generation, job.chunk_ids)
         say(f"snapshot {label}: {len(job.chunk_ids)} chunk(s) started")
         error: str | None = None
         group = f"mysqlcdc-snapshot-{uuid.uuid4().hex[:12]}"

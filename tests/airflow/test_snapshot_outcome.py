@@ -1,0 +1,87 @@
+"""What a failed snapshot try records and says (a real SQLite chunk store; the Spark side is the browser test's).
+
+An on-call engineer must read in one message what failed (before any chunk started, or which chunks with
+which error, each error once) and the one action that finishes the run: the mapped task by map index and name,
+and a ready-to-paste ``redo_chunks`` value. The chunk store must show the cause too (the MySQL CDC tab reads it).
+"""
+from __future__ import annotations
+
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
+    TaskRef,
+    failure_message,
+    group_result,
+    record_dead_attempts,
+)
+
+TABLE, RUN = "shop.orders", "manual__2026-11-24"
+KILLED = Exception("Cannot execute: spark-submit --master local[2] ... Error code is: -9.")
+TASK = TaskRef("snapshot_phase.snapshot_chunk_group", 3)
+
+
+def _store(tmp_path, chunks: int = 8) -> tuple[str, ChunkGroup]:
+    url = str(tmp_path / "chunks.db")
+    spec = {"version": 1, "key_columns": ["id"], "split_kind": "even", "chunk_size": 10}
+    bounds = [(i, None if i == 0 else f"[{i}]", None if i == chunks - 1 else f"[{i + 1}]") for i in range(chunks)]
+    with ChunkStore(url) as store:
+        generation = store.create_plan(TABLE, spec, bounds, "plan_run")
+    return url, ChunkGroup(TABLE, generation, tuple(range(4, 8)))
+
+
+def test_a_try_killed_before_any_chunk_started(tmp_path):
+    url, group = _store(tmp_path)
+    before = {c["chunk_id"]: c["attempts"] for c in group_result(url, group)["chunks"]}
+    running, unstarted = record_dead_attempts(url, group, before, RUN, KILLED)
+    assert (running, unstarted) == ([], [4, 5, 6, 7])
+    with ChunkStore(url) as store:
+        states = {c.chunk_id: c for c in store.chunks(TABLE, group.generation)}
+    assert all(states[c].status == FAILED and states[c].attempts == 0 for c in group.chunk_ids)
+    assert "ended before this chunk started (spark-submit exit code -9 (killed by SIGKILL" in states[4].error
+    assert states[3].status != FAILED, "a chunk of another group is untouched"
+    failed = group_result(url, group)["chunks"]
+    message = failure_message(group, failed, KILLED, unstarted, TASK)
+    assert message.startswith(f"snapshot of {group.name} failed: the Spark application ended before any chunk "
+                              "started: spark-submit exit code -9 (killed by SIGKILL")
+    assert "chunk 4" not in message and "planned" not in message
+    assert (f"clear task instance snapshot_phase.snapshot_chunk_group [map index 3: {group.name}] with "
+            "Downstream on") in message
+    assert 'redo_chunks "shop.orders=4-7"' in message
+
+
+def test_a_try_killed_mid_chunk_reports_each_error_once(tmp_path):
+    url, group = _store(tmp_path)
+    with ChunkStore(url) as store:
+        before = {c.chunk_id: c.attempts for c in store.chunks(TABLE, group.generation) if c.chunk_id in (4, 5, 6, 7)}
+        for chunk_id in group.chunk_ids:
+            attempt = store.start_chunk(TABLE, group.generation, chunk_id, run_id=RUN).attempts
+            if chunk_id == 4:  # one committed before the kill
+                store.commit_chunk(TABLE, group.generation, 4, rows=10, lw=BinlogPosition("b.000001", 4),
+                                   hw=BinlogPosition("b.000001", 9), output_version="v1", run_id=RUN,
+                                   attempt=attempt)
+    running, unstarted = record_dead_attempts(url, group, before, RUN, KILLED)
+    assert (running, unstarted) == ([5, 6, 7], [])
+    result = group_result(url, group)
+    failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != RUN]
+    assert [c["chunk_id"] for c in failed] == [5, 6, 7]
+    message = failure_message(group, failed, KILLED, unstarted, TASK)
+    error = "the Spark application ended before this chunk committed (spark-submit exit code -9"
+    assert message.count(error) == 1 and "chunks 5-7: " + error in message, message
+    assert 'redo_chunks "shop.orders=4-7"' in message
+
+
+def test_the_drivers_own_error_line_is_the_cause():
+    from airflow_provider_mysqlcdc.operators.snapshot_outcome import exit_reason
+
+    failure = Exception(
+        "Cannot execute: spark-submit --master local[2] app.py. Error code is: 2.\nLast spark-submit output:\n"
+        "26/11/24 08:31:46 WARN Utils: Your hostname resolves to a loopback address\n"
+        "snapshot_chunks: error: table shop.orders was re-planned concurrently (generation 3 instead of 2)\n")
+    assert exit_reason(failure) == ("spark-submit exit code 2: snapshot_chunks: error: table shop.orders was "
+                                    "re-planned concurrently (generation 3 instead of 2)")
+    failure = Exception("Cannot execute: x. Error code is: 1.\nLast spark-submit output:\nTraceback (most "
+                        "recent call last):\n  File \"x.py\"\npyspark.errors.PySparkRuntimeError: [JAVA_GATEWAY]")
+    assert exit_reason(failure).endswith(": pyspark.errors.PySparkRuntimeError: [JAVA_GATEWAY]")
+    assert exit_reason(Exception("Cannot execute: x. Error code is: 137.")).startswith(
+        "spark-submit exit code 137 (killed by SIGKILL")
