@@ -2,10 +2,10 @@
 
 Plain server-side HTML with a little CSS: the page lives in an iframe of the Airflow UI and must read well
 without JavaScript. One small inline script refreshes its content in place (a visible control pauses it) and
-opens task-instance links in the Airflow UI around the frame. Every value goes through ``html.escape``: table names, chunk errors and notes come from
-users, MySQL and Spark, and none of them may inject markup. The numbers are the ``TableStatus`` fields as the
-engine computed them (no status logic here, only formatting); cells carry ``data-field`` names so tests and
-scripts can read them back.
+opens task-instance links in the Airflow UI around the frame. Every value goes through ``html.escape``: table
+names, chunk errors and notes come from users, MySQL and Spark, and none of them may inject markup. The
+numbers are the ``TableStatus`` fields as the engine computed them (no status logic here, only formatting);
+values carry ``data-field`` names so tests and scripts can read them back.
 """
 from __future__ import annotations
 
