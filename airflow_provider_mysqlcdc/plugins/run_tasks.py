@@ -54,6 +54,10 @@ class Action:
     task: TaskRow | None = None
     value: str | None = None  # a ready-to-paste value (redo_chunks)
 
+    def as_dict(self) -> dict[str, str | None]:
+        return {"kind": self.kind, "text": self.text, "value": self.value,
+                "task": self.task.name if self.task else None, "href": self.task.href if self.task else None}
+
 
 def task_href(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
     """The task instance's page in Airflow 3's UI (same origin as the tab)."""

@@ -38,7 +38,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
-from airflow_provider_mysqlcdc.plugins.run_tasks import TaskRow, load_task_rows, on_call_actions
+from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow, load_task_rows, on_call_actions
 from airflow_provider_mysqlcdc.plugins.status_page import (
     DEFAULT_REFRESH_S,
     RunRef,
@@ -90,6 +90,11 @@ class RunStatus:
     report: StatusReport | None = None
     notes: tuple[str, ...] = ()  # problems of this app (e.g. the MySQL connection), besides the report's
     tasks: tuple[TaskRow, ...] = ()  # the run's task instances (what to clear)
+
+    @property
+    def actions(self) -> list[Action]:
+        """What finishes the run, from the task instances and the chunk store's failures."""
+        return on_call_actions(self.tasks, self.report)
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -242,7 +247,8 @@ def run_page(dag_id: str, run_id: str, session: SessionDep, refresh: int = DEFAU
     if loaded.record is None or loaded.report is None:
         return HTMLResponse(render_no_pipeline(run), status_code=status.HTTP_200_OK)
     page = render_status(run, loaded.record, loaded.report, notes=loaded.notes,
-                         refresh=max(refresh, 5) if refresh > 0 else None, tasks=loaded.tasks)
+                         refresh=max(refresh, 5) if refresh > 0 else None, tasks=loaded.tasks,
+                         actions=loaded.actions)
     return HTMLResponse(page)
 
 
@@ -263,9 +269,7 @@ def run_status_json(dag_id: str, run_id: str, session: SessionDep) -> JSONRespon
     return JSONResponse({**head, "pipeline": loaded.record.to_dict(), **loaded.report.as_dict(),
                          "page_notes": list(loaded.notes),
                          "task_instances": [dataclasses.asdict(t) for t in loaded.tasks],
-                         "actions": [{"kind": a.kind, "text": a.text, "value": a.value,
-                                      "task": a.task.name if a.task else None, "href": a.task.href if a.task else None}
-                                     for a in on_call_actions(loaded.tasks, loaded.report)]})
+                         "actions": [a.as_dict() for a in loaded.actions]})
 
 
 @app.exception_handler(StarletteHTTPException)

@@ -23,7 +23,7 @@ from airflow_provider_mysqlcdc.engine.status.table_status import (
 )
 from airflow_provider_mysqlcdc.engine.status.text import lag_text, progress_text
 from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
-from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow, on_call_actions
+from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 14px; margin: 16px;
@@ -326,8 +326,9 @@ def render_status(
     notes: Iterable[str] = (),
     refresh: int | None = DEFAULT_REFRESH_S,
     tasks: Iterable[TaskRow] = (),
+    actions: Iterable[Action] = (),
 ) -> str:
-    """The page: what to do (if anything), overall progress, a summary row per table, the chunk groups, then
+    """The page: what to do (``actions``, if any), overall progress, a summary row per table, the chunk groups, then
     each table's failures and notes. Refreshes itself every ``refresh`` seconds (a visible control pauses)."""
     tasks = list(tasks)
     content = [
@@ -336,7 +337,7 @@ def render_status(
             ("server binlog position", "server_position", report.server_position or "unknown"),
             ("collected at", "collected_at", report.collected_at),
         ),
-        _actions(on_call_actions(tasks, report), tasks),
+        _actions(list(actions), tasks),
         _progress(report),
     ]
     content.extend(f'<div class="notice">{_e(note)}</div>' for note in (*report.notes, *notes))

@@ -55,7 +55,7 @@ def test_a_failed_group_gives_the_task_to_clear_and_a_redo_value(tmp_path):
 
     record = PipelineRecord(mysql_conn_id="src", chunk_store=str(tmp_path / "chunks.db"), output="/lake",
                             checkpoint="/lake/_cp", tables=(table,), stream_tables=(table,), redo={})
-    page = render_status(RunRef(DAG, RUN), record, report, tasks=tasks)
+    page = render_status(RunRef(DAG, RUN), record, report, tasks=tasks, actions=actions)
     assert 'data-action="clear-group"' in page and f'data-field="redo_chunks">{table}=2<' in page
     assert 'data-map-index="1"' in page and "auto-refresh" in page
 
@@ -71,7 +71,8 @@ def test_a_failed_group_gives_the_task_to_clear_and_a_redo_value(tmp_path):
 
 def test_progress_counts_chunks_and_rows_of_the_latest_generation(tmp_path):
     store, table = _store(tmp_path)
-    p = snapshot_progress(store, [table, "shop.never_planned"])
+    p = snapshot_progress(collect_status(store, None, [table, "shop.never_planned"]).tables)
+    assert collect_status(store, None, [table]).progress == snapshot_progress(collect_status(store, None, [table]).tables)
     assert (p.chunks, p.committed, p.running, p.failed, p.rows, p.rows_estimated) == (4, 2, 0, 1, 200, 400)
     assert p.rows_per_second is not None and p.rows_per_second > 0 and p.eta_s is not None
     text = progress_text(p)

@@ -1,7 +1,7 @@
 """Overall snapshot progress of a pipeline: chunks and rows done of the total, the rate, and the time left.
 
 What an on-call engineer asks first during a long snapshot: how far, how fast, how long still. Counted over the
-latest plan generation of each table, from the chunk store only (the planner's row estimate gives the total;
+latest plan generation of each table, from the tables' statuses (the planner's row estimate gives the total;
 committed chunks give the rows read). The rate is measured over this generation's work so far (first start to
 latest commit); the time left assumes the remaining chunks go at that pace, and is given only while something
 is left that is not failed (failed chunks wait for a rerun, which no rate predicts).
@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, RUNNING, ChunkStore, UnknownChunk
+from airflow_provider_mysqlcdc.engine.status.table_status import TableStatus
 
 
 @dataclass(frozen=True)
@@ -35,28 +35,13 @@ class SnapshotProgress:
         return asdict(self)
 
 
-def snapshot_progress(store: ChunkStore, tables: Iterable[str], now: datetime | None = None) -> SnapshotProgress:
-    """Progress over the latest generation of each of ``tables`` (a table without a plan counts nothing)."""
-    chunks = committed = running = failed = rows = estimated = 0
-    first_start: datetime | None = None
-    last_commit: datetime | None = None
-    for table in tables:
-        try:
-            plan = store.plan(table)
-        except UnknownChunk:
-            continue
-        estimated += int(plan.plan.get("row_estimate") or 0)
-        for c in store.chunks(table, plan.generation):
-            chunks += 1
-            running += c.status == RUNNING
-            failed += c.status == FAILED
-            if c.status == COMMITTED:
-                committed += 1
-                rows += c.rows or 0
-                if c.committed_at and (last_commit is None or c.committed_at > last_commit):
-                    last_commit = c.committed_at
-            if c.started_at and (first_start is None or c.started_at < first_start):
-                first_start = c.started_at
+def snapshot_progress(tables: Iterable[TableStatus], now: datetime | None = None) -> SnapshotProgress:
+    """Progress over the tables' statuses (their latest generation; a table without a plan counts nothing)."""
+    tables = list(tables)
+    chunks, committed = sum(t.chunks for t in tables), sum(t.committed for t in tables)
+    failed, rows = sum(t.failed for t in tables), sum(t.rows for t in tables)
+    first_start = min((t.first_started_at for t in tables if t.first_started_at), default=None)
+    last_commit = max((t.last_committed_at for t in tables if t.last_committed_at), default=None)
     elapsed = rate = eta = None
     if first_start is not None and last_commit is not None and last_commit > first_start:
         elapsed = (last_commit - first_start).total_seconds()
@@ -65,4 +50,6 @@ def snapshot_progress(store: ChunkStore, tables: Iterable[str], now: datetime | 
         if left > 0 and committed:
             since = ((now or datetime.now(timezone.utc)) - last_commit).total_seconds()
             eta = max(left * elapsed / committed - max(since, 0.0), 0.0)
-    return SnapshotProgress(chunks, committed, running, failed, rows, max(estimated, rows), elapsed, rate, eta)
+    estimated = max(sum(t.row_estimate for t in tables), rows)
+    return SnapshotProgress(chunks, committed, sum(t.running for t in tables), failed, rows, estimated, elapsed,
+                            rate, eta)

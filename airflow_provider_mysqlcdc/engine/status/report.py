@@ -133,7 +133,7 @@ def collect_status(
         datetime.now(timezone.utc).isoformat(timespec="seconds"),
         tuple(notes),
         mode,
-        snapshot_progress(store, names),
+        snapshot_progress(statuses),
     )
 
 

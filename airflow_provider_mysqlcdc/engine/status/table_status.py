@@ -7,6 +7,7 @@ mixes chunk HWs; the status says so instead of letting readers assume one point 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from airflow_provider_mysqlcdc.engine.chunk_store import (
@@ -72,13 +73,16 @@ class TableStatus:
     mirror: dict[str, Any] | None = None  # rows, through_batch, refreshed_at, consistent of the manifest
     failures: tuple[ChunkFailure, ...] = ()
     notes: tuple[str, ...] = ()
+    row_estimate: int = 0  # the planner's estimate of the latest generation's rows
+    first_started_at: datetime | None = None  # the latest generation's first chunk start (progress, rate)
+    last_committed_at: datetime | None = None  # and its latest chunk commit
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if isinstance(value, BinlogPosition):
-                value = str(value)
+            if isinstance(value, (BinlogPosition, datetime)):
+                value = str(value) if isinstance(value, BinlogPosition) else value.isoformat()
             elif name == "failures":
                 value = [f.__dict__ for f in value]
             elif isinstance(value, tuple):
@@ -142,7 +146,15 @@ def table_status(
         mirror=_mirror_summary(manifest),
         failures=chunks.failures,
         notes=tuple(notes),
+        row_estimate=_row_estimate(store, name, chunks.generation),
+        first_started_at=min((c.started_at for c in chunks.states if c.started_at), default=None),
+        last_committed_at=max((c.committed_at for c in chunks.states if c.committed_at), default=None),
     )
+
+
+def _row_estimate(store: ChunkStore, name: str, generation: int | None) -> int:
+    """The planner's estimate of the generation's rows (the total of the snapshot's progress)."""
+    return 0 if generation is None else int(store.plan(name, generation).plan.get("row_estimate") or 0)
 
 
 @dataclass(frozen=True)
