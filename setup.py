@@ -36,7 +36,7 @@ setup(
         "bench": ["connectorx>=0.4,<0.5", "psutil>=5.9", "matplotlib>=3.9,<4"],
         "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4", "duckdb>=1.1",
                  "selenium>=4.20,<5",
-                 "import-linter==2.16"],
+                 "import-linter==2.16", "hypothesis==6.140.0"],
     },
     entry_points={
         "apache_airflow_provider": [

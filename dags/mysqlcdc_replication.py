@@ -32,6 +32,17 @@ from airflow_provider_mysqlcdc.operators.snapshot import MAP_INDEX_TEMPLATE, MyS
 from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
 
 DEFAULT_OUTPUT = os.environ.get("MYSQLCDC_DEMO_OUTPUT", "/tmp/mysqlcdc-demo/lake")
+# JSON-schema patterns the trigger form checks before a run starts (the tasks check everything again).
+SOME_TEXT = r"^[^\u0000-\u001f]*[^\s,][^\u0000-\u001f]*$"  # a non-blank line, not only commas
+CONN_ID = r"^[\w.\-#!()/:\\]{1,250}$"
+TRIGGER = r"^\s*(available-now|continuous|processing-time=.*\S.*)\s*$"
+STARTUP_MODE = (r"^\s*(initial|snapshot-only|latest-offset|earliest-offset|specific-offset:\S.*|"
+                r"timestamp:\S.*)\s*$")
+_REDO_ITEM = r"\s*[^=:;\s]+\.[^=:;\s]+\s*[=:]\s*[0-9][0-9,\s-]*"  # db.table=3,7 or db.table=0-15
+REDO_CHUNKS = rf"^(\s*|{_REDO_ITEM}(;{_REDO_ITEM})*;?\s*)$"
+TABLE_KEY = {"pattern": r"^[^\u0000-\u001f]+\.[^\u0000-\u001f]+$", "maxLength": 200}  # db.table
+COLUMN = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": r"^[^\u0000]*[^\s\u0000]$"}
+COLUMNS = {"oneOf": [{"type": "array", "minItems": 1, "items": COLUMN}, {"type": "string", "minLength": 1}]}
 
 with DAG(
     dag_id="mysqlcdc_replication",
@@ -42,47 +53,51 @@ with DAG(
     tags=["mysqlcdc"],
     doc_md=__doc__,
     params={
-        "tables": Param("demo.orders", type="string", description="db.table names or patterns, comma-separated"),
-        "output": Param(DEFAULT_OUTPUT, type="string", description="output root (Parquet): path or URI"),
-        "chunk_store": Param(None, type=["null", "string"],
+        "tables": Param("demo.orders", type="string", minLength=1, maxLength=4096, pattern=SOME_TEXT,
+                        description="db.table names or patterns, comma-separated"),
+        "output": Param(DEFAULT_OUTPUT, type="string", minLength=1, maxLength=4096, pattern=SOME_TEXT,
+                        description="output root (Parquet): path or URI"),
+        "chunk_store": Param(None, type=["null", "string"], maxLength=4096,
                              description="chunk store URL (default: a SQLite file in a local output root)"),
-        "chunk_size": Param(8096, type="integer", minimum=1, description="rows per chunk"),
-        "chunks_per_group": Param(512, type="integer", minimum=1,
+        "chunk_size": Param(8096, type="integer", minimum=1, maximum=1_000_000_000,
+                            description="rows per chunk"),
+        "chunks_per_group": Param(512, type="integer", minimum=1, maximum=1_000_000,
                                   description="chunks per Spark application (one mapped task)"),
-        "stream_trigger": Param("available-now", type="string",
+        "stream_trigger": Param("available-now", type="string", pattern=TRIGGER,
                                 description="available-now (catch up, finish), continuous, or "
                                             "processing-time=10 seconds"),
-        "startup_mode": Param("initial", type="string",
+        "startup_mode": Param("initial", type="string", pattern=STARTUP_MODE,
                               description="initial (snapshot, then stream) | snapshot-only | latest-offset | "
                                           "earliest-offset | specific-offset:<file>:<pos> | "
                                           "specific-offset:gtid=<set> | timestamp:<ISO 8601>"),
-        "redo_chunks": Param("", type="string",
+        "redo_chunks": Param("", type="string", maxLength=4096, pattern=REDO_CHUNKS,
                              description="only re-snapshot these chunks, e.g. demo.orders=3,7 (no re-plan)"),
         "only_new": Param(True, type="boolean",
                           description="plan and snapshot only tables not in the pipeline yet (false: re-plan "
                                       "and re-snapshot every table)"),
-        "remove_tables": Param("", type="string",
+        "remove_tables": Param("", type="string", maxLength=4096,
                                description="take these planned tables (names or patterns, comma-separated) "
                                            "out of the pipeline; their output stays"),
         "zero_dates": Param("keep", type="string", enum=["keep", "null"],
                             description="zero dates (0000-00-00) written exactly in a <column>__zero_date "
                                         "companion (keep) or as NULL only (null); applies to newly planned tables"),
-        "chunk_keys": Param({}, type="object",
+        "chunk_keys": Param({}, type="object", propertyNames=TABLE_KEY, additionalProperties=COLUMN,
                             description='chunk by this column instead of the primary key, e.g. {"shop.events": '
                                         '"id"}; required for a table without a primary key'),
-        "exclude_columns": Param({}, type="object",
+        "exclude_columns": Param({}, type="object", propertyNames=TABLE_KEY,
+                                 additionalProperties=COLUMNS,
                                  description='columns never written, e.g. {"shop.users": ["password_hash"]}'),
-        "max_concurrent_reads": Param(4, type="integer", minimum=0,
+        "max_concurrent_reads": Param(4, type="integer", minimum=0, maximum=10_000,
                                       description="chunk reads the source serves at once, over all groups (0: no cap)"),
-        "rows_per_second": Param(0, type="number", minimum=0,
+        "rows_per_second": Param(0, type="number", minimum=0, maximum=1e12,
                                  description="rows/s the source serves to all chunk reads together (0: no limit)"),
-        "query_timeout": Param(600, type="number", minimum=0,
+        "query_timeout": Param(600, type="number", minimum=0, maximum=4_294_967,
                                description="server-side time limit of each chunk SELECT, seconds (0: none)"),
-        "catchup_partitions": Param(0, type="integer", minimum=0,
+        "catchup_partitions": Param(0, type="integer", minimum=0, maximum=10_000,
                                     description="Spark tasks decoding one binlog batch when the stream is far "
                                     "behind (parallel catch-up; 0: Spark's default parallelism, 1: off)"),
-        "mysql_conn_id": Param("mysqlcdc_source", type="string"),
-        "spark_conn_id": Param("spark_default", type="string"),
+        "mysql_conn_id": Param("mysqlcdc_source", type="string", pattern=CONN_ID),
+        "spark_conn_id": Param("spark_default", type="string", pattern=CONN_ID),
     },
 ) as dag:
     plan = MySqlCdcPlanOperator(
@@ -126,6 +141,10 @@ with DAG(
         exclude_columns="{{ params.exclude_columns }}",
         startup_mode="{{ params.startup_mode }}",
         catchup_partitions="{{ params.catchup_partitions }}",
+        # a table snapshotted again after TRUNCATE/RENAME is read with the snapshot's limits
+        max_concurrent_reads="{{ params.max_concurrent_reads }}",
+        rows_per_second="{{ params.rows_per_second }}",
+        query_timeout="{{ params.query_timeout }}",
         trigger_rule="none_failed",  # a startup mode without a snapshot maps no snapshot task (skipped)
     )
     plan >> snapshot_phase >> stream

@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         SparkSession.builder.appName(args.query_name or "mysqlcdc-binlog-stream")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.speculation", "false")
+        .config("spark.scheduler.mode", "FAIR")  # a background re-snapshot's job must not hold up the batches
         .getOrCreate()
     )
     try:

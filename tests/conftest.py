@@ -147,6 +147,7 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.speculation", "false")
+        .config("spark.scheduler.mode", "FAIR")  # as the stream's applications: background re-snapshots
         .config("spark.driver.memory", "1g")
         .getOrCreate()
     )

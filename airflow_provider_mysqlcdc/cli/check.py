@@ -5,6 +5,7 @@ import argparse
 import json
 
 from airflow_provider_mysqlcdc.cli.options import add_mysql_options, mysql_settings
+from airflow_provider_mysqlcdc.cli.validation import decimal
 from airflow_provider_mysqlcdc.engine.source.readiness import DEFAULT_MIN_RETENTION_HOURS, check_server
 
 
@@ -15,7 +16,7 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> None:
     add_mysql_options(check, password_file=False)
     check.add_argument(
         "--min-binlog-retention-hours",
-        type=float,
+        type=decimal(0, 24 * 366 * 10, unit="hours"),
         default=DEFAULT_MIN_RETENTION_HOURS,
         help="warn when binlogs expire sooner than this (default %(default)s)",
     )

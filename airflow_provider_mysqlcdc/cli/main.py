@@ -3,7 +3,8 @@
 This module builds the parser and dispatches; each command group lives in its own module (``check``, ``plan``,
 ``snapshot``, ``stream``, ``status``) and the options they share in ``options``.
 
-Exit codes: 0 success, 1 a check failed, 2 bad input or an error the message explains.
+Exit codes: 0 success, 1 a check failed (or a snapshot chunk), 2 bad input (an argument, found before any
+work; ``cli/validation.py``) or an error the message explains, 130 a stream stopped with Ctrl-C.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import sys
 from typing import Sequence
 
 from airflow_provider_mysqlcdc import __version__
+from airflow_provider_mysqlcdc.cli.validation import USAGE_ERROR, ArgumentParser
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.pipeline.arguments import redacted
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         stream,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="mysqlcdc",
         description="Replicate MySQL tables into a data lake: snapshot chunks and the binlog stream on Spark.",
     )
@@ -44,8 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CdcError as exc:
-        print(f"mysqlcdc {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"mysqlcdc {args.command}: error: {redacted(str(exc))}", file=sys.stderr)
+        return USAGE_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

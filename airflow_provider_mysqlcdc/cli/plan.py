@@ -2,18 +2,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+from typing import Iterator
 
 from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
     add_mysql_options,
+    add_run_id_option,
     add_tables_option,
     mysql_settings,
-    parse_pairs,
+    table_list_value,
+    unique_tables,
 )
+from airflow_provider_mysqlcdc.cli.validation import checked, free_text, whole
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
+from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables, split_table_list
+from airflow_provider_mysqlcdc.pipeline import arguments
 
 
 def add_parsers(subparsers: "argparse._SubParsersAction") -> None:
@@ -29,11 +36,14 @@ def _add_plan_parser(sub: "argparse._SubParsersAction") -> None:
     plan = sub.add_parser("plan", help="split tables into chunks (a new plan generation) and print the chunk groups")
     add_mysql_options(plan)
     add_tables_option(plan)
-    plan.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, help="rows per chunk (default %(default)s)")
-    add_chunk_store_option(plan)
+    plan.add_argument("--chunk-size", type=whole(1, arguments.MAX_CHUNK_SIZE), default=DEFAULT_CHUNK_SIZE,
+                      help="rows per chunk (default %(default)s)")
+    add_chunk_store_option(plan, existing=False)
     plan.add_argument("--chunk-key", action="append", default=[], metavar="DB.TABLE=COLUMN",
+                      type=checked(arguments.chunk_key),
                       help="chunk by this column instead of the primary key (repeatable)")
-    plan.add_argument("--chunks-per-group", type=int, default=DEFAULT_CHUNKS_PER_GROUP,
+    plan.add_argument("--chunks-per-group", type=whole(1, arguments.MAX_CHUNKS_PER_GROUP),
+                      default=DEFAULT_CHUNKS_PER_GROUP,
                       help="chunks per Spark job / mapped Airflow task (default %(default)s)")
     plan.add_argument("--only-new", action="store_true",
                       help="plan only tables that are not in the pipeline yet (no plan, or removed); every "
@@ -42,7 +52,7 @@ def _add_plan_parser(sub: "argparse._SubParsersAction") -> None:
                       help="zero dates (0000-00-00) written exactly in a <column>__zero_date companion (keep, "
                            "the default) or as NULL only (null; key columns keep their companion); stored in "
                            "the plan, so the snapshot and the stream agree")
-    plan.add_argument("--run-id", help="recorded with the plan in the chunk store")
+    add_run_id_option(plan, help="recorded with the plan in the chunk store")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=cmd_plan)
 
@@ -56,11 +66,12 @@ def _add_remove_table_parser(sub: "argparse._SubParsersAction") -> None:
                     "mirror stops advancing). Planning a table again by its exact name puts it back (a new "
                     "generation, snapshotted again); a wildcard pattern never does. Idempotent.",
     )
-    remove.add_argument("tables", nargs="+", metavar="DB.TABLE",
+    remove.add_argument("tables", nargs="+", metavar="DB.TABLE", type=checked(table_list_value),
                         help="planned db.table or pattern (db.tmp_*); comma-separated or several")
-    add_chunk_store_option(remove)
-    remove.add_argument("--reason", help="recorded with the removal in the chunk store")
-    remove.add_argument("--run-id", help="recorded with the removal in the chunk store")
+    add_chunk_store_option(remove, existing=True)
+    remove.add_argument("--reason", type=free_text("a reason"),
+                        help="recorded with the removal in the chunk store")
+    add_run_id_option(remove, help="recorded with the removal in the chunk store")
     remove.add_argument("--json", action="store_true", help="print the result as JSON")
     remove.set_defaults(func=cmd_remove_table)
 
@@ -73,10 +84,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if not args.chunk_store:
         raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     settings = mysql_settings(args)
-    with ChunkStore(args.chunk_store) as store:
-        plans = plan_tables(settings, store, split_table_list(args.tables), chunk_size=args.chunk_size,
-                            chunk_keys=parse_pairs(args.chunk_key, "--chunk-key"), run_id=args.run_id,
-                            only_new=args.only_new, zero_dates=args.zero_dates)
+    patterns = split_table_list(args.tables)
+    chunk_keys = unique_tables(args.chunk_key, "--chunk-key")
+    unselected = [t for t in chunk_keys if not matching_tables([t], patterns)]
+    if unselected:
+        raise ConfigurationError(f"--chunk-key names {', '.join(unselected)}, which --tables does not "
+                                 "select: add it to --tables, or drop its --chunk-key")
+    with _created_only_by_success(args.chunk_store), ChunkStore(args.chunk_store) as store:
+        plans = plan_tables(settings, store, patterns, chunk_size=args.chunk_size, chunk_keys=chunk_keys,
+                            run_id=args.run_id, only_new=args.only_new, zero_dates=args.zero_dates)
     report = [
         {"table": str(p.table), "generation": p.generation, "split": p.split, "key_columns": list(p.key_columns),
          "chunk_size": p.chunk_size, "row_estimate": p.row_estimate, "chunk_count": len(p.chunks),
@@ -96,6 +112,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for i, group in enumerate(t["chunk_groups"]):
             print(f"  group {i}: {group['name']} ({len(group['chunk_ids'])} chunk(s))")
     return 0
+
+
+@contextlib.contextmanager
+def _created_only_by_success(url: str) -> Iterator[None]:
+    """A SQLite chunk store this plan creates stays only if something was planned into it: an error the server
+    reports (a table that does not exist, a server not ready for CDC) leaves no empty store behind."""
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, normalize_url
+
+    parsed = normalize_url(url)
+    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    new = bool(path) and not path.startswith("file:") and path != ":memory:" and not os.path.exists(path)
+    try:
+        yield
+    except Exception:
+        if new and os.path.exists(path):
+            with contextlib.suppress(Exception):  # the error to report is the plan's, not the cleanup's
+                with ChunkStore(url) as store:
+                    empty = not store.table_entries()
+                if empty:
+                    for leftover in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(leftover)
+        raise
 
 
 def cmd_remove_table(args: argparse.Namespace) -> int:

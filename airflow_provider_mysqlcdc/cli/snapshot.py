@@ -12,31 +12,37 @@ from airflow_provider_mysqlcdc.cli.options import (
     add_tables_option,
     parse_pairs,
     require_mysql_url,
+    unique_tables,
 )
 from airflow_provider_mysqlcdc.cli.snapshot_options import (
+    add_chunks_option,
     add_connection_arguments,
+    add_generation_option,
     add_read_arguments,
     options_from_args,
 )
+from airflow_provider_mysqlcdc.cli.validation import checked
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.pipeline import arguments
 
 
 def add_parser(subparsers: "argparse._SubParsersAction") -> None:
     from airflow_provider_mysqlcdc.spark.session import DEFAULT_MASTER
 
     snap = subparsers.add_parser("snapshot", help="snapshot planned chunks on Spark into versioned Parquet")
-    add_connection_arguments(snap, password_in_url=True)
+    add_connection_arguments(snap, password_in_url=True, local_files=True)
     add_tables_option(snap, planned=True)
-    snap.add_argument("--chunks", help="only these chunk ids, e.g. 3,7 or 0-15 (one table only)")
-    snap.add_argument("--generation", type=int, help="plan generation (default: the latest)")
+    add_chunks_option(snap, help="only these chunk ids, e.g. 3,7 or 0-15 (one table only)")
+    add_generation_option(snap)
     add_exclude_columns_option(snap)
-    add_read_arguments(snap)
+    add_read_arguments(snap, local_files=True)
     add_spark_master_option(snap, default=DEFAULT_MASTER)
-    snap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
+    snap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                      type=checked(_spark_setting), help="extra Spark settings")
     snap.add_argument("--json", action="store_true", help="print the results as JSON")
     snap.set_defaults(func=cmd_snapshot)
 
@@ -53,6 +59,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     if not args.chunk_store:
         raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
+    exclusions = unique_tables([item.split("=", 1) for item in args.exclude_columns], "--exclude-columns")
     parts = urlsplit(require_mysql_url(args))
     if parts.password is not None:
         # Spark options must not carry it: hand it to the (local) executors through the environment instead.
@@ -76,7 +83,6 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     chunk_ids = parse_chunk_ids(args.chunks) if args.chunks else None
     if chunk_ids is not None and len(tables) != 1:
         raise ConfigurationError(f"--chunks needs exactly one table, {len(tables)} match: {tables}")
-    exclusions = parse_pairs(args.exclude_columns, "--exclude-columns")
     excluded = {t: tuple(split_commas(cols)) for t, cols in exclusions.items()}
     jobs = [options_from_args(args, t, chunk_ids=chunk_ids, exclude_columns=excluded.get(t, ())) for t in tables]
 
@@ -102,3 +108,13 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             print(f"{r.table}: generation {r.generation}, {len(r.chunks)} chunk(s), {r.rows} rows, {span}, "
                   f"{r.seconds:.1f}s, {state}")
     return 0 if all(r.ok for r in results) else 1
+
+
+def _spark_setting(value: str) -> str:
+    """``KEY=VALUE`` of a Spark setting (``spark.executor.memory=2g``)."""
+    written = arguments.text(value, what="a Spark setting as KEY=VALUE")
+    key, sep, setting = written.partition("=")
+    if not sep or not key.strip() or not setting.strip() or any(ch.isspace() for ch in key.strip()):
+        raise arguments.BadValue(f"give a Spark setting as KEY=VALUE (spark.executor.memory=2g), got "
+                                 f"{arguments.shown(value)}")
+    return written

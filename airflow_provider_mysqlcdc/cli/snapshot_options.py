@@ -12,8 +12,10 @@ from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
     add_mysql_options,
     add_output_option,
+    add_run_id_option,
     require_mysql_url,
 )
+from airflow_provider_mysqlcdc.cli.validation import checked, decimal, whole
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS
 from airflow_provider_mysqlcdc.engine.snapshot.options import (
     DEFAULT_READER_SLOT_BASE,
@@ -26,45 +28,90 @@ from airflow_provider_mysqlcdc.engine.source.limits import (
     DEFAULT_QUERY_TIMEOUT_S,
     SourceLimits,
 )
+from airflow_provider_mysqlcdc.pipeline import arguments
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser, *, password_in_url: bool) -> None:
+def add_connection_arguments(parser: argparse.ArgumentParser, *, password_in_url: bool,
+                             local_files: bool = False) -> None:
     """``--mysql-url``, ``--password-file`` (read on the executors) and ``--chunk-store``.
 
     ``password_in_url``: ``mysqlcdc snapshot`` takes a URL password (for its local executors, with a warning);
-    ``spark-submit`` command lines must not carry one.
+    ``spark-submit`` command lines must not carry one. ``local_files``: the password file and a SQLite chunk
+    store must be here (``mysqlcdc snapshot``; a Spark app's driver may run on another host).
     """
-    add_mysql_options(parser, password_in_url=password_in_url, on_executors=True)
-    add_chunk_store_option(parser)
+    add_mysql_options(parser, password_in_url=password_in_url, on_executors=True, local_files=local_files)
+    add_chunk_store_option(parser, existing=True if local_files else None)
 
 
-def add_read_arguments(parser: argparse.ArgumentParser) -> None:
-    add_output_option(parser, required=True)
+def add_read_arguments(parser: argparse.ArgumentParser, *, local_files: bool = False) -> None:
+    """The read options; ``local_files``: a local output must be writable here (``mysqlcdc snapshot``)."""
+    add_output_option(parser, required=True, writable=local_files)
     parser.add_argument("--read-view-mode", choices=READ_VIEW_MODES, default="auto")
-    parser.add_argument("--watermark-table", help="db.table for the watermark_table read view mode")
+    parser.add_argument("--watermark-table", type=checked(arguments.table_key),
+                        help="db.table for the watermark_table read view mode")
     parser.add_argument("--skip-backfill", action="store_true",
                         help="at-least-once chunks filtered at their LW (no binlog correction)")
-    parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
-    parser.add_argument("--rows-per-file", type=int, default=DEFAULT_ROWS_PER_FILE)
-    parser.add_argument("--reader-slot-base", type=int, default=DEFAULT_READER_SLOT_BASE,
+    parser.add_argument("--batch-rows", type=whole(1, arguments.MAX_BATCH_ROWS), default=DEFAULT_BATCH_ROWS)
+    parser.add_argument("--rows-per-file", type=whole(1, arguments.MAX_ROWS_PER_FILE),
+                        default=DEFAULT_ROWS_PER_FILE)
+    parser.add_argument("--reader-slot-base",
+                        type=whole(1, arguments.MAX_READER_SLOT, zero="slot 0 is the stream's"),
+                        default=DEFAULT_READER_SLOT_BASE,
                         help="first watermark slot/server_id offset of this job; concurrent jobs need disjoint "
                         "ranges (a job uses one slot per parallel chunk)")
-    parser.add_argument("--run-id", help="recorded with each chunk in the chunk store")
-    parser.add_argument("--max-concurrent-reads", type=int, default=DEFAULT_MAX_CONCURRENT_READS,
+    add_run_id_option(parser, help="recorded with each chunk in the chunk store")
+    add_source_limit_options(parser)
+
+
+def add_source_limit_options(parser: argparse.ArgumentParser) -> None:
+    """The limits chunk reads keep on the source server: the snapshot's, and a stream's re-snapshots'."""
+    parser.add_argument("--max-concurrent-reads",
+                        type=whole(0, arguments.MAX_CONCURRENT_READS, zero="0: no cap"),
+                        default=DEFAULT_MAX_CONCURRENT_READS,
                         help="chunk reads the source server serves at once, over all jobs (0: no cap; "
                         "default %(default)s)")
-    parser.add_argument("--rows-per-second", type=float, default=0,
+    parser.add_argument("--rows-per-second", default=0,
+                        type=decimal(0, arguments.MAX_ROWS_PER_SECOND, zero="0: no limit"),
                         help="rows per second the source server serves to all chunk reads together (0: no limit)")
-    parser.add_argument("--query-timeout", type=float, default=DEFAULT_QUERY_TIMEOUT_S,
+    parser.add_argument("--query-timeout",
+                        type=decimal(0, arguments.MAX_QUERY_TIMEOUT_S, unit="seconds", zero="0: none"),
+                        default=DEFAULT_QUERY_TIMEOUT_S,
                         help="server-side time limit of each chunk SELECT in seconds (0: none; default %(default)s)")
+
+
+def source_limits(args: argparse.Namespace) -> SourceLimits:
+    return SourceLimits(max_concurrent_reads=args.max_concurrent_reads or None,
+                        rows_per_second=args.rows_per_second or None, query_timeout_s=args.query_timeout or None)
+
+
+def add_generation_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--generation", type=whole(1, arguments.MAX_GENERATION),
+                        help="plan generation (default: the latest)")
 
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
     """One chunk group of one table (spark_apps/snapshot_chunks.py)."""
-    parser.add_argument("--table", required=True, help="db.table (planned in the chunk store)")
-    parser.add_argument("--generation", type=int, help="plan generation (default: the latest)")
-    parser.add_argument("--chunks", help="chunk ids, e.g. 3,7 or 0-15 (default: every chunk of the plan)")
-    parser.add_argument("--exclude-columns", default="", help="columns never written, e.g. secret,blob")
+    parser.add_argument("--table", required=True, type=checked(arguments.table_name),
+                        help="db.table (planned in the chunk store)")
+    add_generation_option(parser)
+    add_chunks_option(parser, help="chunk ids, e.g. 3,7 or 0-15 (default: every chunk of the plan)")
+    parser.add_argument("--exclude-columns", type=checked(_column_names),
+                        help="columns never written, e.g. secret,blob")
+
+
+def add_chunks_option(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--chunks", type=checked(_chunk_ids_text), help=help)
+
+
+def _chunk_ids_text(value: str) -> str:
+    """Chunk ids as written (``3,7``, ``0-15``), once they parse."""
+    arguments.chunk_ids(value)
+    return value.strip()
+
+
+def _column_names(value: str) -> str:
+    """``secret,blob`` as written, once each name is a possible column name."""
+    return ",".join(arguments.column_list(value))
 
 
 def options_from_args(args: argparse.Namespace, table: str, *, chunk_ids: tuple[int, ...] | None = None,
@@ -76,6 +123,5 @@ def options_from_args(args: argparse.Namespace, table: str, *, chunk_ids: tuple[
         read_view_mode=args.read_view_mode, watermark_table=args.watermark_table,
         skip_backfill=args.skip_backfill, batch_rows=args.batch_rows, rows_per_file=args.rows_per_file,
         exclude_columns=exclude_columns, run_id=args.run_id, reader_slot_base=args.reader_slot_base,
-        limits=SourceLimits(max_concurrent_reads=args.max_concurrent_reads or None,
-                            rows_per_second=args.rows_per_second or None, query_timeout_s=args.query_timeout or None),
+        limits=source_limits(args),
     )

@@ -12,7 +12,6 @@ import argparse
 import base64
 import contextlib
 import json
-import os
 import sys
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -26,6 +25,7 @@ from airflow_provider_mysqlcdc.cli.options import (
     add_output_option,
     mysql_settings,
 )
+from airflow_provider_mysqlcdc.cli.validation import checked, whole
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.pipeline import arguments
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -51,6 +52,7 @@ def add_parsers(subparsers: Any) -> None:
         action="append",
         dest="tables",
         metavar="DB.TABLE",
+        type=checked(arguments.table_name),
         help="only this table (repeatable; default: every table in the chunk store)",
     )
     status.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -64,16 +66,17 @@ def add_parsers(subparsers: Any) -> None:
         "(--export).",
     )
     _add_common(mirror)
-    mirror.add_argument("--table", required=True, metavar="DB.TABLE")
+    mirror.add_argument("--table", required=True, metavar="DB.TABLE", type=checked(arguments.table_name))
     mirror.add_argument(
         "--print",
         action="store_true",
         dest="print_rows",
         help="print the rows as JSON lines on stdout (the summary goes to stderr)",
     )
-    mirror.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    mirror.add_argument("--limit", type=whole(0), default=None, help="print at most this many rows")
     mirror.add_argument(
-        "--export", metavar="FILE", help="also write the current state into this Parquet file"
+        "--export", metavar="FILE", help="also write the current state into this Parquet file",
+        type=checked(arguments.local_file_target, what="a Parquet file path"),
     )
     mirror.add_argument(
         "--no-refresh",
@@ -85,8 +88,8 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    add_chunk_store_option(parser, store_alias=True)
-    add_output_option(parser, required=False)
+    add_chunk_store_option(parser, store_alias=True)  # must exist: checked where it is opened (_store)
+    add_output_option(parser, required=False, writable=False)
     add_mysql_options(parser)
 
 
@@ -110,6 +113,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         manifest = read_manifest(args.output, table)
         changed = None
     else:
+        _check_store(args)  # before the progress line: a bad --chunk-store is the only line
         print(f"refreshing the mirror of {table} ...", file=sys.stderr, flush=True)
         with (
             _store(args) as store,
@@ -166,16 +170,22 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _store(args: argparse.Namespace) -> Iterator[ChunkStore]:
     """The chunk store named by --store; a SQLite path that does not exist is an error, not a new store."""
-    url = args.chunk_store
-    if not url:
-        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
-    if "://" not in url and not os.path.exists(url):
-        raise ConfigurationError(f"no chunk store at {url!r}: check --chunk-store (plan the tables first)")
-    store = ChunkStore(url)
+    store = ChunkStore(_check_store(args))
     try:
         yield store
     finally:
         store.close()
+
+
+def _check_store(args: argparse.Namespace) -> str:
+    """``--chunk-store``: given, and an existing store (these commands read a pipeline, never start one)."""
+    url = args.chunk_store
+    if not url:
+        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
+    try:
+        return arguments.chunk_store_location(url, must_exist=True)
+    except arguments.BadValue as exc:
+        raise exc.named("--chunk-store") from None
 
 
 def _conn_factory(args: argparse.Namespace, *, required: bool) -> Callable[[], Any] | None:

@@ -13,7 +13,9 @@ import sys
 
 from airflow_provider_mysqlcdc.cli.options import add_spark_master_option
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
+from airflow_provider_mysqlcdc.cli.validation import checked
 from airflow_provider_mysqlcdc.engine.common.environment import SPARK_MASTER_ENV
+from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.spark.session import DEFAULT_MASTER
 from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
@@ -26,7 +28,7 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentPar
         description="Read the binlog from the smallest chunk high watermark and write an exactly-once "
         "changelog per table. One stream per checkpoint.",
     )
-    add_stream_arguments(parser)
+    add_stream_arguments(parser, local_files=True)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--available-now", action="store_true", help="catch up to the binlog end seen at the start, then stop"
@@ -34,6 +36,7 @@ def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentPar
     mode.add_argument(
         "--interval",
         default="10 seconds",
+        type=checked(arguments.interval),
         help="continuous mode (the default): start a micro-batch every INTERVAL (default %(default)s)",
     )
     add_spark_master_option(parser, default=os.environ.get(SPARK_MASTER_ENV, DEFAULT_MASTER))
@@ -58,6 +61,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         .appName("mysqlcdc-stream")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.speculation", "false")
+        .config("spark.scheduler.mode", "FAIR")  # a background re-snapshot's job must not hold up the batches
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )

@@ -2,9 +2,9 @@
 
 Reads host, port, login, password and schema plus the extras ``ssl`` (``true`` or ``{"ca": ..., "cert": ...,
 "key": ...}``), ``ssl_ca``/``ssl_cert``/``ssl_key``, ``ssl_verify``, ``server_id`` (``"5400-5499"``: the
-range binlog readers take their ids from), ``charset`` and ``connect_timeout``. The MySQL provider package is
-not needed. The password leaves this hook only as ``settings().password`` (for the engine) and as an
-environment variable for ``spark-submit``; never in a URL, an argument or XCom.
+range binlog readers take their ids from), ``charset``, ``connect_timeout`` and ``read_timeout``. The MySQL
+provider package is not needed. The password leaves this hook only as ``settings().password`` (for the
+engine) and as an environment variable for ``spark-submit``; never in a URL, an argument or XCom.
 """
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError, Configurati
 from airflow_provider_mysqlcdc.engine.source.connection import (
     DEFAULT_SERVER_ID_RANGE,
     MySQLSettings,
+    parse_read_timeout,
     parse_server_id_range,
 )
 
-_EXTRA_KEYS = {"ssl", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify", "server_id", "charset", "connect_timeout"}
+_EXTRA_KEYS = {"ssl", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify", "server_id", "charset",
+               "connect_timeout", "read_timeout"}
 
 
 class MySqlCdcHook(BaseHook):
@@ -30,7 +32,7 @@ class MySqlCdcHook(BaseHook):
     The connection (type ``mysql`` or ``mysqlcdc``) gives host, port, login, password and schema; its extras
     ``ssl`` (``true`` or ``{"ca", "cert", "key", "verify"}``), ``ssl_ca``/``ssl_cert``/``ssl_key``,
     ``ssl_verify``, ``server_id`` (the range binlog readers take their ids from, e.g. ``"5400-5499"``),
-    ``charset`` and ``connect_timeout``.
+    ``charset``, ``connect_timeout`` and ``read_timeout``.
 
     :param mysql_conn_id: the Airflow connection id of the source server.
     """
@@ -115,6 +117,7 @@ def settings_from_connection(conn: Any) -> MySQLSettings:
             ssl=ssl,
             server_id_range=parse_server_id_range(str(server_id)) if server_id else DEFAULT_SERVER_ID_RANGE,
             connect_timeout=int(extra.get("connect_timeout", 10)),
+            read_timeout=parse_read_timeout(extra.get("read_timeout")),
         )
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"connection {conn.conn_id!r}: {exc}") from None

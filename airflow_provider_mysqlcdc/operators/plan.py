@@ -19,9 +19,7 @@ nothing either: the mapped snapshot task expands to no instance, and the stream 
 """
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
@@ -32,12 +30,11 @@ from airflow_provider_mysqlcdc.engine.chunks.groups import (
     ChunkGroup,
     chunk_groups,
     format_chunk_ids,
-    parse_chunk_ids,
 )
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables, split_table_list
+from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.phase import (
     load_plan,
@@ -48,8 +45,66 @@ from airflow_provider_mysqlcdc.engine.snapshot.phase import (
 from airflow_provider_mysqlcdc.engine.source.catalog import find_tables
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.operators.arguments import (
+    check_literals,
+    check_rendered,
+    conn_id,
+    not_given,
+    one_of,
+    optional,
+    parse_redo_chunks,
+    table_list,
+)
+from airflow_provider_mysqlcdc.operators.arguments import chunk_keys as parse_chunk_keys
+from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
-from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint
+
+__all__ = ["MySqlCdcPlanOperator", "parse_chunk_keys", "parse_redo_chunks", "plan_groups", "redo_groups"]
+
+# Each argument's check (pipeline/arguments.py): run at construction on literal values, in execute on all.
+_CHECKS = {
+    "tables": arguments.table_patterns,
+    "output_path": arguments.storage_root,
+    "chunk_store": optional(arguments.chunk_store_location, must_exist=False, makes_directories=True),
+    "checkpoint": optional(arguments.storage_root, what="a checkpoint directory", writable=False),
+    "mysql_conn_id": conn_id,
+    "chunk_size": lambda v: arguments.whole_number(v, minimum=1, maximum=arguments.MAX_CHUNK_SIZE),
+    "chunks_per_group": lambda v: arguments.whole_number(v, minimum=1,
+                                                         maximum=arguments.MAX_CHUNKS_PER_GROUP),
+    "chunk_keys": parse_chunk_keys,
+    "redo_chunks": parse_redo_chunks,
+    "startup_mode": arguments.startup_mode,
+    "only_new": lambda v: arguments.flag(v, default=True),
+    "remove_tables": table_list,
+    "zero_dates": lambda v: "keep" if not_given(v) else one_of("keep", "null")(v),
+}
+# At construction (DAG parse, maybe on another host): the form of paths only.
+_LITERAL_CHECKS = {
+    **_CHECKS,
+    "output_path": lambda v: arguments.storage_root(v, look=False),
+    "chunk_store": optional(arguments.chunk_store_location, must_exist=None),
+    "checkpoint": optional(arguments.storage_root, what="a checkpoint directory", look=False),
+}
+
+
+@dataclass(frozen=True)
+class PlanArguments:
+    """The plan task's arguments, rendered and checked."""
+
+    tables: list[str]
+    output_path: str
+    chunk_store: str | None
+    checkpoint: str | None
+    mysql_conn_id: str
+    chunk_size: int
+    chunks_per_group: int
+    chunk_keys: dict[str, str]
+    redo_chunks: dict[str, tuple[int, ...]]
+    startup_mode: StartupMode
+    only_new: bool
+    remove_tables: list[str]
+    zero_dates: str
 
 
 class MySqlCdcPlanOperator(BaseOperator):
@@ -120,16 +175,22 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.only_new = only_new  # plan only tables not in the pipeline yet (see the module doc)
         self.remove_tables = remove_tables  # names or patterns of planned tables to take out of the pipeline
         self.zero_dates = zero_dates
+        check_literals(vars(self), _LITERAL_CHECKS)
+
+    def checked_arguments(self) -> PlanArguments:
+        """Every argument as rendered, checked: a bad one fails the task before anything is written."""
+        return PlanArguments(**check_rendered(self, _CHECKS))
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
-        hook = MySqlCdcHook(self.mysql_conn_id)
-        patterns = split_tables(self.tables)
-        store_url = chunk_store_url(self.chunk_store, self.output_path)
-        size = int(self.chunks_per_group)
-        redo = parse_redo_chunks(self.redo_chunks)
-        mode = StartupMode.parse(self.startup_mode)
-        only_new = parse_flag(self.only_new, "only_new", default=True)
-        removing = split_table_list(self.remove_tables)
+        args = self.checked_arguments()
+        hook = MySqlCdcHook(args.mysql_conn_id)
+        patterns = args.tables
+        store_url = chunk_store_url(args.chunk_store, args.output_path)
+        size = args.chunks_per_group
+        redo = args.redo_chunks
+        mode = args.startup_mode
+        only_new = args.only_new
+        removing = args.remove_tables
         run_id = context["run_id"]
         check_removals(patterns, removing)
         with ChunkStore(store_url) as store:
@@ -147,9 +208,9 @@ class MySqlCdcPlanOperator(BaseOperator):
                 groups = redo_groups(store, redo, size)
                 tables = sorted(redo)
             else:
-                plans = plan_tables(hook.settings(), store, patterns, chunk_size=int(self.chunk_size),
-                                    chunk_keys=parse_chunk_keys(self.chunk_keys), run_id=run_id, only_new=only_new,
-                                    zero_dates=str(self.zero_dates).strip().lower())
+                plans = plan_tables(hook.settings(), store, patterns, chunk_size=args.chunk_size,
+                                    chunk_keys=args.chunk_keys, run_id=run_id, only_new=only_new,
+                                    zero_dates=args.zero_dates)
                 resumed: list[ChunkPlan] = []
                 if only_new:
                     resumed = resume_plans(store, run_id, {str(p.table) for p in plans})
@@ -167,52 +228,14 @@ class MySqlCdcPlanOperator(BaseOperator):
                                   "the stream captures them", ", ".join(patterns))
             display = store.display_url
         record = PipelineRecord(
-            mysql_conn_id=self.mysql_conn_id, chunk_store=display, output=self.output_path,
-            checkpoint=self.checkpoint or default_checkpoint(self.output_path), tables=tuple(tables),
+            mysql_conn_id=args.mysql_conn_id, chunk_store=display, output=args.output_path,
+            checkpoint=args.checkpoint or default_checkpoint(args.output_path), tables=tuple(tables),
             stream_tables=tuple(patterns), redo={t: list(ids) for t, ids in redo.items()},
         )
         context["ti"].xcom_push(key=XCOM_KEY, value=record.to_dict())
         for g in groups:
             self.log.info("chunk group: %s", g.name)
         return [g.to_dict() for g in groups]
-
-
-def parse_chunk_keys(value: Mapping[str, str] | str | None) -> dict[str, str]:
-    """``chunk_keys`` as given: a mapping, its JSON text (a template rendered without native objects), or
-    ``"db.t=col; db.u=col"``; nothing (None, ``""``, ``"None"``, ``{}``) means none."""
-    if isinstance(value, Mapping):
-        pairs = dict(value)
-    else:
-        text = "" if value is None else str(value).strip()
-        if text in ("", "None", "{}"):
-            return {}
-        try:
-            pairs = json.loads(text) if text.startswith("{") else dict(
-                part.split("=", 1) for part in re.split(r"[;,]", text) if part.strip())
-        except ValueError:
-            raise ConfigurationError(
-                f'chunk_keys must map tables to columns, e.g. {{"shop.events": "id"}} or "shop.events=id", '
-                f"got {value!r}") from None
-    if not isinstance(pairs, dict) or any(not isinstance(v, str) or not v.strip() or not str(k).strip()
-                                          for k, v in pairs.items()):
-        raise ConfigurationError(
-            f'chunk_keys must map each table to one column name, e.g. {{"shop.events": "id"}}; got {value!r}')
-    return {str(k).strip(): v.strip() for k, v in pairs.items()}
-
-
-def parse_flag(value: bool | str | None, name: str, default: bool = True) -> bool:
-    """A boolean operator argument, also as rendered template text (``"True"``, ``"false"``, ``"0"``); nothing
-    (None, an empty or ``"None"`` rendering of a missing param) means ``default``."""
-    if isinstance(value, bool):
-        return value
-    text = "" if value is None else str(value).strip().lower()
-    if text in ("", "none"):
-        return default
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ConfigurationError(f"{name} must be true or false, got {value!r}")
 
 
 def check_removals(patterns: Sequence[str], removing: Sequence[str]) -> None:
@@ -308,37 +331,6 @@ def redo_groups(store: ChunkStore, redo: Mapping[str, tuple[int, ...]], chunks_p
         for start in range(0, len(ids), chunks_per_group):
             groups.append(ChunkGroup(table, generation, tuple(ids[start:start + chunks_per_group])))
     return groups
-
-
-_REDO_ITEM = re.compile(r"^\s*([^=:\s]+\.[^=:\s]+)\s*[=:]\s*(.+?)\s*$")
-
-
-def parse_redo_chunks(value: str | Mapping[str, Any] | None) -> dict[str, tuple[int, ...]]:
-    """``{"shop.orders": "3,7"}`` or ``{"shop.orders": [3, 7]}`` or ``"shop.orders=3,7; shop.items=0-2"``."""
-    if not value:
-        return {}
-    items: dict[str, Any]
-    if isinstance(value, Mapping):
-        items = dict(value)
-    else:
-        items = {}
-        for part in str(value).split(";"):
-            if not part.strip():
-                continue
-            match = _REDO_ITEM.match(part)
-            if not match:
-                raise ConfigurationError(
-                    f"redo_chunks must look like 'db.table=3,7; db.other=0-2', got {part.strip()!r}"
-                )
-            items[match.group(1)] = match.group(2)
-    out: dict[str, tuple[int, ...]] = {}
-    for table, ids in items.items():
-        if isinstance(ids, (list, tuple)):
-            ids = ",".join(str(i) for i in ids)
-        parsed = parse_chunk_ids(str(ids))
-        if parsed:
-            out[str(table)] = parsed
-    return out
 
 
 def _max_map_length() -> int:

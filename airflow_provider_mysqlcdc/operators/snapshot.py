@@ -18,9 +18,18 @@ from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.snapshot.options import READ_VIEW_MODES
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
-from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
+from airflow_provider_mysqlcdc.operators.arguments import (
+    SOURCE_LIMIT_CHECKS,
+    check_literals,
+    check_rendered,
+    conn_id,
+    exclude_columns,
+    not_given,
+    one_of,
+    optional,
+)
 from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
     TaskRef,
     exit_reason,
@@ -28,12 +37,45 @@ from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
     group_result,
     record_dead_attempts,
 )
+from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
+from airflow_provider_mysqlcdc.pipeline import arguments
+from airflow_provider_mysqlcdc.pipeline.arguments import BadValue, shown
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 
 # Rendered by the task runner from the mapped argument as a try starts (not from a value set in execute(),
 # which showed a bare number while the group was running or waiting to retry).
 MAP_INDEX_TEMPLATE = "{{ task.chunk_group.name }}"
+
+
+def _chunk_group(value: Any) -> ChunkGroup:
+    """One element of the plan task's output: ``{"table", "generation", "chunk_ids"}``."""
+    try:
+        group = ChunkGroup.from_dict(dict(value))
+    except (TypeError, ValueError, KeyError):
+        raise BadValue("give one element of the plan task's output ({table, generation, chunk_ids}; map over "
+                       f"it with .expand(chunk_group=plan.output)), got {shown(value)}") from None
+    arguments.table_name(group.table)
+    arguments.whole_number(group.generation, minimum=1, maximum=arguments.MAX_GENERATION)
+    if not group.chunk_ids or min(group.chunk_ids) < 0:
+        raise BadValue(f"holds no chunk ids (or a negative one): {shown(value)}")
+    return group
+
+
+# Each argument's check (pipeline/arguments.py): run at construction on literal values, in execute on all.
+# A number left out (None, "") keeps the Spark app's default.
+_CHECKS = {
+    "chunk_group": _chunk_group,
+    "output_path": lambda v: arguments.storage_root(v, writable=False),
+    "chunk_store": optional(arguments.chunk_store_location, must_exist=None),
+    "mysql_conn_id": conn_id,
+    "spark_conn_id": conn_id,
+    "exclude_columns": exclude_columns,
+    "read_view_mode": lambda v: "auto" if not_given(v) else one_of(*READ_VIEW_MODES)(v),
+    "watermark_table": optional(arguments.table_key),
+    **SOURCE_LIMIT_CHECKS,
+}
+_LITERAL_CHECKS = {**_CHECKS, "output_path": lambda v: arguments.storage_root(v, look=False)}
 
 
 class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
@@ -98,12 +140,18 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.max_concurrent_reads = max_concurrent_reads
         self.rows_per_second = rows_per_second
         self.query_timeout = query_timeout
+        check_literals(vars(self), _LITERAL_CHECKS)
+
+    def checked_arguments(self) -> dict[str, Any]:
+        """Every argument as rendered, checked: a bad one fails the task before spark-submit starts."""
+        return check_rendered(self, _CHECKS)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        group = ChunkGroup.from_dict(dict(self.chunk_group))
-        hook = MySqlCdcHook(self.mysql_conn_id)
-        store_url = chunk_store_url(self.chunk_store, self.output_path)
-        excluded = _columns_for(self.exclude_columns, group.table)
+        args = self.checked_arguments()
+        group: ChunkGroup = args["chunk_group"]
+        hook = MySqlCdcHook(args["mysql_conn_id"])
+        store_url = chunk_store_url(args["chunk_store"], args["output_path"])
+        excluded = list(args["exclude_columns"].get(group.table, ()))
         settings = hook.settings()
         map_index = int(context["ti"].map_index or 0)
         self.application_args = [
@@ -111,16 +159,17 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
             "--table", group.table,
             "--generation", str(group.generation),
             "--chunks", format_chunk_ids(group.chunk_ids),
-            "--output", self.output_path,
+            "--output", args["output_path"],
             "--run-id", str(context["run_id"]),
-            "--read-view-mode", self.read_view_mode,
+            "--read-view-mode", args["read_view_mode"],
             "--reader-slot-base", str(reader_slot_base(max(map_index, 0), len(group.chunk_ids))),
         ]
-        if self.watermark_table:
-            self.application_args += ["--watermark-table", self.watermark_table]
-        for flag, value in (("--max-concurrent-reads", self.max_concurrent_reads),
-                            ("--rows-per-second", self.rows_per_second), ("--query-timeout", self.query_timeout)):
-            if value not in (None, ""):
+        if args["watermark_table"]:
+            self.application_args += ["--watermark-table", args["watermark_table"]]
+        for flag, value in (("--max-concurrent-reads", args["max_concurrent_reads"]),
+                            ("--rows-per-second", args["rows_per_second"]),
+                            ("--query-timeout", args["query_timeout"])):
+            if value is not None:
                 self.application_args += [flag, str(value)]
         if excluded:
             self.application_args += ["--exclude-columns", ",".join(excluded)]
@@ -155,10 +204,4 @@ def reader_slot_base(map_index: int, group_size: int) -> int:
     """First reader slot of this group: where its chunk reads start looking for a free binlog reader id (each
     read claims one with GET_LOCK), and their watermark rows; spreading the groups makes the first try hit."""
     return 1 + map_index * group_size
-
-
-def _columns_for(exclude: Mapping[str, Sequence[str] | str] | None, table: str) -> list[str]:
-    if not exclude:
-        return []
-    return split_commas(exclude.get(table))
 

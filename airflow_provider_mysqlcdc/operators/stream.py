@@ -22,12 +22,70 @@ from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.operators.arguments import (
+    SOURCE_LIMIT_CHECKS,
+    check_literals,
+    check_rendered,
+    conn_id,
+    exclude_columns,
+    optional,
+)
 from airflow_provider_mysqlcdc.operators.spark_apps import STREAM_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
-from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint, split_tables
+from airflow_provider_mysqlcdc.pipeline import arguments
+from airflow_provider_mysqlcdc.pipeline.arguments import BadValue
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint
 
 AVAILABLE_NOW, CONTINUOUS = "available-now", "continuous"
 CONTINUOUS_TRIGGER = "processing-time=5 seconds"
+
+
+def spark_trigger(trigger: Any) -> str:
+    """The app's ``--trigger``: ``available-now``, ``continuous`` (a 5 s processing-time trigger) or
+    ``processing-time=<interval>`` (an interval Spark takes: ``10 seconds``, ``1 minute``)."""
+    text = AVAILABLE_NOW if trigger is None or trigger == "" else arguments.text(trigger, what="a trigger")
+    lowered = text.lower()
+    if lowered in (AVAILABLE_NOW, "available_now", "availablenow"):
+        return AVAILABLE_NOW
+    if lowered == CONTINUOUS:
+        return CONTINUOUS_TRIGGER
+    if lowered.startswith("processing-time="):
+        try:
+            return f"processing-time={arguments.interval(text.split('=', 1)[1])}"
+        except BadValue as exc:
+            raise BadValue(f"processing-time: {exc.problem}") from None
+    raise BadValue(f"{arguments.shown(trigger)}: use 'available-now', 'continuous' or "
+                   "'processing-time=10 seconds'")
+
+
+# Each argument's check (pipeline/arguments.py): run at construction on literal values, in execute on all.
+# A number left out (None, "") keeps the Spark app's default.
+_CHECKS = {
+    "tables": arguments.table_patterns,
+    "output_path": lambda v: arguments.storage_root(v, writable=False),
+    "chunk_store": optional(arguments.chunk_store_location, must_exist=None),
+    "checkpoint": optional(arguments.storage_root, what="a checkpoint directory", writable=False),
+    "mysql_conn_id": conn_id,
+    "spark_conn_id": conn_id,
+    "trigger": spark_trigger,
+    "exclude_columns": exclude_columns,
+    "changelog_json": lambda v: arguments.flag(v, default=False),
+    "max_bytes_per_batch": optional(arguments.whole_number, minimum=0, maximum=arguments.MAX_BATCH_BYTES),
+    "skip_if_running": lambda v: arguments.flag(v, default=True),
+    "reconnect_timeout": optional(arguments.number, minimum=0, maximum=arguments.MAX_WAIT_S, unit="seconds"),
+    "startup_mode": arguments.startup_mode,
+    "resnapshot": lambda v: arguments.flag(v, default=True),
+    "catchup_partitions": optional(arguments.whole_number, minimum=0,
+                                   maximum=arguments.MAX_CATCHUP_PARTITIONS),
+    "catchup_partition_bytes": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_BATCH_BYTES),
+    "rows_per_read": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_ROWS_PER_READ),
+    **SOURCE_LIMIT_CHECKS,
+}
+_LITERAL_CHECKS = {
+    **_CHECKS,
+    "output_path": lambda v: arguments.storage_root(v, look=False),
+    "checkpoint": optional(arguments.storage_root, what="a checkpoint directory", look=False),
+}
 
 
 class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
@@ -52,6 +110,10 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         Spark's default parallelism; 1: off).
     :param catchup_partition_bytes: binlog bytes each parallel partition gets at least (default 4 MiB).
     :param rows_per_read: row images a read task holds at once, its memory bound (default 100,000).
+    :param max_concurrent_reads: as for the snapshot operator: the limits a re-snapshot's chunk reads keep
+        on the source (default 4).
+    :param rows_per_second: as for the snapshot operator (default: no limit).
+    :param query_timeout: as for the snapshot operator (default 600 s; 0: none).
     :param application: the Spark app (default ``spark_apps/binlog_stream.py``).
     :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
         ``outlets=[ASSET_ALIAS]`` is set by default.
@@ -62,6 +124,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
         "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes", "rows_per_read",
+        "max_concurrent_reads", "rows_per_second", "query_timeout",
     )
     ui_color = "#e6f5ea"
 
@@ -84,6 +147,9 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         catchup_partitions: int | str | None = None,
         catchup_partition_bytes: int | str | None = None,
         rows_per_read: int | str | None = None,
+        max_concurrent_reads: int | str | None = None,
+        rows_per_second: float | str | None = None,
+        query_timeout: float | str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -108,21 +174,32 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.catchup_partitions = catchup_partitions
         self.catchup_partition_bytes = catchup_partition_bytes  # least binlog bytes per parallel partition
         self.rows_per_read = rows_per_read  # row images a read task holds at once (its memory bound)
+        # the source limits of the re-snapshots DDL needs (as the snapshot operator's)
+        self.max_concurrent_reads = max_concurrent_reads
+        self.rows_per_second = rows_per_second
+        self.query_timeout = query_timeout
+        check_literals(vars(self), _LITERAL_CHECKS)
+
+    def checked_arguments(self) -> dict[str, Any]:
+        """Every argument as rendered, checked: a bad one fails the task before spark-submit starts."""
+        return check_rendered(self, _CHECKS)
 
     def execute(self, context: Any) -> dict[str, Any]:
-        hook = MySqlCdcHook(self.mysql_conn_id)
-        store_url = chunk_store_url(self.chunk_store, self.output_path)
-        checkpoint = self.checkpoint or default_checkpoint(self.output_path)
-        trigger = spark_trigger(self.trigger)
-        mode = StartupMode.parse(self.startup_mode)
+        args = self.checked_arguments()
+        hook = MySqlCdcHook(args["mysql_conn_id"])
+        output = args["output_path"]
+        store_url = chunk_store_url(args["chunk_store"], output)
+        checkpoint = args["checkpoint"] or default_checkpoint(output)
+        trigger = args["trigger"]
+        mode: StartupMode = args["startup_mode"]
         if not mode.streams:
             raise AirflowSkipException(f"startup mode {mode}: the tables are snapshotted, nothing is streamed")
-        patterns = split_tables(self.tables)
+        patterns = args["tables"]
         owner = StreamLock(checkpoint).read()
         if owner is not None and owner.stale_reason() is None:
             message = (f"the stream of checkpoint {checkpoint} is already running ({owner.describe()}); it "
                        "picks up rerun chunks by itself")
-            if str(self.skip_if_running).lower() in ("true", "1", "yes"):
+            if args["skip_if_running"]:
                 raise AirflowSkipException(message)
             raise ConfigurationError(message + ": stop it first, or set skip_if_running")
         with ChunkStore(store_url) as store:
@@ -133,35 +210,34 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                       "resumes from %s", ", ".join(tables) or "no planned table", min(hws) if hws else "none",
                       checkpoint)
         self.application_args = [
-            "--mysql-url", hook.redacted_url(), "--tables", ",".join(patterns), "--output", self.output_path,
+            "--mysql-url", hook.redacted_url(), "--tables", ",".join(patterns), "--output", output,
             "--checkpoint", checkpoint, "--trigger", trigger,
             "--query-name", f"mysqlcdc-{context['dag'].dag_id}", "--startup-mode", str(mode),
         ]
-        if self.max_bytes_per_batch:
-            self.application_args += ["--max-bytes-per-batch", str(int(self.max_bytes_per_batch))]
-        if self.catchup_partitions not in (None, ""):
-            self.application_args += ["--catchup-partitions", str(int(self.catchup_partitions))]
-        if self.catchup_partition_bytes not in (None, ""):
-            self.application_args += ["--catchup-partition-bytes", str(int(self.catchup_partition_bytes))]
-        if self.rows_per_read not in (None, ""):
-            self.application_args += ["--rows-per-read", str(int(self.rows_per_read))]
-        if self.reconnect_timeout not in (None, ""):
-            self.application_args += ["--reconnect-timeout", str(float(self.reconnect_timeout))]
-        if self.changelog_json:
+        if args["max_bytes_per_batch"]:
+            self.application_args += ["--max-bytes-per-batch", str(args["max_bytes_per_batch"])]
+        for flag, name in (("--catchup-partitions", "catchup_partitions"),
+                           ("--catchup-partition-bytes", "catchup_partition_bytes"),
+                           ("--rows-per-read", "rows_per_read"),
+                           ("--reconnect-timeout", "reconnect_timeout"),
+                           ("--max-concurrent-reads", "max_concurrent_reads"),
+                           ("--rows-per-second", "rows_per_second"),
+                           ("--query-timeout", "query_timeout")):
+            if args[name] is not None:
+                self.application_args += [flag, str(args[name])]
+        if args["changelog_json"]:
             self.application_args += ["--changelog-json"]
-        if str(self.resnapshot).lower() in ("false", "0", "no"):
+        if not args["resnapshot"]:
             self.application_args += ["--no-resnapshot"]
-        for table, columns in (self.exclude_columns or {}).items():
-            cols = columns if isinstance(columns, str) else ",".join(columns)
-            if cols:
-                self.application_args += ["--exclude-columns", f"{table}={cols}"]
+        for table, columns in args["exclude_columns"].items():
+            self.application_args += ["--exclude-columns", f"{table}={','.join(columns)}"]
         if not self.name or self.name == "arrow-spark":
             self.name = f"mysqlcdc stream {context['dag'].dag_id}"
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
         super().execute(context)
         settings = hook.settings()
         with ChunkStore(store_url) as store:
-            report = collect_status(store, self.output_path, tables)
+            report = collect_status(store, output, tables)
         result = {
             "trigger": trigger,
             "tables": {t.table: {"batch": t.stream_batch,
@@ -175,17 +251,3 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                     "consistent": t.consistent})
         return result
 
-
-def spark_trigger(trigger: str) -> str:
-    """The app's ``--trigger``: ``available-now``, ``continuous`` (a 5 s processing-time trigger) or
-    ``processing-time=<interval>``."""
-    text = (trigger or AVAILABLE_NOW).strip().lower()
-    if text in (AVAILABLE_NOW, "available_now", "availablenow"):
-        return AVAILABLE_NOW
-    if text == CONTINUOUS:
-        return CONTINUOUS_TRIGGER
-    if text.startswith("processing-time="):
-        return trigger.strip()
-    raise ConfigurationError(
-        f"stream trigger {trigger!r}: use 'available-now', 'continuous' or 'processing-time=10 seconds'"
-    )

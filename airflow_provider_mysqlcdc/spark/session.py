@@ -49,6 +49,13 @@ def ensure_no_speculation(spark: SparkSession) -> None:
         )
 
 
+def activate_in_thread(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM's active session in this (new) thread: Spark 4 looks Python data sources up in
+    the thread's active session, and a thread started by Python has none (``DATA_SOURCE_NOT_FOUND`` though
+    the source is registered)."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+
+
 # (session, source name) pairs already registered: a registration belongs to one session
 _REGISTERED: "weakref.WeakKeyDictionary[SparkSession, set[str]]" = weakref.WeakKeyDictionary()
 

@@ -238,6 +238,37 @@ def test_commit_then_rerun_keeps_old_hw_until_the_rerun_commits(store):
     assert store.history(TABLE, 1)[1].hw == pos(150)
 
 
+def test_a_chunk_hw_records_its_server(store):
+    """Whose binlog the HW names, and the GTID position there: kept with the committed result, handed to the
+    stream's view, replaced by the next commit (a rerun on another server)."""
+    gen = new_plan(store)
+    done = commit(store, gen, 0, 10, 20, "v0", hw_server="mariadb:11", hw_gtid_position="0-11-57")
+    assert (done.hw_server, done.hw_gtid_position) == ("mariadb:11", "0-11-57")
+    commit(store, gen, 1, 10, 30, "v1")  # a caller that does not know the server
+    chunks = store.stream_view([TABLE])[TABLE].generations[0].chunks
+    assert [(c.hw_server, c.hw_gtid_position) for c in chunks] == [("mariadb:11", "0-11-57"), (None, None),
+                                                                   (None, None)]
+    again = commit(store, gen, 0, 40, 50, "v0b", hw_server="mysql:12:3e11fa47-71ca-11e1-9e33-c80aa9429562")
+    assert (again.hw_server, again.hw_gtid_position) == ("mysql:12:3e11fa47-71ca-11e1-9e33-c80aa9429562", None)
+
+
+def test_stream_claims_name_their_holder(store):
+    claim = cs.StreamClaim("/ckpt/a", "mariadb:1", 42, 5400, 5499, "me@host pid 1", None)
+    store.record_stream_claim(claim)
+    store.record_stream_claim(claim)  # a retry, or a restart of the same checkpoint: one row
+    long_path = "s3://bucket/" + "x" * 2000  # any length
+    store.record_stream_claim(cs.StreamClaim(long_path, "mariadb:1", 43, 5400, 5409, "other", None))
+    [found] = store.stream_claim_holders("mariadb:1", 42)
+    assert (found.checkpoint, found.low_id, found.high_id, found.holder) == ("/ckpt/a", 5400, 5499, "me@host pid 1")
+    assert found.claimed_at is not None
+    assert store.stream_claim_holders("mariadb:2", 42) == []  # another server's session 42
+    assert [c.checkpoint for c in store.stream_claim_holders("mariadb:1", 43)] == [long_path]
+    store.drop_stream_claim("/ckpt/a", 99)  # not the session that holds it now: kept
+    assert store.stream_claim_holders("mariadb:1", 42)
+    store.drop_stream_claim("/ckpt/a", 42)
+    assert store.stream_claim_holders("mariadb:1", 42) == []
+
+
 def test_failing_callback_leaves_the_committed_result_intact(store):
     gen = new_plan(store)
     with store.transaction() as conn:
@@ -432,18 +463,29 @@ def test_planning_a_removed_table_again_puts_it_back_with_a_new_generation(store
     assert [g.generation for g in store.stream_view([TABLE])[TABLE].generations] == [g3, g2]
 
 
-def _downgrade_to_version_1(url: str) -> None:
-    """Turn a store into what release 1 wrote: no membership columns, schema_version 1."""
+def _downgrade(url: str, version: int) -> None:
+    """Turn a store into what release ``version`` wrote: schema_version 2 has no HW servers and no stream
+    claims; 1 has no membership columns either."""
     engine = sa.create_engine(cs.normalize_url(url))
     try:
         with engine.begin() as conn:
-            for column in ("removed_at", "removed_run_id", "removed_reason", "added_generation"):
-                conn.exec_driver_sql(f"ALTER TABLE mysqlcdc_tables DROP COLUMN {column}")
+            for column in ("hw_server", "hw_gtid_position"):
+                conn.exec_driver_sql(f"ALTER TABLE mysqlcdc_chunks DROP COLUMN {column}")
+            conn.exec_driver_sql("DROP TABLE mysqlcdc_stream_claims")
+            if version == 1:
+                for column in ("removed_at", "removed_run_id", "removed_reason", "added_generation"):
+                    conn.exec_driver_sql(f"ALTER TABLE mysqlcdc_tables DROP COLUMN {column}")
             conn.execute(sa.update(cs.meta_table).where(cs.meta_table.c.name == "schema_version")
-                         .values(value="1"))
-        assert "removed_at" not in {c["name"] for c in sa.inspect(engine).get_columns("mysqlcdc_tables")}
+                         .values(value=str(version)))
+        assert "hw_server" not in {c["name"] for c in sa.inspect(engine).get_columns("mysqlcdc_chunks")}
+        assert ("removed_at" in {c["name"] for c in sa.inspect(engine).get_columns("mysqlcdc_tables")}) == (
+            version > 1)
     finally:
         engine.dispose()
+
+
+def _downgrade_to_version_1(url: str) -> None:
+    _downgrade(url, 1)
 
 
 def test_a_version_1_store_is_migrated_when_opened(fresh_store_url):
@@ -470,7 +512,7 @@ def test_a_version_1_store_is_migrated_when_opened(fresh_store_url):
         t.join()
     assert not errors, errors
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == cs.SCHEMA_VERSION == 2
+        assert store.schema_version() == cs.SCHEMA_VERSION == 3
         assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
         entry = store.table_entry(TABLE)
         assert entry.active and entry.added_generation is None and entry.removed_at is None
@@ -478,6 +520,23 @@ def test_a_version_1_store_is_migrated_when_opened(fresh_store_url):
         assert store.stream_view([TABLE])[TABLE].latest_generation == g
         assert store.remove_table(TABLE, "r") is True and store.active_tables() == []
         assert new_plan(store) == g + 1 and store.active_tables() == [TABLE]
+
+
+def test_a_version_2_store_is_migrated_when_opened(fresh_store_url):
+    """The previous release's store: its HWs record no server (None: the stream takes them to be its own
+    server's); new commits record theirs; stream claims work at once."""
+    with ChunkStore(fresh_store_url) as first:
+        g = new_plan(first)
+        commit(first, g, 0, 10, 20, "v0", hw_server="mariadb:1", hw_gtid_position="0-1-5")
+    _downgrade(fresh_store_url, 2)
+    with ChunkStore(fresh_store_url) as store:
+        assert store.schema_version() == cs.SCHEMA_VERSION == 3
+        [old] = [c for c in store.chunks(TABLE) if c.hw is not None]
+        assert (old.hw, old.hw_server, old.hw_gtid_position) == (pos(20), None, None)
+        again = commit(store, g, 0, 30, 40, "v1", hw_server="mariadb:1", hw_gtid_position="0-1-9")
+        assert (again.hw_server, again.hw_gtid_position) == ("mariadb:1", "0-1-9")
+        store.record_stream_claim(cs.StreamClaim("/c", "mariadb:1", 7, 1, 9, "h", None))
+        assert [c.checkpoint for c in store.stream_claim_holders("mariadb:1", 7)] == ["/c"]
 
 
 # --- durability and versioning ------------------------------------------------------------------------------

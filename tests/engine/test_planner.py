@@ -614,3 +614,26 @@ def test_planning_cost_does_not_grow_with_the_chunk_count(mysql_server, mysql_db
         assert len(walks) == chunks and all("FORCE INDEX (`s`)" in s for s in walks)
         # the collation checks (3, once per column) and the boundaries' sort keys, batched by 200
         assert len(log.statements) - len(log.planner_statements) <= 4 + -(-chunks // 200)
+
+
+def test_replanning_after_ddl_keeps_the_tables_plan_settings(mysql_server, mysql_db, tmp_path):
+    """The stream's re-plan after TRUNCATE/RENAME keeps the chunk size, a chunk key that is not the primary key
+    (a table without one could not be planned otherwise) and the zero-date layout."""
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+    from airflow_provider_mysqlcdc.engine.snapshot.replan import replan_table
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    table = create(mysql_server, mysql_db, "CREATE TABLE t (a INT NOT NULL, b INT, KEY (a))",
+                   [(i, i % 5) for i in range(1, 501)])
+    with ChunkStore(str(tmp_path / "chunks.db")) as store:
+        first, = plan_tables(settings, store, [str(table)], chunk_size=50, chunk_keys={str(table): "a"},
+                             zero_dates="null")
+        again = replan_table(settings, store, table)
+        assert again.generation == first.generation + 1
+        assert (again.key_columns, again.chunk_size, again.zero_dates) == (("a",), 50, "null")
+        assert len(again.chunks) == len(first.chunks) > 5
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+            cur.execute("DROP TABLE t")
+        with pytest.raises(ConfigurationError, match="does not exist"):
+            replan_table(settings, store, table)

@@ -7,7 +7,10 @@ both started here).
   is pointed at it and continues from its GTID position under writes; the mirror equals the source, and every
   position the stream reports from the new server orders after the old server's;
 * a server that is not of the topology, on the same checkpoint: the stream stops with the error that says so,
-  and writes nothing; without a GTID position (or with the same server_id but another binlog) likewise.
+  and writes nothing; without a GTID position (or with the same server_id but another binlog) likewise;
+* a failover in the middle of a parallel catch-up batch (the URL reaches the promoted replica through a proxy
+  that moves while the partitions read): the stream stops with the error that says what happened and what
+  the restart does, nothing of the batch is written, and the restart replays the batch on the new server.
 """
 from __future__ import annotations
 
@@ -29,12 +32,17 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.stream.failover import ServerChanged, resolve_offset, server_identity
+from airflow_provider_mysqlcdc.engine.stream.failover import (
+    ServerChanged,
+    resolve_offset,
+    server_identity,
+)
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
-from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
+from airflow_provider_mysqlcdc.spark.stream.job import StreamFailed, mirror_refresh, run_stream
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer, find_mariadbd
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
+from tests.support.tcp_proxy import CuttableProxy
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci", "t_comp")]
@@ -241,6 +249,97 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
         assert _committed_offset(checkpoint) == moved
     finally:
         stranger.stop()
+
+
+def _binlog_bytes(server: MariaDBServer) -> int:
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return sum(int(row[1]) for row in cur.fetchall())
+
+
+def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replays_the_batch(
+    topology, spark, tmp_path
+):
+    """The stream reaches the primary through a proxy (a virtual IP). It falls far behind; the replica catches
+    up and is promoted; while the partitions of a parallel batch read, the proxy moves to the replica. The
+    stream stops with the error that says so (not a GTID-position error), nothing of the batch is written,
+    and the restart replays the batch on the new server from its GTID position: the mirror equals the source
+    row by row, no change twice."""
+    primary, replica = topology
+    db = "fo_partition"
+    _create(primary, db)
+    proxy = CuttableProxy(("127.0.0.1", primary.port))
+    try:
+        settings = MySQLSettings.from_url(primary.cdc_url.replace(f":{primary.port}/", f":{proxy.port}/"))
+        secret = password_file(tmp_path, settings)
+        store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+        checkpoint = str(tmp_path / "ckpt")
+        config = StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{db}.t_*",), chunk_store=store,
+                              output=output, checkpoint=checkpoint, password_file=secret,
+                              max_bytes_per_batch=200_000, catchup_partitions=3,
+                              catchup_partition_bytes=20_000, rows_per_read=40)
+        tables = _snapshot(spark, settings, db, store, output, secret)
+        with primary.admin(db) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE t_int SET v = v + 1 LIMIT 5")
+        _stream(spark, config)  # past every chunk HW: a failover may move the stream
+        before = _ledgers(checkpoint)
+        assert before, "the stream committed no batch"
+
+        # the stream falls far behind on the primary; the replica applies everything and is promoted
+        target = _binlog_bytes(primary) + 300_000
+        workload = _writers(primary, db, SEED + 2)
+        try:
+            deadline = time.monotonic() + 120
+            while _binlog_bytes(primary) < target:
+                assert time.monotonic() < deadline, "the writers are too slow"
+                time.sleep(0.2)
+        finally:
+            workload.stop()
+        _caught_up(replica, primary)
+        _promote(replica)
+        written = _committed_batches(output)
+
+        # the virtual IP moves to the replica while the first batch's partitions read
+        proxy.redirect_after(("127.0.0.1", replica.port), dump_bytes=30_000)
+        with pytest.raises(StreamFailed) as info:
+            _stream(spark, config)
+        assert proxy.redirected.is_set()
+        message = str(info.value)
+        # the engine's own error is what the stream's error says, on one line (spark/errors.py keeps the line)
+        error = message.split(" failed: ", 1)[1]
+        assert error.startswith("FailoverDuringBatch: failover during batch ") and "\n" not in error, message
+        failed_batch = before[-1]["batch_id"] + 1
+        resume_from = before[-1]["end_offset"]  # where the batch starts
+        assert error.startswith(
+            f"FailoverDuringBatch: failover during batch {failed_batch}: the server at "
+            f"127.0.0.1:{proxy.port} changed from server_id 11 to server_id 12 while partition "
+        ), message
+        assert f"Nothing of batch {failed_batch} was committed: readers see none of it" in error, message
+        assert f"Restart the stream (it does not retry by itself): it replays batch {failed_batch}" in error
+        assert f"after GTID position {resume_from['gtid_position']}" in error, message
+        assert " of 3 of the batch was being read" in error, message  # a partition of a parallel batch
+        assert settings.password not in message
+        assert _committed_batches(output) == written, "nothing of the batch may be written"
+        assert _ledgers(checkpoint) == before
+
+        # the restart replays the batch on the new server, from the GTID position of its start
+        _stream(spark, config)
+        ledgers = _ledgers(checkpoint)
+        replayed = [e for e in ledgers if e["batch_id"] == failed_batch]
+        assert replayed and replayed[0]["replay"], ledgers
+        start, end = replayed[0]["start_offset"], replayed[0]["end_offset"]
+        assert start["server"] == "mariadb:12", start
+        assert start["gtid_position"] == resume_from["gtid_position"], start
+        assert start["file_number_base"] > 0 and end["server"] == "mariadb:12", replayed[0]
+        for before_, after_ in zip(ledgers, ledgers[1:]):  # the batches tile the binlog, across the failover
+            assert BinlogOffset.from_dict(after_["start_offset"]).key >= BinlogOffset.from_dict(
+                before_["end_offset"]).key, (before_, after_)
+        new = MySQLSettings.from_url(replica.cdc_url)
+        assert_mirror_equals_source(new, output, tables, min_rows=100)
+        positions = _positions(output, tables, new)
+        assert len(set(positions)) == len(positions), "a change was written twice"
+    finally:
+        proxy.close()
 
 
 def _positions(output: str, tables: list[TableId], settings: MySQLSettings) -> list[str]:

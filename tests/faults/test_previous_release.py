@@ -13,8 +13,9 @@ release itself writes, and this code goes on from there:
    ``plan`` two tables (one with a composite key), ``snapshot`` them on Spark, then (after seeded writes)
    ``stream --available-now`` into a checkpoint, which also refreshes the mirror. One process, one Spark
    start (about 25 s of the test's ~45 s).
-2. This code reads all of it: the chunk store (its SQLite schema is the one this code creates, DDL text for
-   DDL text; every chunk field, HWs included, as the previous release read it), ``status`` (every chunk
+2. This code reads all of it: the chunk store (migrated in place from schema version 2 to 3 when opened: then
+   its tables and columns are the ones this code creates, and the tables the migration leaves alone are the
+   same DDL text for DDL text; every chunk field, HWs included, as the previous release read it), ``status`` (every chunk
    committed, stream position = the old stream's end), the offsets of the old ledger and of Spark's offset log
    (each round-trips through ``BinlogOffset`` unchanged), the snapshot manifest and the mirror (its manifest
    round-trips; its rows equal the source).
@@ -24,11 +25,14 @@ release itself writes, and this code goes on from there:
    lies after the old end, the changelog holds exactly the expected number of records with no position twice,
    and the mirror the new code refreshed equals the source row by row. What the new code writes (ledger
    entries, markers, offsets, manifests, Parquet schemas) has the same shape as what the old code wrote.
+4. A new stream (new checkpoint and output) over the old chunk store, whose HWs record no server: it starts
+   at min(HW), logs once that it takes those positions to be its own server's, and streams every change.
 """
 from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import random
 import shutil
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -210,6 +215,20 @@ def _sqlite_schema(path: str) -> list[tuple]:
         return sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
 
 
+def _sqlite_version(path: str) -> str:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        return conn.execute("SELECT value FROM mysqlcdc_meta WHERE name = 'schema_version'").fetchone()[0]
+
+
+def _sqlite_columns(path: str) -> dict[str, list[tuple]]:
+    """Every table's columns (name, type, not null, default, key position) and the names of all objects."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        objects = sorted(conn.execute("SELECT type, name, tbl_name FROM sqlite_master").fetchall())
+        columns = {name: conn.execute("SELECT * FROM pragma_table_info(?)", (name,)).fetchall()
+                   for kind, name, _ in objects if kind == "table"}
+    return {"": objects, **columns}
+
+
 def _ledger(checkpoint: str) -> list[dict]:
     folder = Path(checkpoint) / "mysqlcdc" / "batches"
     return [read_json(str(p)) for p in sorted(folder.glob("batch=*.json"), key=lambda p: int(p.stem[6:]))]
@@ -246,7 +265,7 @@ def _chunk_fields(store: ChunkStore, table: str, names: list[str]) -> list[dict]
 # --- the test -----------------------------------------------------------------------------------------------
 
 
-def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_db, tmp_path, spark):
+def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_db, tmp_path, spark, caplog):
     old_root = _extract_previous_release(tmp_path / "previous-release")
     rng = random.Random(SEED)
     with mysql_server.admin() as conn:
@@ -300,12 +319,20 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     old = json.loads((work / "child.json").read_text())
     assert old["package"].startswith(str(old_root)) and old["worker"].startswith(str(old_root)), old
 
-    # 2a. the chunk store: the schema this code creates, and every chunk as the previous release read it
+    # 2a. the chunk store: the previous release's schema (version 2) becomes the one this code creates when this
+    # code opens it (schema version 3 added chunk HW servers and stream claims), and every chunk reads as the
+    # previous release read it
     old_sqlite = _sqlite_schema(store_path)
-    with ChunkStore(str(tmp_path / "fresh.db")) as fresh_store:
+    assert _sqlite_version(store_path) == "2", "the previous release wrote schema version 2"
+    assert "hw_server" not in {c[1] for c in _sqlite_columns(store_path)["mysqlcdc_chunks"]}
+    fresh = str(tmp_path / "fresh.db")
+    with ChunkStore(fresh) as fresh_store:
         fresh_store.tables()  # creates the schema
-    # (a deliberate change needs a new SCHEMA_VERSION and a migration: then compare after migrating)
-    assert old_sqlite == _sqlite_schema(str(tmp_path / "fresh.db")), "the chunk store schema changed"
+    ChunkStore(store_path).close()  # migrates the old store in place
+    assert _sqlite_version(store_path) == str(ChunkStore(fresh).schema_version()) == "3"
+    assert _sqlite_columns(store_path) == _sqlite_columns(fresh), "the migrated store differs from a fresh one"
+    migrated = {"mysqlcdc_chunks"}  # (a deliberate change needs a new SCHEMA_VERSION and a migration)
+    assert {r for r in old_sqlite if r[2] not in migrated} <= set(_sqlite_schema(fresh)), "a table changed"
     snapshots = {r["table"]: r for r in old["snapshot"]["tables"]}
     assert sorted(snapshots) == sorted(names), snapshots
     old_hws: dict[str, dict[int, BinlogPosition]] = {}
@@ -398,6 +425,8 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     assert {_shape(e, names) for e in new} <= {_shape(e, names) for e in old_ledger}, "ledger entries changed"
     for name, data in old_identity.items():  # the stream's identity and start, as the old run left them
         assert read_json(str(own / name)) == data, name
+    # the old release's position file (a batch behind the sink; status reads the sink's) is gone
+    assert not (own / "stream_position.json").exists()
     assert max(_spark_offsets(checkpoint)) == new[-1]["batch_id"]
     new_end = BinlogOffset.from_dict(new[-1]["end_offset"])
     for (table, batch_id), marker in old_markers.items():
@@ -432,3 +461,18 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             assert t.consistent and t.consistent_as_of == new_end.position, t
             assert {c.chunk_id: c.hw for c in store.chunks(table)} == old_hws[table], "the snapshot changed"
         assert_mirror_equals_source(settings, output, tables, min_rows=ROWS)
+
+    # 4. a new stream over the old store, whose HWs record no server: it starts at min(HW), saying once that it
+    # takes those positions to be its own server's, and streams every change after the snapshot
+    fresh_config = replace(config, checkpoint=str(tmp_path / "checkpoint-new"), output=str(tmp_path / "lake-new"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_mysqlcdc"):
+        run_stream(spark, fresh_config)
+    said = [r.getMessage() for r in caplog.records if "record no server" in r.getMessage()]
+    assert len(said) == 1 and all(name in said[0] for name in names), said
+    assert "taken to be positions of the server this stream starts on" in said[0], said
+    started = _ledger(fresh_config.checkpoint)[0]["start_offset"]
+    assert BinlogOffset.from_dict(started).position == min_hw, started
+    for table in tables:
+        streamed = changelog_records(fresh_config.output, schemas[table])
+        assert len(streamed) == expected_old[str(table)] + expected_new[str(table)], table

@@ -168,9 +168,6 @@ def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, m
     lines = [line for f in marker["changelog_json_files"] for line in (json_dir / f).read_text().splitlines()]
     assert len(lines) == marker["rows"] and all(line.startswith('{"data":{') for line in lines)
     assert {json.loads(line)["op"] for line in lines} <= {"+I", "-U", "+U", "-D"}
-    # the source recorded its committed position for status
-    position = read_json(str(Path(config.checkpoint) / "mysqlcdc" / "stream_position.json"))
-    assert position is not None and BinlogOffset.from_dict(position["offset"]).at_boundary
 
     # one table changes, the others stay idle: status still moves every table to the stream's position
     busy = plans[0].table
@@ -183,6 +180,50 @@ def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, m
         idle = plan.table != busy
         assert idle == (committed_batch_ids(config.output, plan.table)[-1] < t.stream_batch), t.table
         assert (t.stream_position, t.stream_position_exact, t.consistent) == (end, True, True), t.table
+
+
+def test_status_position_is_the_last_batch_the_sink_committed(mysql_server, mysql_db, tmp_path, spark):
+    """Where the stream stands has one source: what the sink committed (the batch markers and the output's
+    progress file), the batches consumers can read. The checkpoint keeps no position of its own: earlier
+    releases wrote ``mysqlcdc/stream_position.json`` when Spark committed a batch to the source, which Spark
+    does only when it plans the next batch (one batch behind the sink). Such a file, left by an earlier
+    release, changes nothing in status and is gone after the next start."""
+    pipe, plans, workload = _setup(mysql_server, mysql_db, tmp_path, seed=43)
+    config = _config(mysql_server, mysql_db, tmp_path, max_bytes_per_batch=20_000)
+    names = [str(p.table) for p in plans]
+    old_position_file = Path(config.checkpoint) / "mysqlcdc" / "stream_position.json"
+    try:
+        _let_binlog_grow(mysql_server, 60_000)  # several batches
+    finally:
+        workload.stop()
+
+    def assert_status_at_the_last_committed_batch() -> list[dict]:
+        ledgers = _ledgers(config.checkpoint)
+        assert ledgers and all(e["state"] == "committed" for e in ledgers), ledgers
+        last = ledgers[-1]
+        end = BinlogOffset.from_dict(last["end_offset"])
+        for t in collect_status(pipe.store, config.output, names).tables:
+            assert (t.stream_batch, t.stream_position, t.stream_position_exact) == (
+                last["batch_id"], end.position, True), t
+        return ledgers
+
+    run_stream(spark, config)
+    ledgers = assert_status_at_the_last_committed_batch()
+    assert len(ledgers) >= 3, "the run should take several batches"
+    assert not old_position_file.exists(), (
+        f"the checkpoint keeps a stream position of its own: {old_position_file.read_text()}, where the sink "
+        f"committed batch {ledgers[-1]['batch_id']} ending at {ledgers[-1]['end_offset']} (batch "
+        f"{ledgers[-2]['batch_id']} ended at {ledgers[-2]['end_offset']})")
+
+    # an earlier release's file, one batch behind: status does not read it, the next start removes it
+    old_position_file.write_text(json.dumps({"offset": ledgers[-2]["end_offset"], "committed_at": "then"}))
+    assert_status_at_the_last_committed_batch()
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"UPDATE `{plans[0].table.table}` SET `v` = `v` + 1 LIMIT 3")
+    run_stream(spark, config)
+    assert len(assert_status_at_the_last_committed_batch()) > len(ledgers)
+    assert not old_position_file.exists()
+    _assert_mirror_equals_source(pipe, plans, config.output)
 
 
 _KILLED_APP = """
@@ -337,21 +378,21 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
     ]
     args = parser.parse_args(["stream", *common, "--available-now", "--max-bytes-per-batch", "1000",
                               "--catchup-partitions", "3", "--catchup-partition-bytes", "500",
-                              "--rows-per-read", "70"])
+                              "--rows-per-read", "70", "--rows-per-second", "500"])
     config = cli_stream.config_from_args(args)
     assert args.func is cli_stream.cmd_stream
     assert config.tables == ("shop.a", "shop.b", "shop.c_*") and config.available_now
     assert config.max_bytes_per_batch == 1000 and config.trigger_kwargs() == {"availableNow": True}
     assert (config.catchup_partitions, config.catchup_partition_bytes, config.rows_per_read) == (3, 500, 70)
+    # the limits a re-snapshot's chunk reads keep: given, and the snapshot's defaults
+    assert (config.source_limits.rows_per_second, config.source_limits.max_concurrent_reads) == (500, 4)
     continuous = cli_stream.config_from_args(
         parser.parse_args(["stream", *common, "--interval", "30 seconds"])
     )
     assert continuous.trigger_kwargs() == {"processingTime": "30 seconds"}
-    with_password = parser.parse_args(
-        ["stream", *common[2:], "--mysql-url", "mysql://cdc:secret@db", "--available-now"]
-    )
-    with pytest.raises(ConfigurationError, match="must not contain the password"):
-        cli_stream.cmd_stream(with_password)  # refused before Spark starts
+    with pytest.raises(SystemExit) as refused:  # refused as an argument, before Spark starts
+        parser.parse_args(["stream", *common[2:], "--mysql-url", "mysql://cdc:secret@db", "--available-now"])
+    assert refused.value.code == 2
 
     sys.path.insert(0, str(REPO))
     try:

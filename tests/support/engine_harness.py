@@ -95,7 +95,8 @@ class Pipeline:
             r = read.result
             self.store.commit_chunk(str(plan.table), plan.generation, chunk_id, rows=r.rows, lw=r.low_watermark,
                                     hw=r.high_watermark, output_version=f"v{self.versions}",
-                                    attempt=state.attempts)
+                                    attempt=state.attempts, hw_server=r.hw_server,
+                                    hw_gtid_position=r.hw_gtid_position)
             return r
 
         return commit

@@ -89,6 +89,8 @@ class LayoutPipeline(Pipeline):
                 hw=r.high_watermark,
                 output_version=version,
                 attempt=state.attempts,
+                hw_server=r.hw_server,
+                hw_gtid_position=r.hw_gtid_position,
             )
             return r
 

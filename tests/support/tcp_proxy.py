@@ -1,7 +1,8 @@
 """A TCP proxy for fault tests: cut every connection (an outage, refused until restored), cut right after a
 marked client packet (a COMMIT whose reply is lost), cut one connection after it carried some bytes to the
-client (a network cut in the middle of a binlog read), or black-hole the live connections (a NAT or firewall
-that forgot them: nothing arrives, nothing closes) while new ones work."""
+client (a network cut in the middle of a binlog read), black-hole the live connections (a NAT or firewall
+that forgot them: nothing arrives, nothing closes) while new ones work, or move to another server in the
+middle of binlog reads (a failover behind a virtual IP)."""
 from __future__ import annotations
 
 import re
@@ -31,6 +32,8 @@ class CuttableProxy:
         self.connection_cuts = 0  # connections cut by cut_connection_after
         self._blackholed: set[int] = set()  # client sockets whose traffic is dropped, both ways
         self._clients: set[int] = set()
+        self._redirect: tuple[tuple[str, int], int] | None = None  # (new target, dump bytes left before it)
+        self.redirected = threading.Event()
         self.restore()
 
     def restore(self) -> None:
@@ -72,10 +75,32 @@ class CuttableProxy:
         self._cut_after_bytes = downstream_bytes
 
     def blackhole_live(self) -> int:
-        """Silently drop all traffic of the connections open now (they stay open); returns how many."""
+        """Silently drop all traffic of the connections open now (they stay open, and one end closing is not
+        passed on to the other); returns how many."""
         with self._lock:
             self._blackholed |= self._clients
             return len(self._clients)
+
+    def redirect_after(self, target: tuple[str, int], dump_bytes: int) -> None:
+        """Once binlog dump connections (from now on, all together) carried ``dump_bytes`` to their clients,
+        move to ``target``: the live connections are cut, new ones reach ``target`` (a failover behind a
+        virtual IP in the middle of binlog reads)."""
+        self.redirected.clear()
+        self._redirect = (target, dump_bytes)
+
+    def _count_dump_bytes(self, n: int) -> None:
+        with self._lock:
+            if self._redirect is None:
+                return
+            target, left = self._redirect
+            if left > n:
+                self._redirect = (target, left - n)
+                return
+            self._redirect, self.target = None, target
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            _close(sock)
+        self.redirected.set()
 
     @property
     def armed(self) -> bool:
@@ -120,6 +145,8 @@ class CuttableProxy:
                 if upstream and len(data) > 4 and data[4] == _COM_BINLOG_DUMP:
                     dump.set()
                 carried += len(data) if dump.is_set() else 0
+                if not upstream and dump.is_set() and self._redirect is not None:
+                    self._count_dump_bytes(len(data))
                 limit = self._cut_after_bytes
                 if not upstream and limit is not None and carried >= limit:
                     self._cut_after_bytes = None
@@ -141,7 +168,8 @@ class CuttableProxy:
         except OSError:
             pass
         finally:
-            for sock in (source, sink):
+            # a black-holed connection: the other end never learns that this one closed (its FIN is lost too)
+            for sock in (source,) if key in self._blackholed else (source, sink):
                 _close(sock)
 
 

@@ -319,5 +319,6 @@ class _Connector:
         kwargs.setdefault("connect_timeout", self.connect_timeout)
         if self.deadline is not None:
             kwargs["read_timeout"] = max(1.0, self.deadline - time.monotonic()) + 1.0
+            kwargs["timeout_setting"] = "the read's time limit (stream: read_timeout; chunk: backfill)"
         return _Connection(**kwargs)
 

@@ -3,8 +3,10 @@
 Import from here. Inside: ``errors``, ``schema`` (tables, version, migrations), ``records`` (what it hands
 out), ``database`` (engine, transactions, retries through conflicts and outages), ``plans`` (plan generations
 and pipeline membership), ``attempts`` (start/commit/fail/invalidate a chunk), ``views`` (what the stream
-filter and the mirror read), and ``store`` (``ChunkStore``, all of them in one object).
+filter and the mirror read), ``claims`` (which stream holds which server_id range), and ``store``
+(``ChunkStore``, all of them in one object).
 """
+from airflow_provider_mysqlcdc.engine.chunk_store.claims import StreamClaim
 from airflow_provider_mysqlcdc.engine.chunk_store.database import (
     DEFAULT_OUTAGE_S,
     OUTAGE_ENV,
@@ -44,6 +46,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store.schema import (
     meta_table,
     metadata,
     plans_table,
+    stream_claims_table,
     tables_table,
 )
 from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
@@ -52,7 +55,7 @@ __all__ = [
     "COMMITTED", "DEFAULT_OUTAGE_S", "FAILED", "MAX_ERROR_CHARS", "OUTAGE_ENV", "PLANNED", "RUNNING",
     "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "STATUSES", "ChunkEvent", "ChunkSpec", "ChunkState", "ChunkStore",
     "ChunkStoreError", "ChunkStoreUnavailable", "ChunkStoreVersionError", "GenerationView", "MirrorChunk",
-    "MirrorView", "PlanInfo", "StaleAttempt", "StaleGeneration", "StreamChunk", "TableEntry", "TableView",
+    "MirrorView", "PlanInfo", "StaleAttempt", "StaleGeneration", "StreamChunk", "StreamClaim", "TableEntry", "TableView",
     "UnknownChunk", "chunks_table", "history_table", "meta_table", "metadata", "normalize_url", "plans_table",
-    "tables_table",
+    "stream_claims_table", "tables_table",
 ]

@@ -170,8 +170,14 @@ class ChunkAttempts(StoreDatabase):
         extra: Mapping[str, Any] | None = None,
         attempt: int | None = None,
         in_transaction: Callable[[Connection, ChunkState], Any] | None = None,
+        hw_server: str | None = None,
+        hw_gtid_position: str | None = None,
     ) -> ChunkState:
         """Replace the chunk's committed result (rows, LW, HW, output version) in one transaction.
+
+        ``hw_server``: whose binlog LW and HW name (``ServerIdentity.token`` of the server the chunk was read
+        from), with ``hw_gtid_position``, the GTID position at HW where that server has one: a stream started
+        on another server refuses these HWs (``engine/stream/snapshot_server.py``).
 
         Refused (:class:`StaleGeneration`) unless ``generation`` is the table's current plan, and
         (:class:`StaleAttempt`) if ``attempt`` is given and a newer attempt has started since.
@@ -218,7 +224,8 @@ class ChunkAttempts(StoreDatabase):
                                      run_id=run_id, error=None, rerun_pending=False, row_count=int(rows),
                                      lw_file=lw.file, lw_pos=lw.pos, hw_file=hw.file, hw_pos=hw.pos,
                                      output_version=output_version, committed_at=now, committed_run_id=run_id,
-                                     timings_json=timings_text, extra_json=extra_text))
+                                     timings_json=timings_text, extra_json=extra_text,
+                                     hw_server=hw_server, hw_gtid_position=hw_gtid_position))
                 state = self._reread(conn, name, generation, chunk_id)
                 self._history(conn, name, generation, chunk_id, state.attempts, "committed", run_id, now,
                               row_count=int(rows), hw_file=hw.file, hw_pos=hw.pos,

@@ -19,8 +19,10 @@ from sqlalchemy.engine.url import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError
 
 from airflow_provider_mysqlcdc.engine.chunk_store.errors import ChunkStoreError, ChunkStoreUnavailable
+from airflow_provider_mysqlcdc.engine.chunk_store.read_timeouts import bound_sessions, read_timeout_budget
 from airflow_provider_mysqlcdc.engine.chunk_store.schema import VERSION_QUERY, ensure_schema
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_OUTAGE_ENV as OUTAGE_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import seconds_from_env
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.retry import Backoff
 
@@ -104,14 +106,7 @@ def _conflict(exc: DBAPIError) -> bool:
 
 def _outage_budget(value: float | None) -> float:
     """``outage_s`` as given, else ``$MYSQLCDC_CHUNK_STORE_OUTAGE_S``, else 300 s (0: no retries)."""
-    if value is None:
-        raw = os.environ.get(OUTAGE_ENV, "").strip()
-        if not raw:
-            return DEFAULT_OUTAGE_S
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ConfigurationError(f"{OUTAGE_ENV}={raw!r}: give the outage budget in seconds") from None
+    value = seconds_from_env(OUTAGE_ENV, value, DEFAULT_OUTAGE_S, "the outage budget")
     if not value >= 0:  # also NaN
         raise ConfigurationError(f"chunk store outage budget must be >= 0 seconds, not {value!r}")
     return float(value)
@@ -138,13 +133,17 @@ class StoreDatabase:
     ``url``: ``sqlite:///path/chunks.db`` (or just a path), ``mysql+pymysql://user:pw@host/db``,
     ``postgresql://user@host/db`` (driver ``psycopg``). ``outage_s``: how long a call keeps retrying while the
     store is unreachable (default ``$MYSQLCDC_CHUNK_STORE_OUTAGE_S``, else 300 s; 0 fails at once).
+    ``read_timeout_s``: how long a session waits for one reply of a MySQL/PostgreSQL store before it is
+    dropped as dead and the transaction retried (default ``$MYSQLCDC_CHUNK_STORE_READ_TIMEOUT_S``, else 60 s;
+    ``read_timeouts.py``).
     """
 
     def __init__(self, url: str | os.PathLike[str] | URL, *, engine_options: Mapping[str, Any] | None = None,
-                 outage_s: float | None = None):
+                 outage_s: float | None = None, read_timeout_s: float | None = None):
         self.url = normalize_url(url)
         self.backend = self.url.get_backend_name()
         self.outage_s = _outage_budget(outage_s)
+        self.read_timeout_s = read_timeout_budget(read_timeout_s)
         self._unreachable_since: float | None = None  # when this process saw the store go away (for the logs)
         self._outage_lock = threading.Lock()
         options: dict[str, Any] = {"pool_pre_ping": self.backend != "sqlite", **(engine_options or {})}
@@ -168,6 +167,8 @@ class StoreDatabase:
             ) from None
         if self.backend == "sqlite":
             _configure_sqlite(self._engine)
+        else:
+            bound_sessions(self._engine, self.read_timeout_s)
         try:
             self._open()
         except BaseException:

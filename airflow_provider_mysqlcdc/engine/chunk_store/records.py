@@ -79,6 +79,10 @@ class ChunkState:
     committed_run_id: str | None
     timings: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # whose binlog the HW names (``ServerIdentity.token``; None: a store of an earlier release) and the GTID
+    # position at the HW where the server has one
+    hw_server: str | None = None
+    hw_gtid_position: str | None = None
 
     @property
     def committed(self) -> bool:
@@ -99,6 +103,8 @@ class StreamChunk:
     hw: BinlogPosition | None  # effective HW: None = -inf (not committed, or a rerun in progress)
     committed_hw: BinlogPosition | None  # the HW of the committed snapshot, even while a rerun runs
     status: str
+    hw_server: str | None = None  # whose binlog ``committed_hw`` names (None: not recorded, an older store)
+    hw_gtid_position: str | None = None  # the GTID position at ``committed_hw`` (MariaDB)
 
 
 @dataclass(frozen=True)
@@ -248,7 +254,8 @@ def chunk_state_of(row: Mapping[str, Any]) -> ChunkState:
         lw=binlog_position_of(row["lw_file"], row["lw_pos"]), hw=binlog_position_of(row["hw_file"], row["hw_pos"]),
         output_version=row["output_version"], committed_at=aware_utc(row["committed_at"]),
         committed_run_id=row["committed_run_id"], timings=load_versioned(row["timings_json"]),
-        extra=load_versioned(row["extra_json"]),
+        extra=load_versioned(row["extra_json"]), hw_server=row["hw_server"],
+        hw_gtid_position=row["hw_gtid_position"],
     )
 
 
@@ -260,7 +267,8 @@ def table_view_of(table: str, latest: int | None, committed: int | None,
         generations.append(GenerationView(
             generation=generation,
             fully_committed=bool(states) and all(s.committed for s in states),
-            chunks=tuple(StreamChunk(s.chunk_id, s.start_key, s.end_key, s.effective_hw, s.hw, s.status)
+            chunks=tuple(StreamChunk(s.chunk_id, s.start_key, s.end_key, s.effective_hw, s.hw, s.status,
+                                     s.hw_server, s.hw_gtid_position)
                          for s in states),
         ))
     committed_hws = [c.committed_hw for g in generations for c in g.chunks if c.committed_hw is not None]

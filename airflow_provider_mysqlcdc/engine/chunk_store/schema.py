@@ -12,7 +12,8 @@ from airflow_provider_mysqlcdc.engine.chunk_store.errors import ChunkStoreVersio
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 1: the first release; 2: table membership (removed_*, added_generation)
+SCHEMA_VERSION = 3  # 1: the first release; 2: table membership (removed_*, added_generation);
+# 3: the server of each chunk HW (hw_server, hw_gtid_position) and the stream claims of server_id ranges
 JSON_VERSION = 1  # "v" of the store's own JSON columns (timings_json, extra_json)
 PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed"
 STATUSES = (PLANNED, RUNNING, COMMITTED, FAILED)
@@ -52,14 +53,6 @@ tables_table = sa.Table(
     sa.Column("added_generation", sa.Integer, nullable=True),  # first generation of the current membership
     **_MYSQL_OPTS,
 )
-# Columns later schema versions added to existing tables: (version, table, column), applied in order.
-_ADDED_COLUMNS = (
-    (2, tables_table, tables_table.c.removed_at),
-    (2, tables_table, tables_table.c.removed_run_id),
-    (2, tables_table, tables_table.c.removed_reason),
-    (2, tables_table, tables_table.c.added_generation),
-)
-
 plans_table = sa.Table(
     "mysqlcdc_plans", metadata,
     sa.Column("table_name", _NAME, primary_key=True),
@@ -100,7 +93,21 @@ chunks_table = sa.Table(
     sa.Column("committed_run_id", _RUN_ID, nullable=True),
     sa.Column("timings_json", sa.Text, nullable=True),  # {"v": 1, "read_s": ..., ...}
     sa.Column("extra_json", sa.Text, nullable=True),  # {"v": 1, ...}: watermark mode, GTID, ...
+    # schema version 3: whose binlog the HW names (engine/source/identity.py; NULL: written by an earlier
+    # release, taken to be the stream's server) and, where the server has one, the GTID position at the HW
+    sa.Column("hw_server", _SHORT, nullable=True),
+    sa.Column("hw_gtid_position", sa.Text, nullable=True),
     **_MYSQL_OPTS,
+)
+
+# Columns later schema versions added to existing tables: (version, table, column), applied in order.
+_ADDED_COLUMNS = (
+    (2, tables_table, tables_table.c.removed_at),
+    (2, tables_table, tables_table.c.removed_run_id),
+    (2, tables_table, tables_table.c.removed_reason),
+    (2, tables_table, tables_table.c.added_generation),
+    (3, chunks_table, chunks_table.c.hw_server),
+    (3, chunks_table, chunks_table.c.hw_gtid_position),
 )
 
 history_table = sa.Table(
@@ -119,6 +126,21 @@ history_table = sa.Table(
     sa.Column("output_version", _SHORT, nullable=True),
     sa.Column("detail", sa.Text, nullable=True),  # error text, or a reason
     sa.Index("ix_mysqlcdc_chunk_history_chunk", "table_name", "chunk_id", "generation"),
+    **_MYSQL_OPTS,
+)
+
+# schema version 3: which stream holds which server_id range on which MySQL server (engine/stream/
+# server_id_claims.py). The claim itself is a set of GET_LOCKs on that server; a row only names its holder.
+stream_claims_table = sa.Table(
+    "mysqlcdc_stream_claims", metadata,
+    sa.Column("checkpoint_key", sa.String(64), primary_key=True),  # sha256 of the checkpoint (any length)
+    sa.Column("checkpoint", sa.Text, nullable=False),
+    sa.Column("server", _SHORT, nullable=False),  # the MySQL server's identity token
+    sa.Column("connection_id", sa.BigInteger, nullable=False),  # the session holding the GET_LOCKs
+    sa.Column("low_id", sa.BigInteger, nullable=False),
+    sa.Column("high_id", sa.BigInteger, nullable=False),
+    sa.Column("holder", sa.Text, nullable=False),  # user@host pid
+    sa.Column("claimed_at", _TS, nullable=False),
     **_MYSQL_OPTS,
 )
 

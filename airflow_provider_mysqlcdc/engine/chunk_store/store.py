@@ -21,13 +21,20 @@ What each chunk row carries, and who reads it:
   snapshot covers it.
 * the *latest attempt* -- ``status`` ('planned' | 'running' | 'committed' | 'failed'), ``attempts``,
   ``started_at``, ``finished_at``, ``run_id``, ``error``: what on-call engineers look at.
+* ``hw_server``, ``hw_gtid_position`` -- whose binlog LW and HW name (the server the chunk was read from) and
+  the GTID position at HW there: a stream refuses to start from HWs of another server (NULL in rows of an
+  earlier release: taken to be the stream's server).
+
+``mysqlcdc_stream_claims`` names the stream (checkpoint) that holds a server_id range on a MySQL server
+(``engine/stream/server_id_claims.py``), so that a second stream on an overlapping range can say whose it is.
 
 Chunk bounds (``start_key``/``end_key``) and the plan (``plan_json``) are opaque JSON text produced by the
 planner and its key codec, which version their own formats; the store never interprets them. The store's own
 JSON columns (``timings_json``, ``extra_json``) carry ``"v": 1``. The schema carries a version in
 ``mysqlcdc_meta``: a store written by a newer release is refused with a clear error, and an older store is
 migrated in place when it is opened (version 1 -> 2: the membership columns of ``mysqlcdc_tables``, NULL for
-existing rows, which means "in the pipeline, every generation counts").
+existing rows, which means "in the pipeline, every generation counts"; 2 -> 3: ``hw_server`` and
+``hw_gtid_position`` of ``mysqlcdc_chunks``, NULL for existing rows, and the ``mysqlcdc_stream_claims`` table).
 
 Concurrency: every write is one short transaction (SQLite: WAL, ``BEGIN IMMEDIATE`` and a busy timeout;
 MySQL/PostgreSQL: row locks), so Spark and Airflow tasks in several processes may commit different chunks at
@@ -44,11 +51,12 @@ missing database or table) fail at once.
 from __future__ import annotations
 
 from airflow_provider_mysqlcdc.engine.chunk_store.attempts import ChunkAttempts
+from airflow_provider_mysqlcdc.engine.chunk_store.claims import StreamClaims
 from airflow_provider_mysqlcdc.engine.chunk_store.plans import PlanStore
 from airflow_provider_mysqlcdc.engine.chunk_store.views import StoreViews
 
 
-class ChunkStore(PlanStore, ChunkAttempts, StoreViews):
+class ChunkStore(PlanStore, ChunkAttempts, StoreViews, StreamClaims):
     """Plans and chunk results in a SQL database. Thread-safe; one instance per process is enough.
 
     ``url``: ``sqlite:///path/chunks.db`` (or just a path), ``mysql+pymysql://user:pw@host/db``,

@@ -72,17 +72,24 @@ def format_chunk_ids(ids: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+MAX_CHUNK_IDS = 1_000_000  # ids one spec may name: "0-99999999999" must fail, not fill the memory
+
+
 def parse_chunk_ids(text: str) -> tuple[int, ...]:
-    """``"3,7"`` or ``"0-2,5"`` -> sorted unique chunk ids."""
+    """``"3,7"`` or ``"0-2,5"`` -> sorted unique chunk ids (at most ``MAX_CHUNK_IDS``)."""
     ids: set[int] = set()
     for part in split_commas(text):
         low, sep, high = part.partition("-")
         try:
+            if not (low.strip().isascii() and (high.strip().isascii() or not sep)):
+                raise ValueError(part)
             first, last = int(low), int(high) if sep else int(low)
         except ValueError:
             raise ConfigurationError(f"chunk ids must look like 3,7 or 0-15, got {text!r}") from None
         if first < 0 or last < first:
             raise ConfigurationError(f"invalid chunk id range {part!r} in {text!r}")
+        if len(ids) + (last - first + 1) > MAX_CHUNK_IDS:
+            raise ConfigurationError(f"chunk ids {text!r} name more than {MAX_CHUNK_IDS:,} chunks")
         ids.update(range(first, last + 1))
     if not ids:
         raise ConfigurationError(f"no chunk ids in {text!r}")

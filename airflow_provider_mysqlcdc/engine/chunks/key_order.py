@@ -14,6 +14,7 @@ belongs to the first chunk.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import struct
 import uuid
@@ -32,6 +33,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import DECIMAL_TYPES, INTEGER
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk
 
+log = logging.getLogger(__name__)
 
 ConnFactory = Callable[[], pymysql.connections.Connection]
 SortKey = tuple[tuple[Any, ...], ...]
@@ -341,7 +343,8 @@ class KeyOrder:
         return self._conn
 
     def _query_row(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
-        """One row; a dropped connection is reopened once (long-running streams outlive idle timeouts)."""
+        """One row; a dropped connection is reopened once (long-running streams outlive idle timeouts; a
+        silent network path ends in the session's read timeout)."""
         for attempt in (0, 1):
             try:
                 with self._connection().cursor() as cur:
@@ -353,6 +356,8 @@ class KeyOrder:
                 code = exc.args[0] if exc.args else None
                 if attempt or code not in (2006, 2013, 2055):
                     raise
+                log.warning("%s: the sort-key session was lost (%s); opening a new one", self.schema.table,
+                            exc.args[-1])
                 self.close()
         raise AssertionError("unreachable")
 

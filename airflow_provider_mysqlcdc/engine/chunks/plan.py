@@ -65,6 +65,8 @@ class ChunkPlan:
     # How the lake writes zero dates of this table (``values.ZERO_DATE_MODES``): read by the snapshot and the
     # stream alike, so their files agree.
     zero_dates: str = "keep"
+    # Whose binlog ``planned_at`` names (``ServerIdentity.token``); None for plans made before it was recorded.
+    planned_on: str | None = None
 
     def chunk(self, chunk_id: int) -> Chunk:
         for c in self.chunks:
@@ -85,6 +87,7 @@ class ChunkPlan:
             "chunks": [c.to_dict() for c in self.chunks],
             **({"planned_at": self.planned_at.to_dict()} if self.planned_at is not None else {}),
             **({"zero_dates": self.zero_dates} if self.zero_dates != "keep" else {}),
+            **({"planned_on": self.planned_on} if self.planned_on is not None else {}),
         }
 
     @classmethod
@@ -106,6 +109,7 @@ class ChunkPlan:
             row_estimate=int(data["row_estimate"]),
             planned_at=BinlogPosition.from_dict(data["planned_at"]) if data.get("planned_at") else None,
             zero_dates=str(data.get("zero_dates") or "keep"),
+            planned_on=str(data["planned_on"]) if data.get("planned_on") else None,
         )
 
 

@@ -27,6 +27,7 @@ from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.identity import ServerIdentity
 from airflow_provider_mysqlcdc.engine.source.limits import is_query_timeout
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
@@ -86,8 +87,10 @@ def plan_table(
         )
     conn = conn_factory()
     try:
-        status = current_binlog_status(conn, server_info(conn))
+        info = server_info(conn)
+        status = current_binlog_status(conn, info)
         planned_at = BinlogPosition(status.file, status.position)
+        planned_on = ServerIdentity.of(info).token  # whose binlog planned_at names
         schema = load_schema(conn, table)
         key_columns = choose_chunk_key(schema, chunk_key)
         columns = [schema.column(c) for c in key_columns]
@@ -114,6 +117,7 @@ def plan_table(
         row_estimate=rows,
         planned_at=planned_at,
         zero_dates=zero_dates,
+        planned_on=planned_on,
     )
 
 

@@ -6,6 +6,10 @@ them. The test suite's own variables (``MYSQLCDC_TEST_*``, ``MYSQLCDC_BINLOG_TOO
 """
 from __future__ import annotations
 
+import os
+
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+
 # The source server's URL without its password (mysql://user@host:port[?...]): the CLI's --mysql-url default.
 MYSQL_URL_ENV = "MYSQLCDC_MYSQL_URL"
 # The source server's password, wherever a MySQL URL comes without one (driver and executors).
@@ -14,5 +18,20 @@ MYSQL_PASSWORD_ENV = "MYSQLCDC_MYSQL_PASSWORD"
 CHUNK_STORE_URL_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 # Seconds a chunk store call keeps retrying while the store is unreachable (default 300; 0: fail at once).
 CHUNK_STORE_OUTAGE_ENV = "MYSQLCDC_CHUNK_STORE_OUTAGE_S"
+# Seconds a chunk store session waits for any one reply before it is dropped as dead (default 60).
+CHUNK_STORE_READ_TIMEOUT_ENV = "MYSQLCDC_CHUNK_STORE_READ_TIMEOUT_S"
 # The Spark master of ``mysqlcdc stream`` (default local[*]).
 SPARK_MASTER_ENV = "MYSQLCDC_SPARK_MASTER"
+
+
+def seconds_from_env(name: str, given: float | None, default: float, what: str) -> float:
+    """``given`` if set, else the seconds in ``$name``, else ``default`` (callers check the range)."""
+    if given is not None:
+        return float(given)
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{name}={raw!r}: give {what} in seconds") from None

@@ -89,8 +89,14 @@ class StreamLock:
         self.owner: LockOwner | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._also_release: list[Callable[[], None]] = []
 
     # -- public --
+
+    def release_with(self, release: Callable[[], None]) -> None:
+        """Call ``release`` when this lock is released: what the stream holds for as long as it holds the lock
+        (its server_id range claim) goes with it, on every path that ends the stream."""
+        self._also_release.append(release)
 
     def acquire(self, *, break_lock: bool = False) -> LockOwner:
         current = self.read()
@@ -128,6 +134,11 @@ class StreamLock:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        while self._also_release:
+            try:
+                self._also_release.pop()()
+            except Exception as exc:  # noqa: BLE001 - the lock itself must still be released
+                log.warning("releasing what the stream held with its lock failed: %s", exc)
         if self.owner is None:
             return
         current = self.read()

@@ -40,6 +40,7 @@ from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.hw_server import hw_server
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
     open_consistent_snapshot,
@@ -112,6 +113,8 @@ class ChunkReadResult:
     high_watermark: BinlogPosition | None = None
     backfill_events: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    hw_server: str | None = None  # whose binlog the watermarks name (``ServerIdentity.token``)
+    hw_gtid_position: str | None = None  # the GTID position at the HW on that server (MariaDB)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +127,8 @@ class ChunkReadResult:
             "high_watermark": str(self.high_watermark) if self.high_watermark else None,
             "backfill_events": self.backfill_events,
             "timings": dict(self.timings),
+            "hw_server": self.hw_server,
+            "hw_gtid_position": self.hw_gtid_position,
         }
 
 
@@ -201,6 +206,9 @@ class ChunkRead:
                     yield from self._read_consistent(conn, waited)
                 else:
                     yield from self._read_with_watermarks(conn, info, waited)
+                assert self.result.high_watermark is not None
+                server = hw_server(conn, info, self.result.high_watermark)  # the session that fixed the HW
+                self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
         finally:
             conn.close()
         self.result.timings["total_s"] = time.monotonic() - started

@@ -173,5 +173,6 @@ def snapshot_chunk(
     store.commit_chunk(
         table, plan.generation, chunk_id, rows=result.rows, lw=result.low_watermark, hw=result.high_watermark,
         output_version=output_version, run_id=run_id, timings=result.timings, attempt=state.attempts,
+        hw_server=result.hw_server, hw_gtid_position=result.hw_gtid_position,
     )
     return result

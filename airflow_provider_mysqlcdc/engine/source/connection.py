@@ -2,6 +2,7 @@
 
 The password may come from the URL or from the ``MYSQLCDC_MYSQL_PASSWORD`` environment variable, so that
 command lines (``spark-submit``, ``ps``) never need to carry it. It never appears in ``repr``, logs or errors.
+Every session waits at most ``read_timeout`` seconds for each read and write (``read_timeouts.py``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import (
     ConnectionFailed,
     ServerUnavailable,
 )
+from airflow_provider_mysqlcdc.engine.source.read_timeouts import DEFAULT_READ_TIMEOUT_S, BoundedReads
 
 # Client error codes of a server that cannot be reached now: can't connect, unknown host, gone away, lost.
 UNREACHABLE_ERRORS = frozenset({2003, 2005, 2006, 2013})
@@ -28,7 +30,8 @@ LOST_CONNECTION_ERRORS = frozenset({2013, 2006, 1927, 1053})
 DEFAULT_SERVER_ID_RANGE = (5400, 5499)
 
 _SSL_KEYS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key"}
-_KNOWN_QUERY_KEYS = set(_SSL_KEYS) | {"ssl", "ssl_verify", "charset", "server_id", "connect_timeout"}
+_KNOWN_QUERY_KEYS = set(_SSL_KEYS) | {"ssl", "ssl_verify", "charset", "server_id", "connect_timeout",
+                                     "read_timeout"}
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,13 @@ class MySQLSettings:
     ssl: dict[str, Any] | None = None
     server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE
     connect_timeout: int = 10
+    read_timeout: float = DEFAULT_READ_TIMEOUT_S  # seconds each read or write of a session may wait
+
+    def __post_init__(self) -> None:
+        if not 0 < self.read_timeout < float("inf"):  # also NaN
+            raise ConfigurationError(
+                f"MySQL read_timeout must be a positive number of seconds, got {self.read_timeout!r}"
+            )
 
     @classmethod
     def from_url(cls, url: str, password: str | None = None) -> "MySQLSettings":
@@ -82,6 +92,7 @@ class MySQLSettings:
             ssl=_ssl_options(query),
             server_id_range=parse_server_id_range(query.get("server_id")),
             connect_timeout=int(query.get("connect_timeout", 10)),
+            read_timeout=parse_read_timeout(query.get("read_timeout")),
         )
 
     def redacted_url(self) -> str:
@@ -107,6 +118,8 @@ class MySQLSettings:
             query["server_id"] = "{}-{}".format(*self.server_id_range)
         if self.connect_timeout != 10:
             query["connect_timeout"] = str(self.connect_timeout)
+        if self.read_timeout != DEFAULT_READ_TIMEOUT_S:
+            query["read_timeout"] = f"{self.read_timeout:g}"
         base = self.redacted_url()
         return f"{base}?{urlencode(query)}" if query else base
 
@@ -121,6 +134,8 @@ class MySQLSettings:
             password=self.password,
             charset=self.charset,
             connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            write_timeout=self.read_timeout,
             autocommit=True,
             init_command="SET time_zone = '+00:00'",
         )
@@ -133,7 +148,8 @@ class MySQLSettings:
     def replication_kwargs(self) -> dict[str, Any]:
         """Connection settings for mysql-replication's ``BinLogStreamReader``."""
         kwargs: dict[str, Any] = dict(
-            host=self.host, port=self.port, user=self.user, passwd=self.password, charset=self.charset
+            host=self.host, port=self.port, user=self.user, passwd=self.password, charset=self.charset,
+            read_timeout=self.read_timeout, write_timeout=self.read_timeout,
         )
         if self.ssl is not None:
             kwargs["ssl"] = self.ssl
@@ -147,6 +163,16 @@ def _ssl_options(query: dict[str, str]) -> dict[str, Any] | None:
         return None
     opts["check_hostname"] = query.get("ssl_verify", "true").lower() not in ("0", "false", "off")
     return opts
+
+
+def parse_read_timeout(value: str | float | None) -> float:
+    """``read_timeout`` of a MySQL URL (or connection extra): positive seconds; default 900."""
+    if value in (None, ""):
+        return DEFAULT_READ_TIMEOUT_S
+    try:
+        return float(value)  # MySQLSettings checks that it is positive
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"MySQL read_timeout must be a number of seconds, got {value!r}") from None
 
 
 def parse_server_id_range(value: str | None) -> tuple[int, int]:
@@ -165,8 +191,9 @@ def parse_server_id_range(value: str | None) -> tuple[int, int]:
     return lo, hi
 
 
-class Connection(pymysql.connections.Connection):
-    """A pymysql connection that builds each TLS context once per process, not once per connection.
+class Connection(BoundedReads, pymysql.connections.Connection):
+    """A pymysql connection whose reads are bounded (``read_timeouts.py``) and that builds each TLS context
+    once per process, not once per connection.
 
     pymysql 1.2 tries TLS on every connection ("preferred" mode when no SSL option is set) and builds a fresh
     context for it, loading the system CA store: 30-60 ms per connection, and the engine opens many. A context

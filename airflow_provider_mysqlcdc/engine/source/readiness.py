@@ -11,7 +11,7 @@ from typing import Literal
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.connection import Connection, MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.server import (
     BinlogStatus,
     ServerInfo,
@@ -280,6 +280,7 @@ def _check_replication_slave(settings: MySQLSettings, binlog: BinlogStatus | Non
         log_pos=binlog.position,
         resume_stream=True,
         blocking=False,
+        pymysql_wrapper=Connection,  # bounded reads and keepalive, as every session of ours
     )
     try:
         reader.fetchone()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
 import pymysql
@@ -37,7 +36,11 @@ from airflow_provider_mysqlcdc.engine.binlog.gtid import (
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import file_number
-from airflow_provider_mysqlcdc.engine.source.server import detect_flavor
+from airflow_provider_mysqlcdc.engine.source.identity import (  # noqa: F401 - server_identity: re-exported
+    ServerIdentity,
+    describe_token,
+    server_identity,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.chunk_store import TableView
@@ -47,60 +50,6 @@ log = logging.getLogger(__name__)
 
 class ServerChanged(CdcError):
     """The stream's offset names another server's binlog, and it cannot move to this one."""
-
-
-@dataclass(frozen=True)
-class ServerIdentity:
-    """Who answers on a connection: what makes its binlog positions its own."""
-
-    flavor: str
-    server_id: int
-    server_uuid: str | None  # Oracle MySQL (auto.cnf); MariaDB has none
-    gtid_domain_id: int | None  # MariaDB (informational: the domain its own transactions get)
-    where: str  # host:port as the stream reaches it (for messages)
-
-    @property
-    def token(self) -> str:
-        """What an offset records: ``mariadb:11`` or ``mysql:11:<server_uuid>``."""
-        text = f"{self.flavor}:{self.server_id}"
-        return f"{text}:{self.server_uuid}" if self.server_uuid else text
-
-    def same_server(self, token: str) -> bool:
-        flavor, server_id, uuid = _parse_token(token)
-        if flavor != self.flavor:
-            return False
-        if uuid and self.server_uuid:
-            return uuid == self.server_uuid
-        return server_id == self.server_id
-
-    def describe(self) -> str:
-        return describe_token(self.token)
-
-
-def describe_token(token: str) -> str:
-    flavor, server_id, uuid = _parse_token(token)
-    text = f"server_id {server_id}"
-    return f"{text}, server_uuid {uuid}" if uuid else text
-
-
-def _parse_token(token: str) -> tuple[str, int | None, str | None]:
-    flavor, _, rest = token.partition(":")
-    server_id, _, uuid = rest.partition(":")
-    return flavor, int(server_id) if server_id.isdigit() else None, uuid or None
-
-
-def server_identity(conn: pymysql.connections.Connection) -> ServerIdentity:
-    """Two short queries: cheap enough for every batch (the server behind a URL can change at any time)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@version, @@version_comment, @@server_id")
-        version, comment, server_id = cur.fetchone()
-        flavor = detect_flavor(str(version), str(comment or ""))
-        cur.execute("SELECT @@gtid_domain_id" if flavor == "mariadb" else "SELECT @@server_uuid")
-        (extra,) = cur.fetchone()
-    where = f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
-    if flavor == "mariadb":
-        return ServerIdentity(flavor, int(server_id), None, int(extra), where)
-    return ServerIdentity(flavor, int(server_id), str(extra) if extra else None, None, where)
 
 
 def resolve_offset(
@@ -116,7 +65,7 @@ def resolve_offset(
     if offset.server is None:  # the first offset (chunk HWs, a startup offset) or one from an older release
         return stamp_offset(conn, offset, identity)
     if identity.same_server(offset.server):
-        mismatch = _history_mismatch(conn, offset, identity)
+        mismatch = history_mismatch(conn, offset, identity)
         if mismatch is None:
             return offset
         reason = f"{identity.describe()} as before, but {mismatch}"
@@ -213,7 +162,7 @@ def tables_before_failover_point(offset: BinlogOffset, views: Mapping[str, "Tabl
     return blocked
 
 
-def _history_mismatch(
+def history_mismatch(
     conn: pymysql.connections.Connection, offset: BinlogOffset, identity: ServerIdentity
 ) -> str | None:
     """Why this server's binlog at the offset is not the one the stream read (None: it is, or cannot tell).

@@ -79,8 +79,11 @@ def chunk_id_frame(spark: SparkSession, chunk_ids: tuple[int, ...]) -> DataFrame
 
 
 def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: Progress | None = None,
-                    raise_on_failure: bool = True) -> ChunkGroupResult:
-    """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job."""
+                    raise_on_failure: bool = True, job_group: str | None = None) -> ChunkGroupResult:
+    """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job.
+
+    ``job_group``: the Spark job group to run it in (``cancelJobGroup`` then stops it; its chunks are
+    recorded failed)."""
     ensure_no_speculation(spark)
     ensure_writable(options.output)  # before any chunk starts: an unusable output must not cost a read
     register_data_source(spark, SnapshotDataSource)
@@ -95,7 +98,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
         label = group_label(table, generation, job.chunk_ids)
         say(f"snapshot {label}: {len(job.chunk_ids)} chunk(s) started")
         error: str | None = None
-        group = f"mysqlcdc-snapshot-{uuid.uuid4().hex[:12]}"
+        group = job_group or f"mysqlcdc-snapshot-{uuid.uuid4().hex[:12]}"
         sc = spark.sparkContext
         sc.setJobGroup(group, f"mysqlcdc snapshot {label}", interruptOnCancel=True)
         watcher = _ProgressWatcher(spark, group, len(job.chunk_ids), label, say)

@@ -70,6 +70,8 @@ class WrittenChunk:
     mode: str
     backfill_events: int
     timings: dict[str, float] = field(default_factory=dict)
+    hw_server: str | None = None  # whose binlog lw/hw name (``ServerIdentity.token``)
+    hw_gtid_position: str | None = None
 
 
 @dataclass
@@ -103,6 +105,7 @@ def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int) -> WrittenChunk:
         chunk_id=chunk_id, attempt=options.attempts.get(chunk_id), rows=rows_written,
         lw=str(result.low_watermark), hw=str(result.high_watermark), directory=directory, files=files,
         bytes=size, mode=result.mode, backfill_events=result.backfill_events, timings=timings,
+        hw_server=result.hw_server, hw_gtid_position=result.hw_gtid_position,
     )
 
 
@@ -272,7 +275,7 @@ def commit_written_chunk(store: ChunkStore, job: ChunkGroupJob, chunk: WrittenCh
                 options.table, job.plan.generation, chunk.chunk_id, rows=chunk.rows,
                 lw=BinlogPosition.parse(chunk.lw), hw=BinlogPosition.parse(chunk.hw),
                 output_version=chunk.directory, run_id=options.run_id, timings=chunk.timings, extra=extra,
-                attempt=chunk.attempt,
+                attempt=chunk.attempt, hw_server=chunk.hw_server, hw_gtid_position=chunk.hw_gtid_position,
                 in_transaction=lambda conn, _state: publish_snapshot_manifest(conn, options.output, job.plan.table),
             )
             return

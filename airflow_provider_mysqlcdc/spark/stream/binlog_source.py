@@ -12,7 +12,13 @@ Parallel catch-up: a batch far behind the binlog end (at least twice ``catchup_p
 transaction boundaries into up to ``catchup_partitions`` contiguous ranges, decoded by as many tasks at once,
 each a reader of its own ``server_id``. Every change keeps its binlog ``_position`` and the sink names files
 by partition, so the batch's output is the same, in the same order, as one reader's; the batch's offsets do
-not change, so resume stays exact. Once caught up, batches are small and read by one partition again.
+not change, so resume stays exact. Once caught up, batches are small and read by one partition again. A
+failover while a batch is read moves the batch as a whole, on the restart
+(``engine/stream/batch_failover.py``).
+
+The source keeps no position of its own (no ``commit``): Spark commits a batch to a source only when it plans
+the next one, a batch behind the sink. Where the stream stands is what the sink committed (``status`` reads
+its markers and ``_mysqlcdc_stream_progress.json``).
 
 Options (all strings; none of them is secret):
 
@@ -33,7 +39,6 @@ Options (all strings; none of them is secret):
 ``read_timeout``        seconds a batch read may take (default 600)
 ``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
                         fails (default 300); a part of a read cut by it is run again from its start
-``checkpoint``          where the stream writes its committed position (``mysqlcdc/stream_position.json``)
 ``starting_offset``     a new checkpoint's first offset (JSON of a ``BinlogOffset``; startup modes that take no
                         snapshot); without it, the smallest chunk HW
 
@@ -47,10 +52,8 @@ import dataclasses
 import json
 import logging
 import os
-import posixpath
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -90,7 +93,6 @@ DEFAULT_MAX_BYTES_PER_BATCH = 64 * 1024 * 1024
 DEFAULT_READ_TIMEOUT = 600.0
 DEFAULT_CATCHUP_PARTITION_BYTES = 4 * 1024 * 1024
 ROWS_PER_READ = 100_000  # row images a partition holds at once (about 100 MB of Python objects)
-POSITION_FILE = "mysqlcdc/stream_position.json"
 DRIVER_READ_TIMEOUT_S = 120.0  # the driver's MySQL session: a silent network is an outage after this long
 
 
@@ -110,7 +112,6 @@ class BinlogSourceOptions:
     rows_per_read: int = ROWS_PER_READ
     read_timeout: float = DEFAULT_READ_TIMEOUT
     reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT_S
-    checkpoint: str | None = None
     starting_offset: BinlogOffset | None = None
 
     def __post_init__(self) -> None:
@@ -174,7 +175,6 @@ class BinlogSourceOptions:
                 rows_per_read=int(get("rows_per_read") or ROWS_PER_READ),
                 read_timeout=float(get("read_timeout") or DEFAULT_READ_TIMEOUT),
                 reconnect_timeout=float(get("reconnect_timeout") or DEFAULT_RECONNECT_TIMEOUT_S),
-                checkpoint=get("checkpoint"),
                 starting_offset=_offset_option(get("starting_offset")),
             )
         except ValueError as exc:
@@ -196,8 +196,6 @@ class BinlogSourceOptions:
         }
         if self.password_file:
             options["password_file"] = self.password_file
-        if self.checkpoint:
-            options["checkpoint"] = self.checkpoint
         if self.starting_offset is not None:
             options["starting_offset"] = json.dumps(self.starting_offset.to_dict())
         return options
@@ -226,6 +224,7 @@ class BinlogPartition(InputPartition):
     end: dict
     index: int = 0
     count: int = 1
+    batch_start: dict | None = None  # the batch's first offset (what a restart after a failover resumes from)
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, (self.start, self.end))
@@ -283,7 +282,9 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             # Only short statements run here (binlog status, pages of SHOW BINLOG EVENTS): a reply that takes
             # minutes means a dead network path, which would otherwise hang the stream without an error.
             self._conn = connect(self.settings().with_database(None), read_timeout=DRIVER_READ_TIMEOUT_S,
-                                 write_timeout=DRIVER_READ_TIMEOUT_S)
+                                 write_timeout=DRIVER_READ_TIMEOUT_S,
+                                 timeout_setting="the stream driver's fixed session budget; the session is "
+                                 "replaced and an outage waited out for reconnect_timeout")
         else:
             self._conn.ping(reconnect=True)
         return self._conn
@@ -426,7 +427,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         if count > 1:
             log.info("batch %s -> %s: %d partitions read in parallel", bounds[0], bounds[-1], count)
         return [
-            BinlogPartition(a.to_dict(), b.to_dict(), index=i, count=count)
+            BinlogPartition(a.to_dict(), b.to_dict(), index=i, count=count, batch_start=bounds[0].to_dict())
             for i, (a, b) in enumerate(zip(bounds, bounds[1:]))
         ]
 
@@ -450,16 +451,6 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         marks, total = known
         return cut_points(marks, total, partitions=partitions, min_bytes=self.config.catchup_partition_bytes)
 
-    def commit(self, end: dict) -> None:
-        """Spark finished every batch up to ``end``: record the stream's position for ``status``."""
-        if self.config.checkpoint:
-            from airflow_provider_mysqlcdc.engine.lake.layout import write_json_atomic
-
-            write_json_atomic(
-                posixpath.join(self.config.checkpoint.rstrip("/"), POSITION_FILE),
-                {"offset": end, "committed_at": datetime.now(timezone.utc).isoformat()},
-            )
-
     def stop(self) -> None:
         if self._conn is not None:
             try:
@@ -473,6 +464,11 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
     def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
         from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id, claimed_server_id
         from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+        from airflow_provider_mysqlcdc.engine.stream.batch_failover import (
+            failover_during_batch,
+            server_changed,
+            server_changed_after_error,
+        )
         from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
         from airflow_provider_mysqlcdc.engine.stream.transport import range_batch, stream_batches
 
@@ -485,12 +481,24 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         settings = self.settings()
         captured: list[TableId] = []  # fixed at the partition's first read
 
+        def failover(planned_on: str | None, now: Any) -> Exception:
+            """The error of a read that may not move to the server the URL reaches ``now``."""
+            batch_start = partition.batch_start or (partition.start if partition.index == 0 else None)
+            return failover_during_batch(
+                where=f"{settings.host}:{settings.port}", planned_on=planned_on or "?", now=now,
+                batch_id=_batch_id(), part=(start, end), partition=(partition.index, partition.count),
+                batch_start=BinlogOffset.from_dict(batch_start) if batch_start else None,
+            )
+
         def read_range(begin: BinlogOffset) -> Any:
             # Nothing of a part is yielded before the part is read, so a part cut by an outage runs again.
             with ChunkStore(self.config.chunk_store) as store:
                 # The server behind the URL may have changed since the driver planned the batch (a failover
-                # behind a virtual IP): the range is resolved again on the server this read talks to.
-                first, last = _on_server_read(settings, store, self.config.tables, begin, end)
+                # behind a virtual IP): a batch read by this task alone that has handed on nothing yet moves
+                # to it by GTID position; any other read stops (engine/stream/batch_failover.py).
+                movable = partition.count == 1 and begin == start
+                first, last = _on_server_read(settings, store, self.config.tables, begin, end,
+                                              movable=movable, failover=failover)
                 with contextlib.ExitStack() as claims:
                     # The stream's own slot reads the first partition; the others of a parallel batch claim
                     # free ids (two readers with one server_id make the server drop one of them).
@@ -509,9 +517,18 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
                             first, last.position, max_rows=self.config.rows_per_read,
                             timeout=self.config.read_timeout, file_number_base=last.file_number_base,
                         )
-                        return first, last, batch, {str(t): s for t, s in stream.schemas.items()}
+                    except Exception as exc:
+                        # the binlog dump has a connection of its own: it may have reached the new server
+                        now = server_changed_after_error(settings, first.server)
+                        if now is not None:
+                            raise failover(first.server, now) from exc
+                        raise
                     finally:
                         stream.close()
+                    now = server_changed(settings, first.server)  # (unreachable: the part is read again)
+                    if now is not None:
+                        raise failover(first.server, now)
+                    return first, last, batch, {str(t): s for t, s in stream.schemas.items()}
 
         # The range is read in parts of at most rows_per_read row images, each yielded before the next is
         # read: a partition's memory does not grow with its range. Each part resumes exactly where the last
@@ -550,6 +567,14 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         yield range_batch(first.to_dict(), last.to_dict())
 
 
+def _batch_id() -> str | None:
+    """The micro-batch a read task belongs to (Spark passes it to tasks as a local property)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.getLocalProperty("streaming.sql.batchId") if context is not None else None
+
+
 def captured_tables(store: Any, configured: Sequence[TableId]) -> list[TableId]:
     """The tables a batch captures: the stream's own, and every table planned into its chunk store since (the
     pipeline's registry), less those removed from the pipeline.
@@ -563,10 +588,12 @@ def captured_tables(store: Any, configured: Sequence[TableId]) -> list[TableId]:
 
 
 def _on_server_read(
-    settings: MySQLSettings, store: Any, tables: Sequence[TableId], start: BinlogOffset, end: BinlogOffset
+    settings: MySQLSettings, store: Any, tables: Sequence[TableId], start: BinlogOffset, end: BinlogOffset,
+    *, movable: bool, failover: Callable[[str | None, Any], Exception],
 ) -> tuple[BinlogOffset, BinlogOffset]:
     """A batch's range as offsets of the server a read reaches (``engine.stream.failover.resolve_offset``): the
-    planned range as it is on the server the driver planned it on, else moved there by GTID position."""
+    planned range as it is on the server the driver planned it on, else (``movable``) moved there by GTID
+    position; a range that may not move raises ``failover(planned_on, now)``."""
     from airflow_provider_mysqlcdc.engine.stream.failover import resolve_offset, server_identity
 
     def views() -> Any:
@@ -574,6 +601,8 @@ def _on_server_read(
 
     with connect(settings.with_database(None)) as conn:
         identity = server_identity(conn)
+        if not movable and start.server is not None and not identity.same_server(start.server):
+            raise failover(start.server, identity)
         return (
             resolve_offset(conn, start, identity, views),
             resolve_offset(conn, end, identity, views),

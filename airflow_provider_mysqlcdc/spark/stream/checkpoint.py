@@ -1,5 +1,10 @@
 """What the stream keeps in its checkpoint besides Spark's own files: its identity (the output root belongs to
-one stream) and where a new checkpoint's stream begins (its startup mode, resolved once)."""
+one stream) and where a new checkpoint's stream begins (its startup mode, resolved once).
+
+Where the stream stands is not kept here: ``status`` reads the sink's own record in the output (batch markers,
+``_mysqlcdc_stream_progress.json``), the batches consumers can read. Earlier releases also wrote
+``mysqlcdc/stream_position.json`` when Spark committed a batch to the source, one batch behind the sink; a
+start removes that file (it still tells a checkpoint without ``startup.json`` that it has streamed)."""
 
 from __future__ import annotations
 
@@ -9,19 +14,26 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+import pyarrow.fs as pafs
+
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.lake.layout import read_json, stream_owner_path, write_json_atomic
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    filesystem,
+    read_json,
+    stream_owner_path,
+    write_json_atomic,
+)
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.stream.snapshot_server import snapshot_start
 from airflow_provider_mysqlcdc.engine.stream.startup import StartupMode, resolve_start
-from airflow_provider_mysqlcdc.spark.stream.binlog_source import POSITION_FILE
 
 log = logging.getLogger(__name__)
 
 STREAM_ID_FILE = "mysqlcdc/stream_id.json"  # in the checkpoint: this stream's identity
 STARTUP_FILE = "mysqlcdc/startup.json"  # in the checkpoint: its startup mode and resolved start
+LEGACY_POSITION_FILE = "mysqlcdc/stream_position.json"  # written by earlier releases; removed at start
 
 
 def claim_output(checkpoint: str, output: str, startup: dict[str, Any] | None = None) -> str:
@@ -59,26 +71,50 @@ def startup_offset(
 
     ``initial``: the chunks' smallest HW when the stream first starts. Spark does not keep a stream's first
     start in its checkpoint (it asks the source again), and a chunk rerun or a new plan may raise the smallest
-    HW meanwhile: changes of the other chunks in between would then be skipped. None: a checkpoint of an
-    earlier release, which asks the chunk store each time."""
+    HW meanwhile: changes of the other chunks in between would then be skipped. It refuses to start on
+    another server than the one the snapshot read (``engine/stream/snapshot_server.py``). None: a checkpoint
+    of an earlier release, which asks the chunk store each time."""
     path = posixpath.join(checkpoint.rstrip("/"), STARTUP_FILE)
     recorded = read_json(path)
     if recorded is not None:
         if recorded.get("mode") != str(mode):
             log.warning("checkpoint %s began with startup mode %s; it resumes from its own position (%s "
                         "applies to new checkpoints only)", checkpoint, recorded.get("mode"), mode)
+        _remove_legacy_position(checkpoint)
         start = recorded.get("start")
         return BinlogOffset.from_dict(start) if start else None
-    started = read_json(posixpath.join(checkpoint.rstrip("/"), POSITION_FILE))
-    offset = resolve_start(settings, mode) if mode.from_offset and started is None else None
-    if offset is None and not mode.from_offset and started is None and chunk_store is not None:
-        from airflow_provider_mysqlcdc.engine.stream.filter import stream_start
-
-        with ChunkStore(chunk_store) as store:
-            views = store.stream_view([str(t) for t in tables or []])
-        offset = BinlogOffset.at(stream_start(v.min_hw for v in views.values()))
+    started = _has_streamed(checkpoint)
+    offset = resolve_start(settings, mode) if mode.from_offset and not started else None
+    if offset is None and not mode.from_offset and not started and chunk_store is not None:
+        # refuses HWs of another server than this one; the offset records this server
+        offset = snapshot_start(settings, chunk_store, [str(t) for t in tables or []])
     if offset is not None:
         log.info("startup mode %s: the stream begins at %s", mode, offset)
     write_json_atomic(path, {"mode": str(mode), "start": offset.to_dict() if offset else None,
                              "resolved_at": datetime.now(timezone.utc).isoformat()})
+    _remove_legacy_position(checkpoint)
     return offset
+
+
+def _has_streamed(checkpoint: str) -> bool:
+    """A checkpoint of an earlier release without ``startup.json`` that already planned a batch (Spark's
+    offset log) keeps its own start; one that wrote the old position file did too."""
+    if read_json(posixpath.join(checkpoint.rstrip("/"), LEGACY_POSITION_FILE)) is not None:
+        return True
+    fs, inner = filesystem(posixpath.join(checkpoint.rstrip("/"), "offsets"))
+    try:
+        return any(info.is_file for info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)))
+    except FileNotFoundError:
+        return False
+
+
+def _remove_legacy_position(checkpoint: str) -> None:
+    """The old position file lagged the sink by a batch and nothing reads it any more: remove it, so nobody
+    takes it for where the stream stands."""
+    fs, inner = filesystem(posixpath.join(checkpoint.rstrip("/"), LEGACY_POSITION_FILE))
+    try:
+        fs.delete_file(inner)
+        log.info("removed %s from checkpoint %s (earlier releases; status reads the output's batch markers)",
+                 LEGACY_POSITION_FILE, checkpoint)
+    except FileNotFoundError:
+        pass

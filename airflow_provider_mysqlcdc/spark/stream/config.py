@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
 from airflow_provider_mysqlcdc.engine.source.outages import DEFAULT_RECONNECT_TIMEOUT_S
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import (
@@ -50,6 +51,8 @@ class StreamConfig:
     # DDL that changes rows without row events (TRUNCATE, RENAME TABLE, partition DROP/EXCHANGE, ...): the
     # stream plans and snapshots the table again by itself and goes on; False stops with an error instead
     resnapshot: bool = True
+    # the limits a re-snapshot's chunk reads keep on the source (the snapshot phase's: concurrent reads, rows/s)
+    source_limits: SourceLimits = field(default_factory=SourceLimits)
     query_name: str | None = None
     lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
     break_lock: bool = False

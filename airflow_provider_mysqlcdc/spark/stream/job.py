@@ -11,7 +11,11 @@ Files the stream keeps besides Spark's own checkpoint (``offsets/``, ``commits/`
 * ``<checkpoint>/mysqlcdc/stream_id.json`` and ``<output>/_mysqlcdc_stream.json``: the output root belongs to
   one stream (batch ids restart at 0 in a new checkpoint, so two streams must never share an output);
 * ``<checkpoint>/mysqlcdc/batches/batch=<id>.json``: the sink's batch ledger (replay detection, rows);
-* ``<checkpoint>/mysqlcdc/stream_position.json``: the offset of the last batch Spark committed, for status.
+* ``<checkpoint>/mysqlcdc/resnapshots.json``: re-snapshots after DDL not committed yet (``resnapshots``);
+* ``<checkpoint>/mysqlcdc/startup.json``: the startup mode and the start it resolved to (``checkpoint``);
+* ``<output>/_mysqlcdc_stream_progress.json`` and the changelog markers: what the sink committed, where
+  ``status`` reads the stream's position. (Earlier releases kept
+  ``<checkpoint>/mysqlcdc/stream_position.json``, a batch behind the sink; a start removes it.)
 
 ``config`` holds ``StreamConfig``; ``checkpoint`` the stream's identity, output claim and recorded start.
 """
@@ -28,14 +32,15 @@ from typing import Any, Callable, Iterator
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable, read_json
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
 from airflow_provider_mysqlcdc.engine.source.catalog import list_tables, load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.readiness import require_ready
+from airflow_provider_mysqlcdc.engine.stream.server_id_claims import claim_server_id_range
 from airflow_provider_mysqlcdc.engine.stream.startup import StartupMode
 from airflow_provider_mysqlcdc.spark.errors import stream_failure_message
 from airflow_provider_mysqlcdc.spark.session import register_data_source
@@ -45,8 +50,9 @@ from airflow_provider_mysqlcdc.spark.stream.changelog_sink import (
     BatchHook,
     ChangelogSink,
 )
+from airflow_provider_mysqlcdc.spark.stream.resnapshots import BackgroundResnapshots, ResnapshotPlanFailed
 from airflow_provider_mysqlcdc.spark.stream.checkpoint import STARTUP_FILE, claim_output, startup_offset
-from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig, written_schemas
+from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig, written_schemas
 from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
 
 log = logging.getLogger(__name__)
@@ -125,6 +131,8 @@ def start_stream(
     )
     lock.acquire(break_lock=config.break_lock)
     try:
+        claim = claim_server_id_range(settings, config.checkpoint, config.chunk_store, on_lost=watch)
+        lock.release_with(claim.release)  # the server_id range is the stream's for as long as its lock
         starting = startup_offset(config.checkpoint, settings, mode, config.chunk_store, tables)
         claim_output(config.checkpoint, config.output, read_json(posixpath.join(config.checkpoint, STARTUP_FILE)))
         source = _source_options(spark, config, tables, starting)
@@ -213,7 +221,6 @@ def _source_options(
         rows_per_read=config.rows_per_read,
         read_timeout=config.read_timeout,
         reconnect_timeout=config.reconnect_timeout,
-        checkpoint=config.checkpoint,
         starting_offset=starting,
     )
 
@@ -239,35 +246,90 @@ def run_stream(
     on_batch_committed: BatchHook | None = None,
     on_progress: Callable[[BatchCommit], None] | None = None,
 ) -> StreamRun:
-    """Start the stream and wait until it ends (available-now) or is stopped; raise if it failed."""
+    """Start the stream and wait until it ends (available-now) or is stopped; raise if it failed.
+
+    DDL that needs a table snapshotted again (TRUNCATE, RENAME, partition DDL) stops the query: the table is
+    planned anew, the query restarts at once, and the new plan is read in the background
+    (``resnapshots.BackgroundResnapshots``). An available-now run returns once those re-snapshots committed;
+    a stopped stream leaves them to its next start."""
+    hook = _SerialHook(on_batch_committed, config.output)
+    background = BackgroundResnapshots(spark, config, snapshot_table, on_committed=hook.snapshot_committed)
     resnapshots: list[str] = []
-    while True:
-        run = start_stream(spark, config, on_batch_committed=on_batch_committed, on_progress=on_progress)
-        try:
-            run.await_termination()
-        except StreamFailed as exc:
-            run.release()
-            needed = _RESNAPSHOT.search(str(exc))
-            if needed is None or not config.resnapshot:
-                raise
-            table, position = needed.group(1), needed.group(2)
-            if f"{table}@{position}" in resnapshots:  # the new plan did not get the stream past it
-                raise
-            resnapshots.append(f"{table}@{position}")
-            resnapshot_table(spark, config, TableId.parse(table), position)
-            continue
-        except BaseException:  # Ctrl-C, or the query failed: stop it before giving up the lock
+    background.resume()
+    try:
+        while True:
+            run = start_stream(spark, config, on_batch_committed=hook, on_progress=on_progress)
             try:
-                run.query.stop()
-            except Exception:  # noqa: BLE001 - already stopped
-                pass
-            run.release()
-            raise
-        return run
+                run.await_termination()
+            except StreamFailed as exc:
+                run.release()
+                needed = _RESNAPSHOT.search(str(exc))
+                if needed is None or not config.resnapshot:
+                    raise
+                table, position = needed.group(1), needed.group(2)
+                if f"{table}@{position}" in resnapshots:  # the new plan did not get the stream past it
+                    raise
+                resnapshots.append(f"{table}@{position}")
+                try:
+                    background.request(TableId.parse(table), position)
+                except ResnapshotPlanFailed as failed:
+                    raise StreamFailed(str(failed)) from None
+                continue
+            except BaseException:  # Ctrl-C, or the query failed: stop it before giving up the lock
+                try:
+                    run.query.stop()
+                except Exception:  # noqa: BLE001 - already stopped
+                    pass
+                run.release()
+                raise
+            if config.trigger == AVAILABLE_NOW:
+                _finish_resnapshots(background)
+            return run
+    finally:
+        background.cancel()
+
+
+def _finish_resnapshots(background: BackgroundResnapshots) -> None:
+    """An available-now run ends consistent: wait for its re-snapshots; one that gave up fails the run."""
+    if background.running():
+        log.info("the stream caught up; waiting for the re-snapshot of %s", ", ".join(background.running()))
+    background.wait()
+    if background.failures:
+        raise StreamFailed("the re-snapshot of " + "; of ".join(
+            f"{table} failed: {error}" for table, error in sorted(background.failures.items())
+        ) + ". The stream emitted all their changes, nothing is lost; the mirror keeps the previous snapshot "
+            "until a new one commits. Fix the cause and run the stream again: it takes the re-snapshot up")
+
+
+class _SerialHook:
+    """The batch hook, called by the sink after each batch and by a re-snapshot that committed (the mirror
+    switches to the new generation at once); one call at a time, as the mirror refresher needs."""
+
+    def __init__(self, hook: BatchHook | None, output: str) -> None:
+        self.hook, self.output = hook, output
+        self.last_batch: int | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, batch_id: int, tables: list[TableId]) -> None:
+        with self._lock:
+            self.last_batch = batch_id
+            if self.hook is not None:
+                self.hook(batch_id, tables)
+
+    def snapshot_committed(self, table: TableId) -> None:
+        with self._lock:
+            if self.hook is None:
+                return
+            if self.last_batch is None:  # no batch in this run yet: the sink's last one (an earlier run's)
+                progress = read_stream_progress(self.output)
+                self.last_batch = progress.batch_id if progress is not None else None
+            if self.last_batch is not None:
+                self.hook(self.last_batch, [table])
 
 
 def snapshot_table(
-    spark: Any, config: StreamConfig, table: TableId, chunk_ids: tuple[int, ...] | None = None
+    spark: Any, config: StreamConfig, table: TableId, chunk_ids: tuple[int, ...] | None = None,
+    job_group: str | None = None,
 ) -> Any:
     """Snapshot ``table``'s latest plan (or the chunks ``chunk_ids`` of it) in this Spark session, into the
     stream's output and chunk store, with the stream's column exclusions (a ``ChunkGroupResult``)."""
@@ -279,39 +341,13 @@ def snapshot_table(
         SnapshotOptions(
             mysql_url=config.mysql_url, table=str(table), output=config.output,
             chunk_store=config.chunk_store, password_file=config.password_file, chunk_ids=chunk_ids,
-            exclude_columns=config.exclude_columns.get(str(table), ()),
+            exclude_columns=config.exclude_columns.get(str(table), ()), limits=config.source_limits,
         ),
+        job_group=job_group,
     )
 
 
 _RESNAPSHOT = re.compile(r"\[resnapshot table=(\S+) position=(\S+)\]")
-
-
-def resnapshot_table(spark: Any, config: StreamConfig, table: TableId, position: str) -> None:
-    """Plan ``table`` anew (at or after the DDL at ``position``) and snapshot it in this Spark session: the
-    stream then passes the DDL, and the mirror switches to the new snapshot once it is committed."""
-    from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
-
-    settings = config.settings()
-    log.warning("%s changed without row events at %s: planning and snapshotting it again", table, position)
-    with ChunkStore(config.chunk_store) as store:
-        # the layout its files have, which the sink keeps writing (a table streamed without a plan: the default)
-        zero_dates = load_plan(store, table).zero_dates if str(table) in set(store.tables()) else "keep"
-        try:
-            plan_tables(settings, store, [str(table)], zero_dates=zero_dates)
-        except ConfigurationError as exc:
-            raise StreamFailed(
-                f"{table} needs a new snapshot after the DDL at {position}, but it cannot be planned "
-                f"({exc}). If it was dropped or renamed away for good, take it out of the pipeline "
-                f"(mysqlcdc remove-table {table}) and restart the stream"
-            ) from None
-    result = snapshot_table(spark, config, table)
-    if not result.ok:
-        raise StreamFailed(
-            f"{table} needed a new snapshot after the DDL at {position}, and it failed: {result}. Rerun its "
-            "snapshot (mysqlcdc snapshot --table, or the DAG's snapshot task), then restart the stream"
-        )
-    log.info("%s snapshotted again (%s rows); the stream goes on", table, result.rows)
 
 
 @contextlib.contextmanager
