@@ -300,7 +300,13 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
             driver.switch_to.frame(driver.find_element(By.CSS_SELECTOR, "iframe[title='MySQL CDC']"))
             _follow_action_link(driver, services, "stream")
             clear_task_instance(driver, services, DAG_ID, run_id, "stream")
-            assert services.wait_for_run(DAG_ID, run_id, 400) == "success"
+            # the run's state is read once the stream has run: right after the dialog closes it may still
+            # read the "failed" of before the clear (seen in CI)
+            stream_ti = _wait_state(services, run_id, ("stream", -1), ("success", "failed"), 400)
+            if stream_ti.state != "success":
+                pytest.fail("the stream did not finish the run; its log:\n" + services.task_log(
+                    DAG_ID, run_id, "stream", try_number=stream_ti.try_number)[-6000:])
+            assert services.wait_for_run(DAG_ID, run_id, 120) == "success"
             _open_tab(driver, services, run_id)
             assert driver.find_element(By.CSS_SELECTOR, "#actions").text.startswith("Nothing to do")
             assert all(r.get_attribute("data-table") for r in driver.find_elements(
