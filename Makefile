@@ -12,8 +12,9 @@ setup: system-deps $(STAMP)
 
 # Debian packages the project needs: a MariaDB server binary for the throwaway test/demo servers (and its
 # client's mariadb-binlog, the independent decoder of the binlog audit), Java 17 for Spark, Chromium with its
-# driver for the UI plugin's browser test, and openssl for the TLS test's certificates. Installed only when
-# missing.
+# driver for the UI plugin's browser test, openssl for the TLS test's certificates, and gcc with the Python
+# headers for the compiled rows-event decoder (Debian's own Python has them in python3-dev). Installed only
+# when missing.
 system-deps:
 	@need=""; \
 	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need="$$need mariadb-server"; \
@@ -22,13 +23,17 @@ system-deps:
 	[ -x /usr/bin/chromium ] || need="$$need chromium"; \
 	[ -x /usr/bin/chromedriver ] || need="$$need chromium-driver"; \
 	command -v openssl >/dev/null || need="$$need openssl"; \
+	command -v gcc >/dev/null || need="$$need gcc"; \
+	$(PYTHON) -c 'import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+	  || need="$$need python3-dev"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing Debian packages:$$need"; \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
 	fi
 
-$(STAMP): setup.py constraints.txt
+# the compiled rows-event decoder is rebuilt when its source changes
+$(STAMP): setup.py constraints.txt pyproject.toml airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'

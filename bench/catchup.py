@@ -32,11 +32,12 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu import Measure, Timer, settle
-from engine_bench import bench_raw_binlog, load_table
+from engine_bench import bench_compiled_binlog, bench_raw_binlog, load_table
 from report import Figure
 from spark_runs import SparkSetup, child_session, run_child, say
 
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 TABLE = "bench.t"
 MiB = 2**20
@@ -283,7 +284,12 @@ def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, m
         with Timer(pid) as t_raw:
             n_raw, _ = bench_raw_binlog(settings, server, start, end)
         assert n_raw == made.images, (n_raw, made.images)
-        say(f"catch-up: raw {n_raw / t_raw.m.wall:,.0f} row images/s")
+        say(f"catch-up: raw {n_raw / t_raw.m.wall:,.0f} row images/s; the compiled decoder ...")
+        settle(pid)
+        with Timer(pid) as t_compiled:
+            n_compiled, _ = bench_compiled_binlog(settings, server, start, end, TableId.parse(TABLE))
+        assert n_compiled == made.images, (n_compiled, made.images)
+        say(f"catch-up: compiled decoder {n_compiled / t_compiled.m.wall:,.0f} row images/s")
         pw = password_file(work, settings.password)
         results = []
         for p in partitions:
@@ -300,7 +306,8 @@ def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, m
             assert out["rows"] == made.images, (p, out["rows"], made.images)
             results.append(summarize(p, setup.label(p), out))
             shutil.rmtree(run_dir / "out", ignore_errors=True)
-    return (figures(results, made, size, t_raw.m, n_raw, max_bytes, partition_bytes, txn_rows),
+    decode = decode_figure(made, size, t_raw.m, n_raw, t_compiled.m, n_compiled)
+    return ([decode, *figures(results, made, size, t_raw.m, n_raw, max_bytes, partition_bytes, txn_rows)],
             task_notes(results))
 
 
@@ -329,6 +336,18 @@ def task_notes(results: list[CatchupResult]) -> list[str]:
         lines.append(f"Catch-up tasks at {r.partitions} partition(s) (batch/partition: records in task run "
                      f"time): {'; '.join(parts) or 'none'}.")
     return lines
+
+
+def decode_figure(made: Changes, size: int, raw: Measure, n_raw: int, compiled: Measure, n_compiled: int) -> Figure:
+    """Decoding alone: the compiled decoder against mysql-replication, both over the whole range on one
+    connection (framing by mysql-replication in both)."""
+    return Figure(
+        "catch-up", "raw decode: the compiled rows decoder (`engine/binlog/rows_decoder`), columnar normalised "
+        "values", n_compiled / compiled.wall, "events/s", f"{made.rows / compiled.wall:,.0f} row changes/s",
+        compiled, baseline_what="raw mysql-replication `BinLogStreamReader`, every `event.rows` decoded",
+        baseline=n_raw / raw.wall, baseline_detail=f"{made.rows / raw.wall:,.0f} row changes/s",
+        baseline_cpu=raw, note=f"{made.images:,} row images, {size / MiB:,.0f} MiB binlog; target >= 10x",
+        short="raw decode, compiled")
 
 
 def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure, n_raw: int, max_bytes: int,

@@ -18,6 +18,9 @@ from typing import Iterator
 
 import pytest
 
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE
+from airflow_provider_mysqlcdc.engine.common.environment import ROWS_DECODER_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 # The process runs in a third zone (server: -07:00, sessions: UTC) so zone mistakes show up as wrong values.
 PROCESS_TZ = "Asia/Kolkata"
@@ -47,6 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # every binlog read of the suite decodes each rows event with the compiled decoder and with
+            # mysql-replication, and stops at the first difference (engine/binlog/decoder_choice.py)
+            ROWS_DECODER_ENV: os.environ.get(ROWS_DECODER_ENV, COMPARE),
         }
     )
     # spark-submit and the mysqlcdc script live next to this interpreter.

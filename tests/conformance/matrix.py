@@ -8,10 +8,10 @@ MATRIX_FILE = "/tmp/mysqlcdc-conformance-matrix.txt"
 # group -> case -> phase -> "ok" | "FAIL" | "skip" | a short fact
 RESULTS: dict[str, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
 PHASES = {
-    "types": ["identity", "arrow", "mirror", "mirror-wm"],
+    "types": ["identity", "compiled", "arrow", "mirror", "mirror-wm"],
     "type-tables": ["chunks", "changes", "mirror", "backfilled", "mirror-wm"],
-    "charsets": ["chars", "identity", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm", "no-unicode"],
-    "keys": ["chunks", "changes", "identity", "mirror", "backfilled", "mirror-wm"],
+    "charsets": ["chars", "identity", "compiled", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm", "no-unicode"],
+    "keys": ["chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm"],
 }
 
 

@@ -31,6 +31,12 @@ from typing import Any, Callable, Iterator
 import pyarrow as pa
 import pymysql
 
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import (
+    COMPARE,
+    compared_images,
+    decoder_mode,
+    fallback_reasons,
+)
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
@@ -509,6 +515,19 @@ def identity_mismatches(run: TableRun, column: str, limit: int = 4) -> list[str]
             out.append(f"row seq={sel[seq]}: SELECT {_short(a)} ({type(a).__name__}) != binlog {_short(b)} "
                        f"({type(b).__name__})")
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def compiled_decoder_problems(run: TableRun) -> list[str]:
+    """The table's rows events went through the compiled decoder, each image compared with mysql-replication's
+    (the suite runs with MYSQLCDC_ROWS_DECODER=compare: a difference stops the read, failing the run)."""
+    if decoder_mode() != COMPARE:
+        return []
+    reasons = fallback_reasons(run.table)
+    if reasons:
+        return [f"decoded by mysql-replication, not the compiled decoder: {r}" for r in reasons]
+    if not compared_images(run.table):
+        return ["no row image of the table went through the compiled decoder"]
+    return []
 
 
 def arrow_mismatches(run: TableRun, column: str, limit: int = 4) -> list[str]:

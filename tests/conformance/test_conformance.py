@@ -36,6 +36,7 @@ from tests.conformance.runner import (
     TableSpec,
     ValueColumn,
     arrow_mismatches,
+    compiled_decoder_problems,
     identity_mismatches,
     mirror_mismatches,
     run_group,
@@ -101,7 +102,7 @@ def watermark_mode(conformance_db) -> ChunkReadOptions:
 
 # --- types ----------------------------------------------------------------------------------------------------
 
-TYPE_PHASES = ("identity", "arrow", "mirror", "mirror-wm")
+TYPE_PHASES = ("identity", "compiled", "arrow", "mirror", "mirror-wm")
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +131,7 @@ def test_type(case, type_runs):
     run, run_wm = plain.tables[name], wm.tables[name + WM_SUFFIX]
     problems = {
         "identity": identity_mismatches(run, case.column),
+        "compiled": compiled_decoder_problems(run) + compiled_decoder_problems(run_wm),
         "arrow": arrow_mismatches(run, case.column),
         "mirror": mirror_mismatches(run, case.column),
         "mirror-wm": mirror_mismatches(run_wm, case.column),
@@ -174,7 +176,7 @@ def test_every_server_charset_is_catalogued(server_charset_names):
     assert not missing, f"charsets of this server with no conformance case: {missing}: add them to CHARSETS"
 
 
-CHARSET_PHASES = ("chars", "identity", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm")
+CHARSET_PHASES = ("chars", "identity", "compiled", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm")
 
 
 @pytest.mark.parametrize("charset", CHARSETS)
@@ -212,6 +214,8 @@ def test_charset(charset, mysql_server, conformance_db, server_charset_names, wa
         "chars": [] if non_ascii or charset in ("ascii", "swe7") else ["no non-ASCII character round-trips"],
         "identity": _per_column(values_run, value_columns, identity_mismatches)
         + _per_column(key_run, ["k", "v"], identity_mismatches),
+        "compiled": [p for name in (plain["values"].name, plain["key"].name, plain["raw"].name, wm["values"].name)
+                     for p in compiled_decoder_problems(runs[name])],
         "raw-bytes": identity_mismatches(runs[plain["raw"].name], "b", limit=8),
         "arrow": _per_column(values_run, value_columns, arrow_mismatches)
         + _per_column(key_run, ["k", "v"], arrow_mismatches),
@@ -263,7 +267,7 @@ def _refusal(run: TableRun) -> list[str]:
 
 # --- key shapes -------------------------------------------------------------------------------------------------
 
-KEY_PHASES = ("chunks", "changes", "identity", "mirror", "backfilled", "mirror-wm")
+KEY_PHASES = ("chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm")
 
 
 @pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: c.id)
@@ -284,13 +288,14 @@ def test_key(case, mysql_server, conformance_db, watermark_mode, tmp_path):
     problems = {
         "exercised": _exercised(run) + _exercised(run_wm),
         "identity": _per_column(run, names, identity_mismatches),
+        "compiled": compiled_decoder_problems(run) + compiled_decoder_problems(run_wm),
         "mirror": mirror_mismatches(run),
         "mirror-wm": mirror_mismatches(run_wm, at_least_once=not case.primary_key),
     }
     record("keys", case.id, "chunks", str(run.chunks))
     record("keys", case.id, "changes", str(run.changes))
     record("keys", case.id, "backfilled", str(run_wm.backfill_events))
-    for phase in ("identity", "mirror", "mirror-wm"):
+    for phase in ("identity", "compiled", "mirror", "mirror-wm"):
         record("keys", case.id, phase, verdict(problems[phase]))
     _fail(f"key[{case.id}] (table {run.table}; {group.writer_transactions} and {group_wm.writer_transactions} "
           "background transactions)", problems)

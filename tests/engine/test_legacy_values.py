@@ -215,3 +215,43 @@ def test_a_charset_change_decodes_older_events_with_the_charset_they_were_writte
     reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema}, replanned={table: end})
     changes = [c for c in reader.read(BinlogOffset.at(start), end, timeout=60) if hasattr(c, "values")]
     assert [c.values["v"] for c in changes] == ["25\u00b0C \u00a9", "\u041f\u0440\u0438\u0432\u0435\u0442"]
+
+
+# ENUM/SET members in legacy charsets (the binlog's TABLE_MAP names them in the column's own charset; read as
+# UTF-8 they came out as '' or as other characters), and a mojibake-looking latin1 member that is valid UTF-8.
+MEMBERS = {
+    "latin1": ["caf\u00e9", "\u00fc\u00df", "\u00c3\u00a9", "x"],
+    "cp1251": ["\u0416\u0443\u043a", "y"],
+    "sjis": ["\u65e5\u672c", "z"],
+    "utf8mb4": ["\u65e5\u00e9", "w"],
+}
+
+
+def test_enum_and_set_members_in_legacy_charsets_stream_as_the_snapshot_reads_them(mysql_server, mysql_db):
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    table = TableId(mysql_db, "members")
+
+    def members(names: list[str]) -> str:
+        return ", ".join("'" + m + "'" for m in names)
+
+    with mysql_server.admin(mysql_db) as admin, admin.cursor() as cur:
+        columns = ", ".join(f"e_{cs} ENUM({members(m)}) CHARACTER SET {cs}, s_{cs} SET({members(m)}) "
+                            f"CHARACTER SET {cs}" for cs, m in MEMBERS.items())
+        cur.execute(f"CREATE TABLE members (id INT PRIMARY KEY, {columns})")
+        start = _status(admin)
+        for i in range(len(MEMBERS["latin1"])):
+            row = [i]
+            for names in MEMBERS.values():
+                row += [names[i % len(names)], ",".join(names[: i % len(names) + 1])]
+            cur.execute(f"INSERT INTO members VALUES ({', '.join(['%s'] * len(row))})", row)
+        cur.execute("UPDATE members SET e_latin1 = 'x', s_sjis = '' WHERE id = 0")
+        end = _status(admin)
+        schema = load_schema(admin, table)
+    with connect(settings) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted} ORDER BY id")
+        selected = {r[0]: r for r in map(values.snapshot_normalizer(schema), cur.fetchall())}
+    assert selected[1][1:3] == ("\u00fc\u00df", "caf\u00e9,\u00fc\u00df")
+    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema})
+    changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
+    last = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
+    assert last == selected

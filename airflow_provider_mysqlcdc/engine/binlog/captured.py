@@ -7,12 +7,14 @@ that no plan made after it covers); statement-based changes of a captured table 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pymysqlreplication.event import QueryEvent
 from pymysqlreplication.row_event import TableMapEvent
 
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import layout_for
 from airflow_provider_mysqlcdc.engine.binlog.ddl import (
     DDL_VERBS,
     DML_VERBS,
@@ -27,7 +29,11 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
     UnsupportedEvent,
     dummy_event,
 )
-from airflow_provider_mysqlcdc.engine.binlog.table_map import schema_from_table_map, table_map_signature
+from airflow_provider_mysqlcdc.engine.binlog.table_map import (
+    decode_member_names,
+    schema_from_table_map,
+    table_map_signature,
+)
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -42,12 +48,14 @@ Decoders = Callable[[str], CharsetDecoder]  # charset name -> its decoder (sourc
 
 @dataclass
 class CapturedVersion:
-    """One schema version of a captured table, with the function that normalizes its binlog row images."""
+    """One schema version of a captured table, with the function that normalizes its binlog row images, and
+    the compiled decoder's layout of its TABLE_MAP (None: mysql-replication decodes its events)."""
 
     table: TableId
     schema: TableSchema
     normalize: Callable[..., dict]
     column_names: list[str]
+    layout: Any = None  # rows_decoder.EventLayout
 
     @classmethod
     def of(cls, schema: TableSchema, decoders: Decoders | None = None) -> "CapturedVersion":
@@ -77,6 +85,7 @@ class CapturedTables:
         known = self.latest.get(table)
         if known is None:
             return None
+        decode_member_names(event, table, known.schema, self.decoders)
         signature = table_map_signature(event)
         version = self.versions.get((table, signature))
         if version is not None:
@@ -94,6 +103,7 @@ class CapturedTables:
             )
         else:
             version = CapturedVersion.of(schema_from_table_map(event, table, known.schema), self.decoders)
+        version = dataclasses.replace(version, layout=layout_for(event, version.schema, self.decoders))
         self.versions[(table, signature)] = version
         return version
 

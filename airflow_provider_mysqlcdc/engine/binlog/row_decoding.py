@@ -8,6 +8,11 @@
 * **Zero dates keep their value.** It turns DATE/DATETIME values with a zero year, month or day into None,
   which loses a key's identity. We return ``model.values.ZeroDate`` (MySQL's own text of the value) instead.
 
+* **ENUM/SET member names stay bytes.** The TABLE_MAP names them in the column's own character set; it
+  decodes them as UTF-8, turning a latin1 ``'é'`` into ``''`` (and ``'Ã©'`` into ``'é'``). We keep the bytes,
+  and ``binlog.table_map.decode_member_names`` decodes them in the column's character set (as the server does)
+  before any row of the table is read.
+
 ``install()`` patches the decoder once per process; the binlog reader calls it before it reads.
 """
 from __future__ import annotations
@@ -16,6 +21,7 @@ import datetime as dt
 import threading
 
 from pymysqlreplication import row_event
+from pymysqlreplication.row_event import TableMapEvent
 
 from airflow_provider_mysqlcdc.engine.model.values import ZeroDate
 
@@ -34,7 +40,18 @@ def install() -> None:
         cls._RowsEvent__read_date = _read_date
         cls._RowsEvent__read_datetime = _read_datetime
         cls._RowsEvent__read_datetime2 = _read_datetime2
+        TableMapEvent._read_type_values = _read_member_names
         _installed = True
+
+
+def _read_member_names(self, length: int) -> list[list[bytes]]:
+    """The ENUM or SET member names of a TABLE_MAP's optional metadata, per column, as bytes."""
+    result: list[list[bytes]] = []
+    read_until = self.packet.read_bytes + length
+    while self.packet.read_bytes < read_until:
+        count = self.packet.read_length_coded_binary()
+        result.append([bytes(self.packet.read_variable_length_string()) for _ in range(count)])
+    return result
 
 
 def _read_string_bytes(self, size: int, column: object) -> bytes:

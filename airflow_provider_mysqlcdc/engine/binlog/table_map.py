@@ -8,10 +8,12 @@ are unchanged against a known schema keep its details (nullability, collation, d
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from pymysqlreplication.constants import FIELD_TYPE as T
 
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder, is_unicode
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
 
 _INTS = {T.TINY: "tinyint", T.SHORT: "smallint", T.INT24: "mediumint", T.LONG: "int", T.LONGLONG: "bigint"}
@@ -37,6 +39,37 @@ _BLOBS = {
     3: ("mediumtext", "mediumblob"),
     4: ("longtext", "longblob"),
 }
+
+
+def decode_member_names(
+    event: Any, table: TableId, known: TableSchema | None, decoders: Callable[[str], CharsetDecoder] | None
+) -> None:
+    """Decode the ENUM/SET member names of a TABLE_MAP (kept as bytes by ``binlog.row_decoding``) in each
+    column's own character set, in place, before any of its rows is read: the names are how the binlog's
+    member numbers become values."""
+    for c in event.columns:
+        for attr in ("enum_values", "set_values"):
+            names = getattr(c, attr, None)
+            if not names or all(type(n) is str for n in names):
+                continue
+            charset = _member_charset(c, known)
+            if is_unicode(charset):
+                decode: Callable[[bytes], str] = CharsetDecoder(charset)
+            elif decoders is not None:
+                decode = decoders(charset)
+            else:
+                raise CdcError(f"{table}: the member names of column {c.name!r} ({charset}) need the server's "
+                               "conversion table to decode")
+            setattr(c, attr, [n if type(n) is str else decode(n) for n in names])
+
+
+def _member_charset(c: Any, known: TableSchema | None) -> str:
+    """The charset a TABLE_MAP names an ENUM/SET column's members in (as for text columns), else the
+    schema's."""
+    if getattr(c, "character_set_name", None):
+        return _charset_name(c.character_set_name)
+    have = known.column_by_name.get(c.name) if known is not None else None
+    return (have.charset if have is not None and have.charset else "utf8mb4").lower()
 
 
 def table_map_signature(event: Any) -> tuple:

@@ -9,6 +9,7 @@ from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent
 
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedVersion
 from airflow_provider_mysqlcdc.engine.binlog.ddl import TableDdl
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import decoded_images
 from airflow_provider_mysqlcdc.engine.binlog.errors import OffsetMismatch, UnsupportedEvent
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, RowKey, row_key
@@ -31,9 +32,9 @@ class Transaction:
 
 
 def decode_rows(
-event: Any,
-target: CapturedVersion,
-txn: Transaction,
+    event: Any,
+    target: CapturedVersion,
+    txn: Transaction,
     index: int,
     skip: int,
     cur_file: str,
@@ -45,23 +46,24 @@ txn: Transaction,
             f"partial JSON update of {target.table} at {cur_file}:{end_pos}: set "
             "binlog_row_value_options='' so the binlog carries full row images"
         )
-    rows = event.rows
-    normalize = target.normalize
     table = target.table
     base = row_key(BinlogPosition(cur_file, end_pos))
     number, pos = base[0], base[1]
     start_pos, file = txn.start.pos, txn.start.file
+    decoded = None
+    if target.layout is not None:
+        decoded = decoded_images(event, target.layout, table, lambda: _python_images(event, target))
+    if decoded is None:
+        decoded = _python_images(event, target)
     images: list[tuple[Op, dict, RowKey]] = []
     if event.__class__ is UpdateRowsEvent:
-        for i, row in enumerate(rows):
-            before = normalize(row["before_values"], row["before_none_sources"])
-            after = normalize(row["after_values"], row["after_none_sources"])
+        for i, (before, after) in enumerate(zip(decoded["before_values"], decoded["after_values"])):
             images.append((UPDATE_BEFORE, before, (number, pos, i, BEFORE)))
             images.append((UPDATE_AFTER, after, (number, pos, i, AFTER)))
     else:
         op, half = (INSERT, AFTER) if event.__class__ is WriteRowsEvent else (DELETE, BEFORE)
-        for i, row in enumerate(rows):
-            images.append((op, normalize(row["values"], row["none_sources"]), (number, pos, i, half)))
+        for i, values in enumerate(decoded["values"]):
+            images.append((op, values, (number, pos, i, half)))
     count = len(images)
     if skip > count:
         raise OffsetMismatch(
@@ -74,3 +76,15 @@ txn: Transaction,
         op, values, key = images[c]
         after = next_event if c == count - 1 else BinlogOffset(file, start_pos, index, c + 1, gtid_before)
         buffer.append((table, op, values, key, cur_file, after, target.schema))
+
+
+def _python_images(event: Any, target: CapturedVersion) -> dict[str, list[dict]]:
+    """mysql-replication's row images of ``event``, normalised, by half (the reference path)."""
+    normalize = target.normalize
+    if event.__class__ is UpdateRowsEvent:
+        rows = event.rows
+        return {
+            "before_values": [normalize(r["before_values"], r["before_none_sources"]) for r in rows],
+            "after_values": [normalize(r["after_values"], r["after_none_sources"]) for r in rows],
+        }
+    return {"values": [normalize(r["values"], r["none_sources"]) for r in event.rows]}

@@ -20,6 +20,9 @@ CHUNK_STORE_URL_ENV = "MYSQLCDC_CHUNK_STORE_URL"
 CHUNK_STORE_OUTAGE_ENV = "MYSQLCDC_CHUNK_STORE_OUTAGE_S"
 # Seconds a chunk store session waits for any one reply before it is dropped as dead (default 60).
 CHUNK_STORE_READ_TIMEOUT_ENV = "MYSQLCDC_CHUNK_STORE_READ_TIMEOUT_S"
+# Which decoder reads rows events: compiled (default), python (mysql-replication only), compare (both,
+# stopping at a difference: the test suite's mode). engine/binlog/decoder_choice.py.
+ROWS_DECODER_ENV = "MYSQLCDC_ROWS_DECODER"
 # The Spark master of ``mysqlcdc stream`` (default local[*]).
 SPARK_MASTER_ENV = "MYSQLCDC_SPARK_MASTER"
 
