@@ -255,3 +255,33 @@ def test_enum_and_set_members_in_legacy_charsets_stream_as_the_snapshot_reads_th
     changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
     last = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
     assert last == selected
+
+
+def test_negative_times_of_the_pre_56_format_stream_as_the_snapshot_reads_them(mysql_server, mysql_db):
+    """A table created under mysql56_temporal_format=OFF (as upgraded from MySQL 5.5 / MariaDB 5.3) stores TIME
+    as a signed 3-byte hhmmss; read as unsigned, '-12:34:56' streamed as 194 days."""
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    table = TableId(mysql_db, "old_times")
+    times = ["-12:34:56", "838:59:59", "-838:59:59", "00:00:00", "-00:00:01", "01:02:03", "-100:00:00"]
+    with mysql_server.admin(mysql_db) as admin, admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.mysql56_temporal_format")
+        (before,) = cur.fetchone()
+        cur.execute("SET GLOBAL mysql56_temporal_format = OFF")
+        try:
+            cur.execute("CREATE TABLE old_times (id INT PRIMARY KEY, t TIME)")
+        finally:
+            cur.execute("SET GLOBAL mysql56_temporal_format = %s", (before,))
+        start = _status(admin)
+        for i, t in enumerate(times):
+            cur.execute("INSERT INTO old_times VALUES (%s, %s)", (i, t))
+        cur.execute("UPDATE old_times SET t = '-01:00:00' WHERE id = 3")
+        end = _status(admin)
+        schema = load_schema(admin, table)
+    with connect(settings) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted} ORDER BY id")
+        selected = {r[0]: r for r in map(values.snapshot_normalizer(schema), cur.fetchall())}
+    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema})
+    changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
+    assert changes and changes[0].schema is not None
+    last = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
+    assert last == selected

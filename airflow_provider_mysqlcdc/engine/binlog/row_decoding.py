@@ -8,6 +8,9 @@
 * **Zero dates keep their value.** It turns DATE/DATETIME values with a zero year, month or day into None,
   which loses a key's identity. We return ``model.values.ZeroDate`` (MySQL's own text of the value) instead.
 
+* **A pre-5.6 TIME keeps its sign.** That format (tables created under ``mysql56_temporal_format=OFF``, or
+  upgraded from MySQL 5.5) stores hhmmss as a signed 3-byte integer; it reads it as unsigned, so
+  ``'-12:34:56'`` became 69 days. We sign-extend it.
 * **ENUM/SET member names stay bytes.** The TABLE_MAP names them in the column's own character set; it
   decodes them as UTF-8, turning a latin1 ``'é'`` into ``''`` (and ``'Ã©'`` into ``'é'``). We keep the bytes,
   and ``binlog.table_map.decode_member_names`` decodes them in the column's character set (as the server does)
@@ -40,6 +43,7 @@ def install() -> None:
         cls._RowsEvent__read_date = _read_date
         cls._RowsEvent__read_datetime = _read_datetime
         cls._RowsEvent__read_datetime2 = _read_datetime2
+        cls._RowsEvent__read_time = _read_time
         TableMapEvent._read_type_values = _read_member_names
         _installed = True
 
@@ -56,6 +60,18 @@ def _read_member_names(self, length: int) -> list[list[bytes]]:
 
 def _read_string_bytes(self, size: int, column: object) -> bytes:
     return bytes(self.packet.read_length_coded_pascal_string(size))
+
+
+def _read_time(self) -> dt.timedelta:
+    """TIME of the pre-5.6 format: hhmmss as a signed 3-byte integer (two's complement)."""
+    value = self.packet.read_uint24()
+    if value & 0x800000:
+        value -= 0x1000000
+    magnitude = abs(value)
+    hours, rest = divmod(magnitude, 10_000)
+    minutes, seconds = divmod(rest, 100)
+    delta = dt.timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    return -delta if value < 0 else delta
 
 
 def _read_date(self) -> dt.date | ZeroDate:

@@ -641,11 +641,12 @@ cdef class CompiledLayout:
                 nb = snprintf(text + n, 48 - n, b".%06lld", <long long> m)
                 n += c.fsp + 1 if c.fsp + 1 < nb else nb
             return zero_text(text, n)
-        if w == W_TIME:  # RowsEvent.__read_time: hhmmss as an unsigned 3-byte integer
-            u = rd_le(p, 3)
+        if w == W_TIME:  # row_decoding._read_time: hhmmss as a signed 3-byte integer
+            m = sign_extend(rd_le(p, 3), 3)
+            u = <uint64_t> (-m if m < 0 else m)
             total = (<int64_t> (u / 10000) * 3600 + <int64_t> ((u % 10000) / 100) * 60
                      + <int64_t> (u % 100)) * 1000000
-            return delta_from_us(total)
+            return delta_from_us(-total if m < 0 else total)
         if w == W_TIME2:  # RowsEvent.__read_time2, its sign handling and separate fraction included
             u = rd_be(p, 3)
             if u & 0x800000:
