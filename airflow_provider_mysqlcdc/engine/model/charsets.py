@@ -49,6 +49,29 @@ class CharsetDecoder:
             self._ascii_identity = all(table.single[i] == chr(i) for i in range(0x80))
             self._max = max((len(k) for k in table.multi), default=1)
 
+    # How it decodes, for the compiled rows decoder (engine/binlog/rows_decoder), which must do the same.
+    @property
+    def codec(self) -> str | None:
+        """Python's codec name for a Unicode charset; None for a charset decoded with a server table."""
+        return self._codec
+
+    @property
+    def table(self) -> CharsetTable | None:
+        return self._table
+
+    @property
+    def single_map(self) -> str | None:
+        """256 characters, one per byte (REPLACEMENT where a byte does not stand alone); None without a table."""
+        return self._single if self._table is not None else None
+
+    @property
+    def max_sequence_bytes(self) -> int | None:
+        return self._max if self._table is not None else None
+
+    @property
+    def ascii_identity(self) -> bool:
+        return bool(self._table is not None and self._ascii_identity)
+
     def __call__(self, value: bytes) -> str:
         if self._codec is not None:
             return codecs.decode(value, self._codec)

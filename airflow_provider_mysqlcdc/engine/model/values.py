@@ -602,3 +602,23 @@ def to_arrow_batch(schema: TableSchema, rows: list[tuple]) -> pa.RecordBatch:
             continue
         arrays.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+# --- for the compiled rows decoder (engine/binlog/rows_decoder), which must normalise exactly as this module --
+
+
+def value_kind(column: Column) -> str:
+    """The value family of a column (int, decimal, text, timestamp, ...); UnsupportedType where none."""
+    return _kind(column)
+
+
+def binlog_converter(
+    column: Column, decoders: Callable[[str], CharsetDecoder] | None, table: Any
+) -> Converter | None:
+    """The normaliser's conversion of one column's mysql-replication value (None: taken as it is)."""
+    return _binlog_converter(column, decoders, table)
+
+
+def text_decoder(column: Column, decoders: Callable[[str], CharsetDecoder] | None) -> Callable[[bytes], str]:
+    """The decoder of a text column's bytes, as the server converts them."""
+    return _decoder(column, decoders)

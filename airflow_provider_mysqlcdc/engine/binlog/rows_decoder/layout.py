@@ -153,8 +153,8 @@ def plan_columns(columns: Sequence[Any], schema: TableSchema, decoders: Decoders
 
 def _plan(tm: Any, column: Column, table: TableId, decoders: Decoders | None) -> ColumnPlan:
     try:
-        kind = values._kind(column)
-        conv = values._binlog_converter(column, decoders, table)
+        kind = values.value_kind(column)
+        conv = values.binlog_converter(column, decoders, table)
     except CdcError as exc:  # the normaliser itself refuses the column (UnsupportedType, no charset table)
         raise Unsupported(f"column {column.name!r}: {exc}") from None
     wire, size, extra = _wire(tm)
@@ -182,7 +182,7 @@ def _plan(tm: Any, column: Column, table: TableId, decoders: Decoders | None) ->
     if wire is not Wire.STRING:
         raise Unsupported(f"{what}: a {kind} column the compiled decoder does not read from this binlog type")
     if kind == "text":
-        out, obj = _text_out(values._decoder(column, decoders))
+        out, obj = _text_out(values.text_decoder(column, decoders))
         return ColumnPlan(tm.name, wire, out, size, obj=obj, conv=conv)
     if kind in _NATIVE:
         return ColumnPlan(tm.name, wire, _NATIVE[kind], size, conv=conv)
@@ -254,12 +254,10 @@ def _text_out(decoder: Any) -> tuple[Out, Any]:
     its longest-match algorithm over C arrays for multi-byte ones; otherwise one Python call per value."""
     if type(decoder) is not CharsetDecoder:
         return Out.PYCALL, None
-    codec = getattr(decoder, "_codec", None)
+    codec = decoder.codec
     if codec is not None:
         return _CODECS.get(codec, Out.PYCALL), None
-    table = getattr(decoder, "_table", None)
-    single = getattr(decoder, "_single", None)
-    width = getattr(decoder, "_max", None)
+    table, single, width = decoder.table, decoder.single_map, decoder.max_sequence_bytes
     if table is None or not isinstance(single, str) or len(single) != 256:
         return Out.PYCALL, None
     if width == 1:
@@ -270,7 +268,7 @@ def _text_out(decoder: Any) -> tuple[Out, Any]:
             if found is None or found[0] is not decoder:
                 try:
                     mb = compiled.module().MultibyteTable(  # type: ignore[union-attr]
-                        single, dict(table.multi), width, bool(decoder._ascii_identity))
+                        single, dict(table.multi), width, decoder.ascii_identity)
                 except ValueError:
                     return Out.PYCALL, None
                 found = _multibyte_tables[id(decoder)] = (decoder, mb)
