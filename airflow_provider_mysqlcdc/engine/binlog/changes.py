@@ -34,6 +34,67 @@ class RowChange:
         )
 
 
+@dataclass(slots=True)
+class RowBlock:
+    """Consecutive row images of one rows event, column by column (what the decoders give), with where to
+    resume after each: the unit the stream moves from the decoder to the changelog without a dict per change.
+
+    Image ``j`` is row ``rows[j]``, half ``halves[j]`` of the event that ends at ``key_base`` (file number,
+    position); ``columns[c][j]`` its value of ``schema.columns[c]``. The resume offset after it is inside the
+    event, after the event, or the transaction's end (``boundary``, set on the transaction's last block)."""
+
+    table: TableId
+    schema: TableSchema
+    ops: list[Op]
+    rows: list[int]
+    halves: list[int]
+    columns: list[list[Any]]
+    key_base: tuple[int, int]
+    binlog_file: str
+    commit_ts: datetime | None
+    # resume offsets: image j is the (first + j)-th of the ``count`` images of rows event ``index`` of the
+    # transaction that starts at ``start_file``:``start_pos``
+    start_file: str
+    start_pos: int
+    index: int
+    first: int
+    count: int
+    gtid_before: str | None
+    boundary: BinlogOffset | None = None
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def key(self, j: int) -> RowKey:
+        return (self.key_base[0], self.key_base[1], self.rows[j], self.halves[j])
+
+    def offset_after(self, j: int) -> BinlogOffset:
+        if j == len(self.ops) - 1 and self.boundary is not None:
+            return self.boundary
+        c = self.first + j
+        if c == self.count - 1:
+            return BinlogOffset(self.start_file, self.start_pos, self.index + 1, 0, self.gtid_before)
+        return BinlogOffset(self.start_file, self.start_pos, self.index, c + 1, self.gtid_before)
+
+    def head(self, n: int) -> "RowBlock":
+        """The first ``n`` images (a read cut short by its row budget); resume offsets stay exact."""
+        return RowBlock(
+            self.table, self.schema, self.ops[:n], self.rows[:n], self.halves[:n],
+            [col[:n] for col in self.columns], self.key_base, self.binlog_file, self.commit_ts,
+            self.start_file, self.start_pos, self.index, self.first, self.count, self.gtid_before,
+            self.boundary if n == len(self.ops) else None,
+        )
+
+    def changes(self) -> list[RowChange]:
+        """The images as RowChanges (callers that read change by change)."""
+        names = self.schema.column_names
+        out = []
+        for j, row in enumerate(zip(*self.columns) if self.columns else [()] * len(self.ops)):
+            out.append(RowChange(self.table, self.ops[j], dict(zip(names, row)), self.key(j), self.binlog_file,
+                                 self.commit_ts, self.offset_after(j), self.schema))  # type: ignore[arg-type]
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class SchemaChange:
     """DDL on a captured table the changelog follows (``ddl.resnapshot`` is None), or one a new plan of the

@@ -63,32 +63,40 @@ def layout_for(
     return layout
 
 
-def decoded_images(
-    event: Any, layout: EventLayout, table: TableId, python_images: Callable[[], dict[str, list[dict]]]
-) -> dict[str, list[dict]] | None:
+def decoded_columns(
+    event: Any, layout: EventLayout, table: TableId, names: list[str],
+    python_images: Callable[[], dict[str, list[dict]]],
+) -> dict[str, list[list]] | None:
     """Every row image of ``event`` by half (mysql-replication's keys: "values", or "before_values" and
-    "after_values"), decoded by the compiled decoder; None when this event must take the Python path (said
-    once per table). In compare mode ``python_images()`` (the Python path's) must equal them."""
+    "after_values"), as columns in the order of ``names``, decoded by the compiled decoder; None when this
+    event must take the Python path (said once per table). In compare mode ``python_images()`` (the Python
+    path's) must equal them."""
     try:
-        images = decode_event(event, layout).as_dicts()
+        decoded = decode_event(event, layout)
     except NotDecodable as exc:
         _say_once(table, str(exc))
         return None
+    if list(decoded.column_names) != names:
+        _say_once(table, f"the compiled layout's columns {list(decoded.column_names)} are not {names}")
+        return None
     if decoder_mode() == COMPARE:
-        expected = python_images()
-        where = f"the rows event ending at {event.packet.log_pos}"
-        for half, rows in expected.items():
-            got = images.get(half, [])
-            if len(got) != len(rows):
-                raise DecoderMismatch(
-                    f"{table}: the compiled decoder found {len(got)} row images ({half}) in {where}, "
-                    f"mysql-replication {len(rows)}"
-                )
-            for i, (a, b) in enumerate(zip(rows, got)):
-                check_same(table, f"{where}, row {i} ({half})", a, b)
-            with _said_lock:
-                _compared[table] = _compared.get(table, 0) + len(rows)
-    return images
+        _compare(event, decoded.as_dicts(), table, python_images())
+    return dict(zip(decoded.halves, decoded.images))
+
+
+def _compare(event: Any, images: dict[str, list[dict]], table: TableId, expected: dict[str, list[dict]]) -> None:
+    where = f"the rows event ending at {event.packet.log_pos}"
+    for half, rows in expected.items():
+        got = images.get(half, [])
+        if len(got) != len(rows):
+            raise DecoderMismatch(
+                f"{table}: the compiled decoder found {len(got)} row images ({half}) in {where}, "
+                f"mysql-replication {len(rows)}"
+            )
+        for i, (a, b) in enumerate(zip(rows, got)):
+            check_same(table, f"{where}, row {i} ({half})", a, b)
+        with _said_lock:
+            _compared[table] = _compared.get(table, 0) + len(rows)
 
 
 def fallback_reasons(table: TableId) -> list[str]:

@@ -44,7 +44,7 @@ from pymysqlreplication.row_event import (
 )
 
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedVersion
-from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowBlock, RowChange, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.errors import (
     BinlogReadError,
     DeadlineReached,
@@ -86,8 +86,10 @@ class EventLoop:
     HANDLERS: ClassVar[dict[type, Handler]]  # the table below the class
 
     def __init__(self, reader: "BinlogReader", stream: "BinLogStreamReader", start: BinlogOffset,
-                 end: BinlogPosition | None, deadline: float | None, sync_to_transaction: bool) -> None:
+                 end: BinlogPosition | None, deadline: float | None, sync_to_transaction: bool,
+                 blocks: bool = False) -> None:
         self.reader, self.stream = reader, stream
+        self.blocks = blocks  # yield each transaction's rows as RowBlocks (columns), not RowChange by RowChange
         self.start, self.end, self.deadline = start, end, deadline
         self.end_key = end.key if end is not None else None
         self.syncing = sync_to_transaction
@@ -103,7 +105,7 @@ class EventLoop:
 
     # --- the loop -----------------------------------------------------------------------------------------
 
-    def run(self) -> Iterator[RowChange | Heartbeat | SchemaChange]:
+    def run(self) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
         handlers = self.HANDLERS
         while True:
             event = self._next_event()
@@ -193,7 +195,7 @@ class EventLoop:
             self._rotate_to(event.next_binlog)
         return False
 
-    def _commit(self, packet: Any, end_pos: int) -> Iterator[RowChange | Heartbeat | SchemaChange]:
+    def _commit(self, packet: Any, end_pos: int) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
         """The end of a group: its rows get the commit time; a group without our rows, a Heartbeat."""
         txn = self.txn
         assert txn is not None
@@ -222,12 +224,19 @@ class EventLoop:
             reader.last_offset = boundary
             yield Heartbeat(boundary)
             return
-        last = len(buffer) - 1
-        for n, (table, op, values, key, file, after, schema) in enumerate(buffer):
-            change = RowChange(table, op, values, key, file, commit_ts, boundary if n == last else after, schema)
-            reader.last_offset = change.offset_after
-            yield change
+        for block in buffer:
+            block.commit_ts = commit_ts
+        buffer[-1].boundary = boundary
         txn.buffer = []
+        if self.blocks:
+            for block in buffer:
+                reader.last_offset = block.offset_after(len(block) - 1)
+                yield block
+            return
+        for block in buffer:
+            for change in block.changes():
+                reader.last_offset = change.offset_after
+                yield change
 
     # --- one handler per event type -----------------------------------------------------------------------
 
@@ -294,7 +303,7 @@ class EventLoop:
         if txn.captured and not event.one_phase:
             raise UnsupportedEvent(
                 f"XA transaction {event.xid!r} prepared at {txn.start} changes captured table(s) "
-                f"{', '.join(sorted({str(b[0]) for b in txn.buffer})) or '(skipped rows)'}; XA "
+                f"{', '.join(sorted({str(b.table) for b in txn.buffer})) or '(skipped rows)'}; XA "
                 "transactions are not supported yet (their rows take effect at a later XA COMMIT). "
                 "Avoid XA on captured tables, or re-snapshot them after it commits"
             )

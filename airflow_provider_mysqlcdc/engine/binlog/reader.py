@@ -49,7 +49,7 @@ from pymysqlreplication import BinLogStreamReader
 
 from airflow_provider_mysqlcdc.engine.binlog import row_decoding
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedTables
-from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowBlock, RowChange, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.errors import (
     BinlogPurged,
     BinlogReadError,
@@ -145,13 +145,15 @@ class BinlogReader:
         blocking: bool = False,
         timeout: float | None = None,
         sync_to_transaction: bool = False,
-    ) -> Iterator[RowChange | Heartbeat | SchemaChange]:
+        blocks: bool = False,
+    ) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
         """Like ``read``, plus a Heartbeat after each transaction (or file rotation) that emitted nothing.
 
         ``sync_to_transaction``: ``start`` is a position read from ``SHOW MASTER STATUS``, which on MariaDB
         can lie between a transaction's rows and its commit event; skip to the next transaction start.
         Only for scans that need nothing before their first full transaction (watermark markers).
         DDL on a captured table yields a SchemaChange (after which nothing else of its group is yielded).
+        ``blocks``: a transaction's rows come as ``RowBlock``s (columns, one per rows event), not RowChanges.
         """
         self.last_offset = start
         if end is not None and start.at_boundary and start.position.key >= end.key:
@@ -176,7 +178,7 @@ class BinlogReader:
             enable_logging=False,
         )
         try:
-            yield from EventLoop(self, stream, start, end, deadline, sync_to_transaction).run()
+            yield from EventLoop(self, stream, start, end, deadline, sync_to_transaction, blocks).run()
         finally:
             stream.close()
 

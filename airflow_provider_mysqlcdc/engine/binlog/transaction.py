@@ -9,12 +9,12 @@ from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent
 
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedVersion
 from airflow_provider_mysqlcdc.engine.binlog.ddl import TableDdl
-from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import decoded_images
+from airflow_provider_mysqlcdc.engine.binlog.changes import RowBlock
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import decoded_columns
 from airflow_provider_mysqlcdc.engine.binlog.errors import OffsetMismatch, UnsupportedEvent
-from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
-from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, RowKey, row_key
+from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, Op
-from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 
 @dataclass
@@ -26,8 +26,7 @@ class Transaction:
     began: bool  # inside BEGIN ... COMMIT (else the group is a single statement)
     rows_events: int = 0  # rows events seen, of every table (the unit of skip_events)
     captured: bool = False  # holds rows events of a captured table (emitted or skipped)
-    # (table, op, values, key, file, offset after this image) of the captured rows, in binlog order
-    buffer: list[tuple[TableId, Op, dict, RowKey, str, BinlogOffset, TableSchema]] = field(default_factory=list)
+    buffer: list[RowBlock] = field(default_factory=list)  # the captured rows, in binlog order
     ddl: list[tuple[TableId, TableDdl]] = field(default_factory=list)  # DDL of captured tables in this group
 
 
@@ -41,41 +40,52 @@ def decode_rows(
     end_pos: int,
     gtid_before: str | None,
 ) -> None:
+    """Decode a captured rows event into a ``RowBlock`` of the transaction (less its first ``skip`` images)."""
     if event.__class__ is PartialUpdateRowsEvent:
         raise UnsupportedEvent(
             f"partial JSON update of {target.table} at {cur_file}:{end_pos}: set "
             "binlog_row_value_options='' so the binlog carries full row images"
         )
     table = target.table
-    base = row_key(BinlogPosition(cur_file, end_pos))
-    number, pos = base[0], base[1]
-    start_pos, file = txn.start.pos, txn.start.file
-    decoded = None
+    names = target.schema.column_names
+    columns: dict[str, list[list]] | None = None
     if target.layout is not None:
-        decoded = decoded_images(event, target.layout, table, lambda: _python_images(event, target))
-    if decoded is None:
-        decoded = _python_images(event, target)
-    images: list[tuple[Op, dict, RowKey]] = []
+        columns = decoded_columns(event, target.layout, table, names, lambda: _python_images(event, target))
+    if columns is None:
+        columns = {half: _columnar(images, names) for half, images in _python_images(event, target).items()}
     if event.__class__ is UpdateRowsEvent:
-        for i, (before, after) in enumerate(zip(decoded["before_values"], decoded["after_values"])):
-            images.append((UPDATE_BEFORE, before, (number, pos, i, BEFORE)))
-            images.append((UPDATE_AFTER, after, (number, pos, i, AFTER)))
+        before, after = columns["before_values"], columns["after_values"]
+        n = len(before[0])
+        values = [[v for pair in zip(b, a) for v in pair] for b, a in zip(before, after)]
+        ops: list[Op] = [UPDATE_BEFORE, UPDATE_AFTER] * n
+        rows = [i for i in range(n) for _ in (0, 1)]
+        halves = [BEFORE, AFTER] * n
     else:
-        op, half = (INSERT, AFTER) if event.__class__ is WriteRowsEvent else (DELETE, BEFORE)
-        for i, values in enumerate(decoded["values"]):
-            images.append((op, values, (number, pos, i, half)))
-    count = len(images)
+        values = columns["values"]
+        n = len(values[0])
+        insert = event.__class__ is WriteRowsEvent
+        ops = [INSERT if insert else DELETE] * n
+        rows = list(range(n))
+        halves = [AFTER if insert else BEFORE] * n
+    count = len(ops)
     if skip > count:
         raise OffsetMismatch(
             f"offset skips {skip} row images of the rows event ending at {cur_file}:{end_pos}, which has "
             f"only {count}: the offset does not match this binlog"
         )
-    buffer = txn.buffer
-    next_event = BinlogOffset(file, start_pos, index + 1, 0, gtid_before)
-    for c in range(skip, count):
-        op, values, key = images[c]
-        after = next_event if c == count - 1 else BinlogOffset(file, start_pos, index, c + 1, gtid_before)
-        buffer.append((table, op, values, key, cur_file, after, target.schema))
+    number, pos = row_key(BinlogPosition(cur_file, end_pos))[:2]
+    if skip:
+        ops, rows, halves, values = ops[skip:], rows[skip:], halves[skip:], [col[skip:] for col in values]
+    if not ops:
+        return
+    txn.buffer.append(RowBlock(
+        table, target.schema, ops, rows, halves, values, (number, pos), cur_file, None,
+        txn.start.file, txn.start.pos, index, skip, count, gtid_before,
+    ))
+
+
+def _columnar(images: list[dict], names: list[str]) -> list[list]:
+    return [[image[name] for image in images] for name in names]
 
 
 def _python_images(event: Any, target: CapturedVersion) -> dict[str, list[dict]]:

@@ -6,7 +6,7 @@ row order key), ``_chunk_id`` and ``_generation`` (snapshot records), ``_commit_
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import pyarrow as pa
 
@@ -64,3 +64,24 @@ def records_batch(schema: TableSchema, records: Iterable[Record]) -> pa.RecordBa
         pa.array([r.commit_ts for r in records], pa.timestamp("us", tz="UTC")),
     ]
     return pa.RecordBatch.from_arrays([*meta, *data.columns], schema=record_schema(schema))
+
+
+def changes_batch(
+    schema: TableSchema, ops: list[str], positions: list[str], commit_ts: Any, columns: list[list[Any]],
+    keep: list[bool] | None = None,
+) -> pa.RecordBatch:
+    """Stream records of one table given column by column (``columns`` in schema order, one value per
+    change; ``positions`` their ``_position`` texts; one commit time): what ``records_batch`` makes of the
+    same records, without a Python object per change. ``keep``: only the changes marked True."""
+    data = values.columns_to_arrow(schema, columns)
+    n = data.num_rows
+    meta = [
+        pa.array(ops, pa.string()),
+        pa.array(["stream"] * n, pa.string()),
+        pa.array(positions, pa.string()),
+        pa.nulls(n, pa.int32()),
+        pa.nulls(n, pa.int32()),
+        pa.array([commit_ts] * n, pa.timestamp("us", tz="UTC")),
+    ]
+    batch = pa.RecordBatch.from_arrays([*meta, *data.columns], schema=record_schema(schema))
+    return batch if keep is None else batch.filter(pa.array(keep, pa.bool_()))

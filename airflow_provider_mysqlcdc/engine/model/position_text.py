@@ -15,6 +15,12 @@ def format_row_key(key: RowKey) -> str:
     return f"{number:010d}:{pos:020d}:{index + 1:010d}:{half}"
 
 
+def format_row_keys(number: int, pos: int, rows: list[int], halves: list[int]) -> list[str]:
+    """``format_row_key`` of the images of one rows event (one file number and position)."""
+    prefix = f"{number:010d}:{pos:020d}:"
+    return [f"{prefix}{index + 1:010d}:{half}" for index, half in zip(rows, halves)]
+
+
 def parse_row_key(text: str) -> RowKey:
     """The inverse of ``format_row_key``."""
     try:

@@ -525,9 +525,22 @@ def arrow_type(column: Column) -> pa.DataType:
     return pa.binary()
 
 
+_ARROW_SCHEMAS: dict[str, pa.Schema] = {}  # by TableSchema.schema_id (which names the Arrow layout)
+
+
 def arrow_schema(schema: TableSchema) -> pa.Schema:
     """The Arrow schema of canonical rows: each column, and after each DATE/DATETIME/TIMESTAMP column its
     zero-date companion (those columns are nullable: a zero date is NULL in the calendar column)."""
+    found = _ARROW_SCHEMAS.get(schema.schema_id)
+    if found is None:
+        found = _arrow_schema(schema)
+        if len(_ARROW_SCHEMAS) >= 4096:
+            _ARROW_SCHEMAS.clear()
+        _ARROW_SCHEMAS[schema.schema_id] = found
+    return found
+
+
+def _arrow_schema(schema: TableSchema) -> pa.Schema:
     fields = []
     for c in schema.columns:
         fields.append(pa.field(c.name, arrow_type(c), nullable=c.nullable or holds_zero_dates(c)))
@@ -584,8 +597,13 @@ def python_rows(table: Any, schema: TableSchema, names: Sequence[str]) -> list[t
 
 def to_arrow_batch(schema: TableSchema, rows: list[tuple]) -> pa.RecordBatch:
     """A RecordBatch of canonical rows (tuples in schema order), converted column by column by pyarrow."""
-    target = arrow_schema(schema)
     columns = list(zip(*rows)) if rows else [()] * len(schema.columns)
+    return columns_to_arrow(schema, columns)
+
+
+def columns_to_arrow(schema: TableSchema, columns: Sequence[Sequence[Any]]) -> pa.RecordBatch:
+    """A RecordBatch of canonical values given column by column (schema order), converted by pyarrow."""
+    target = arrow_schema(schema)
     arrays = []
     for column, values in zip(schema.columns, columns):
         field = target.field(column.name)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowBlock, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, TableView
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
@@ -24,6 +24,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.stream.filter import (
+    EmittedRows,
     GenerationFilter,
     StreamFilter,
     TableFilter,
@@ -33,7 +34,11 @@ from airflow_provider_mysqlcdc.engine.stream.filter import (
 
 @dataclass
 class StreamBatch:
-    records: list[Record]
+    """What one read emits: ``rows`` (the filter's verdict on each rows event, columns kept as the decoder
+    gave them: the Spark source makes Arrow of them) and the same as ``records`` (one Record per change, in
+    binlog order, for callers that apply changes one by one)."""
+
+    rows: list[EmittedRows]
     start: BinlogOffset
     end: BinlogOffset  # resume here; equals start when nothing was read
     rows_read: int = 0
@@ -41,6 +46,19 @@ class StreamBatch:
     dropped: int = 0
     schemas: dict[str, TableSchema] = field(default_factory=dict)  # schema_id -> schema, of the records
     schema_changes: list[SchemaChange] = field(default_factory=list)  # DDL of captured tables, in order
+    _records: list[Record] | None = field(default=None, repr=False)
+
+    @property
+    def emitted(self) -> int:
+        return sum(len(r) for r in self.rows)
+
+    @property
+    def records(self) -> list[Record]:
+        if self._records is None:
+            records = [record for r in self.rows for record in r.records()]
+            records.sort(key=lambda r: r.key)
+            self._records = records
+        return self._records
 
 
 @dataclass
@@ -127,11 +145,11 @@ class ChangeStream:
         assert self._filter is not None
         started = time.monotonic()
         reader = BinlogReader(self.settings, self.server_id, set(self.tables), self.schemas, self._replanned)
-        pending: list[RowChange] = []
+        pending: list[RowBlock] = []
         ddl: list[SchemaChange] = []
         offset = start
         rows = 0
-        for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout):
+        for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout, blocks=True):
             if type(item) is SchemaChange:
                 ddl.append(item)
                 offset = item.offset
@@ -141,10 +159,13 @@ class ChangeStream:
                 if max_rows is not None and rows >= max_rows and not _open_update(pending):
                     break
                 continue
+            cut = _cut(item, max_rows - rows) if max_rows is not None else None
+            if cut is not None:
+                item = item.head(cut)
             pending.append(item)
-            offset = item.offset_after
-            rows += 1
-            if max_rows is not None and rows >= max_rows and item.op != UPDATE_BEFORE:
+            offset = item.offset_after(len(item) - 1)
+            rows += len(item)
+            if cut is not None:
                 break
         else:
             # Read to the end: the reader knows the exact resume point (past trailing foreign transactions).
@@ -152,16 +173,17 @@ class ChangeStream:
                 offset = reader.last_offset
         dropped_before = self._filter.dropped
         if file_number_base:
-            pending = [_rebased(change, file_number_base) for change in pending]
+            pending = [_rebased(block, file_number_base) for block in pending]
             ddl = [dataclasses.replace(d, key=(file_number_base + d.key[0], *d.key[1:])) for d in ddl]
-        schemas = {c.schema.schema_id: c.schema for c in pending if c.schema is not None}
-        records = self._filter.apply(pending)
-        if on_batch is not None:
-            on_batch(records)
-        return StreamBatch(
-            records=records, start=start, end=offset, rows_read=rows, seconds=time.monotonic() - started,
-            dropped=self._filter.dropped - dropped_before, schemas=schemas, schema_changes=ddl,
+        schemas = {b.schema.schema_id: b.schema for b in pending}
+        batch = StreamBatch(
+            rows=self._filter.apply_blocks(pending), start=start, end=offset, rows_read=rows,
+            seconds=time.monotonic() - started, dropped=self._filter.dropped - dropped_before, schemas=schemas,
+            schema_changes=ddl,
         )
+        if on_batch is not None:
+            on_batch(batch.records)
+        return batch
 
 
 def _captured_schema(conn: object, table: TableId) -> TableSchema:
@@ -174,10 +196,18 @@ def _captured_schema(conn: object, table: TableId) -> TableSchema:
         ) from None
 
 
-def _open_update(pending: list[RowChange]) -> bool:
-    return bool(pending) and pending[-1].op == UPDATE_BEFORE
+def _open_update(pending: list[RowBlock]) -> bool:
+    return bool(pending) and pending[-1].ops[-1] == UPDATE_BEFORE
 
 
-def _rebased(change: RowChange, base: int) -> RowChange:
-    number, pos, index, half = change.key
-    return dataclasses.replace(change, key=(base + number, pos, index, half))
+def _cut(block: RowBlock, budget: int) -> int | None:
+    """How many images of ``block`` a read with ``budget`` row images left takes before it stops (None: all,
+    and it goes on): at least the budget, never ending between the two images of an update."""
+    for k in range(max(budget, 1), len(block) + 1):
+        if block.ops[k - 1] != UPDATE_BEFORE:
+            return k
+    return None
+
+
+def _rebased(block: RowBlock, base: int) -> RowBlock:
+    return dataclasses.replace(block, key_base=(base + block.key_base[0], block.key_base[1]))

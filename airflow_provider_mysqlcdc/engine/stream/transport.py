@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch
-from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import changes_batch, record_schema, records_batch
+from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key, format_row_keys
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
+    from airflow_provider_mysqlcdc.engine.stream.filter import EmittedRows
 
 STREAM_SCHEMA_DDL = (
     "_table STRING, _op STRING, _position STRING, _commit_ts TIMESTAMP, _binlog_file STRING, _values STRING, "
@@ -62,16 +63,18 @@ SCHEMA_OP = "schema"
 DDL_OP = "ddl"
 
 def stream_batches(
-    records: Iterable[Record],
+    records: Iterable[Record] = (),
     size: int = ROWS_PER_ARROW_BATCH,
     schemas: dict[str, TableSchema] | None = None,
     schema_changes: Iterable[SchemaChange] = (),
     table_schemas: dict[str, TableSchema] | None = None,
+    rows: Iterable[EmittedRows] = (),
 ) -> Iterator[pa.RecordBatch]:
     """Records as Arrow batches of the stream schema (what the source yields to Spark): the schema rows of
     ``schemas`` (schema_id -> schema) and the DDL rows of ``schema_changes``, then rows rows of up to ``size``
     records each, per table and schema version in binlog order. ``table_schemas`` (by "database.table") is
-    the schema of records that name no schema version."""
+    the schema of records that name no schema version. ``rows`` (the filter's row blocks) give the same rows
+    rows as their records would, built column by column (the hot path)."""
     schemas = schemas or {}
     meta = [_meta_row(str(s.table), SCHEMA_OP, None, None, None, json.dumps(s.to_dict()), sid)
             for sid, s in schemas.items()]
@@ -84,6 +87,7 @@ def stream_batches(
     ]
     if meta:
         yield pa.RecordBatch.from_pylist(meta, schema=STREAM_ARROW_SCHEMA)
+    yield from _blocks_batches(rows, size)
     pending: dict[tuple[str, str | None], list[Record]] = {}
     for record in records:
         group = pending.setdefault((record.table, record.schema_id), [])
@@ -93,6 +97,50 @@ def stream_batches(
             del pending[(record.table, record.schema_id)]
     for (table, schema_id), group in pending.items():
         yield _rows_batch(table, schema_id, group, schemas, table_schemas)
+
+
+def _blocks_batches(rows: Iterable[EmittedRows], size: int) -> Iterator[pa.RecordBatch]:
+    """Rows rows of the filter's row blocks: per table and schema version, in binlog order, ``size`` each."""
+    pending: dict[tuple[str, str], list[pa.RecordBatch]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    schemas: dict[tuple[str, str], TableSchema] = {}
+    for emitted in rows:
+        block = emitted.block
+        group = (str(block.table), block.schema.schema_id)
+        positions = format_row_keys(*block.key_base, block.rows, block.halves)
+        data = changes_batch(block.schema, emitted.ops, positions, block.commit_ts, block.columns, emitted.keep)
+        pending.setdefault(group, []).append(data)
+        schemas[group] = block.schema
+        counts[group] = counts.get(group, 0) + data.num_rows
+        if counts[group] >= size:
+            yield from _rows_rows(group, schemas[group], pending.pop(group), size, flush=False, rest=pending)
+            counts[group] = sum(b.num_rows for b in pending.get(group, []))
+    for group, batches in pending.items():
+        yield from _rows_rows(group, schemas[group], batches, size, flush=True, rest=None)
+
+
+def _rows_rows(group: tuple[str, str], schema: TableSchema, batches: list[pa.RecordBatch], size: int, *,
+               flush: bool, rest: dict | None) -> Iterator[pa.RecordBatch]:
+    """Rows rows of ``size`` changes each from ``batches``; what does not fill one goes back to ``rest``,
+    unless ``flush``."""
+    table = pa.Table.from_batches(batches, schema=record_schema(schema)).combine_chunks()
+    start, n = 0, table.num_rows
+    while n - start >= size or (flush and start < n):
+        piece = table.slice(start, size).combine_chunks()
+        start += piece.num_rows
+        yield _rows_row(group, piece.to_batches()[0])
+    if start < n and rest is not None:
+        rest[group] = table.slice(start).to_batches()
+
+
+def _rows_row(group: tuple[str, str], data: pa.RecordBatch) -> pa.RecordBatch:
+    table, schema_id = group
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write_batch(data)
+    row = _meta_row(table, ROWS_OP, data.column("_position")[0].as_py(), None, None, None, schema_id)
+    return pa.RecordBatch.from_pylist([{**row, "_arrow": sink.getvalue().to_pybytes()}],
+                                      schema=STREAM_ARROW_SCHEMA)
 
 
 def range_batch(start: dict, end: dict) -> pa.RecordBatch:

@@ -542,9 +542,9 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
                 budget_s=self.config.reconnect_timeout,
             )
             first = first or part_first
-            rows, emitted = rows + batch.rows_read, emitted + len(batch.records)
+            rows, emitted = rows + batch.rows_read, emitted + batch.emitted
             seconds += batch.seconds
-            yield from stream_batches(batch.records, schemas=batch.schemas,
+            yield from stream_batches(rows=batch.rows, schemas=batch.schemas,
                                       schema_changes=batch.schema_changes, table_schemas=known)
             reached = dataclasses.replace(batch.end, server=part_first.server, gtid_position=None,
                                           file_number_base=part_first.file_number_base)
