@@ -112,6 +112,8 @@ class StreamFilter:
         return out
 
     def apply(self, changes: Sequence) -> list[Record]:
+        """The change-by-change form of ``apply_blocks`` (RowChanges in, Records out): what the columnar path
+        replaced, kept as the reference it is tested against (tests/engine/test_row_blocks.py)."""
         by_table: dict[TableId, list] = defaultdict(list)
         order: list[TableId] = []
         for change in changes:

@@ -3,7 +3,8 @@
 One source serves many tables with different schemas, but a Spark stream has one schema. So changes travel
 as *rows rows* (``_op = "rows"``): each carries up to ``ROWS_PER_ARROW_BATCH`` changes of one table and one
 schema version, in binlog order, as an Arrow IPC stream in ``_arrow``: exactly the typed record layout the
-changelog files have (``arrow_batches.records_batch``), built once on the executor that decoded the binlog.
+changelog files have (``arrow_batches.records_batch``), built once on the executor that decoded the binlog,
+column by column from the decoder's row blocks (``arrow_batches.changes_batch``).
 Values are never coerced by Spark, nothing is encoded per change, and the sink writes the batch as it comes
 (less excluded columns).
 
