@@ -217,6 +217,17 @@ def test_a_charset_change_decodes_older_events_with_the_charset_they_were_writte
     assert [c.values["v"] for c in changes] == ["25\u00b0C \u00a9", "\u041f\u0440\u0438\u0432\u0435\u0442"]
 
 
+def _selected_and_streamed(settings, table: TableId, schema, start, end) -> tuple[dict, dict]:
+    """The table by id as the snapshot's SELECT reads it, and each row's last image in the binlog range."""
+    with connect(settings) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted} ORDER BY id")
+        selected = {r[0]: r for r in map(values.snapshot_normalizer(schema), cur.fetchall())}
+    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema})
+    changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
+    streamed = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
+    return selected, streamed
+
+
 # ENUM/SET members in legacy charsets (the binlog's TABLE_MAP names them in the column's own charset; read as
 # UTF-8 they came out as '' or as other characters), and a mojibake-looking latin1 member that is valid UTF-8.
 MEMBERS = {
@@ -247,14 +258,9 @@ def test_enum_and_set_members_in_legacy_charsets_stream_as_the_snapshot_reads_th
         cur.execute("UPDATE members SET e_latin1 = 'x', s_sjis = '' WHERE id = 0")
         end = _status(admin)
         schema = load_schema(admin, table)
-    with connect(settings) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted} ORDER BY id")
-        selected = {r[0]: r for r in map(values.snapshot_normalizer(schema), cur.fetchall())}
+    selected, streamed = _selected_and_streamed(settings, table, schema, start, end)
     assert selected[1][1:3] == ("\u00fc\u00df", "caf\u00e9,\u00fc\u00df")
-    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema})
-    changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
-    last = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
-    assert last == selected
+    assert streamed == selected
 
 
 def test_negative_times_of_the_pre_56_format_stream_as_the_snapshot_reads_them(mysql_server, mysql_db):
@@ -277,11 +283,5 @@ def test_negative_times_of_the_pre_56_format_stream_as_the_snapshot_reads_them(m
         cur.execute("UPDATE old_times SET t = '-01:00:00' WHERE id = 3")
         end = _status(admin)
         schema = load_schema(admin, table)
-    with connect(settings) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted} ORDER BY id")
-        selected = {r[0]: r for r in map(values.snapshot_normalizer(schema), cur.fetchall())}
-    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema})
-    changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
-    assert changes and changes[0].schema is not None
-    last = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
-    assert last == selected
+    selected, streamed = _selected_and_streamed(settings, table, schema, start, end)
+    assert len(selected) == len(times) and streamed == selected
