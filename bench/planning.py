@@ -224,7 +224,10 @@ def run_planning(server: MariaDBServer, rows: int, cs: int, old_rows: int, *,
     assert server.process is not None
     pid = server.process.pid
     settings = MySQLSettings.from_url(server.cdc_url)
-    factory: Callable[[], Any] = lambda: connect(settings)
+
+    def factory() -> Any:
+        return connect(settings)
+
     out: list[Row] = []
 
     def plan(table: str, chunk_key: str | None = None) -> tuple[ChunkPlan, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import random
 import struct
 import threading
@@ -40,11 +41,15 @@ from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import (
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema, quote_ident
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeSelect
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
@@ -294,6 +299,9 @@ class TableRun:
     identity_error: str | None = None
     select_error: str | None = None
     binlog_error: str | None = None
+    natively: pa.Table | None = None  # the initial rows as the native chunk reader reads them (Arrow)
+    native_error: str | None = None
+    native_skipped: str | None = None  # why the native reader leaves this table to the pure-Python one
     mirror: list[tuple] | None = None
     source: list[tuple] | None = None
     pipeline_error: str | None = None
@@ -351,6 +359,34 @@ def read_both_ways(settings: MySQLSettings, run: TableRun, start: BinlogPosition
             run.binlog_error = _error_text(exc)
     errors = [f"{path}: {e}" for path, e in (("SELECT", run.select_error), ("binlog", run.binlog_error)) if e]
     run.identity_error = "; ".join(errors) or None
+    if run.schema is not None:
+        read_natively(settings, run)
+
+
+def read_natively(settings: MySQLSettings, run: TableRun) -> None:
+    """The initial rows through the native chunk reader's session, SELECT expressions and Arrow conversion
+    (``engine/snapshot/native_read``), in insertion order."""
+    assert run.schema is not None
+    planned, why = native_columns.plan_columns(run.schema)
+    if planned is None:
+        run.native_skipped = why
+        return
+    try:
+        with connect(settings) as conn:
+            info = server_info(conn)
+            sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
+                   f"FROM {run.table.quoted} ORDER BY `seq`")
+            select = NativeSelect(settings, sql, native_session.read_view_statements(info.flavor, info.server_id, None),
+                                  65536, current_binlog_status(conn, info).file)
+            try:
+                first = select.open()
+                batches = [] if first is None else [first.batch, *select.rest()]
+            finally:
+                select.close(conn)
+        canonical = [native_columns.to_canonical(run.schema, planned, b, 0) for b in batches]
+        run.natively = pa.Table.from_batches(canonical, schema=values.arrow_schema(run.schema))
+    except Exception as exc:  # judged per case by the tests
+        run.native_error = _error_text(exc)
 
 
 def run_group(server: Any, database: str, specs: list[TableSpec], store_path: Path, seed: int,
@@ -380,8 +416,9 @@ def run_group(server: Any, database: str, specs: list[TableSpec], store_path: Pa
         piped = [s for s in specs if s.pipeline]
         try:
             if piped:
-                _pipeline(server, database, piped, runs, ops, sessions, settings, store_path, rng, seed,
-                          chunk_size, interleaved, stream_rounds, group, read_options or ChunkReadOptions())
+                with native_chunk_reader():
+                    _pipeline(server, database, piped, runs, ops, sessions, settings, store_path, rng, seed,
+                              chunk_size, interleaved, stream_rounds, group, read_options or ChunkReadOptions())
         except Exception as exc:
             text = _error_text(exc)
             for run in (runs[s.name] for s in piped):
@@ -391,6 +428,22 @@ def run_group(server: Any, database: str, specs: list[TableSpec], store_path: Pa
         sessions.close()
     group.seconds = time.monotonic() - began
     return group
+
+
+@contextlib.contextmanager
+def native_chunk_reader() -> Iterator[None]:
+    """The pipeline's chunks are read by the native reader (where it serves: the consistent-snapshot mode), so
+    its reads meet the writes inside and between chunk reads; the pure-Python reader's reads meet them in the
+    watermark mode and in test_consistency.py."""
+    saved = os.environ.get(CHUNK_READER_ENV)
+    os.environ[CHUNK_READER_ENV] = "native"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(CHUNK_READER_ENV, None)
+        else:
+            os.environ[CHUNK_READER_ENV] = saved
 
 
 def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path, rng, seed, chunk_size,
@@ -447,7 +500,8 @@ def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
     """Seeded writes at the most delicate moments of every chunk read, deterministically: in the watermark
     mode after the LW marker and before the read view opens (the view sees them, the backfill replays them),
     and after the view opened (only the backfill brings them); in the consistent-snapshot mode right after the
-    view opened (after HW: only the stream brings them). Wraps the read-view helpers as ``chunk_reader`` calls
+    view opened (after HW: only the stream brings them; the native reader's view: once its first rows arrived).
+    Wraps the read-view helpers as ``chunk_reader`` calls
     them; if those names are gone, the reads just run without the extra writes."""
     from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
 
@@ -471,6 +525,15 @@ def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
 
         saved["open_consistent_snapshot"] = consistent
         chunk_reader.open_consistent_snapshot = open_consistent
+    native = getattr(chunk_reader, "native_view_opened", None)
+    if native is not None:
+        def native_opened(position: Any, _original: Callable = native) -> Any:
+            result = _original(position)
+            write(3)  # the native reader's view is open and its SELECT runs: after HW, only the stream brings them
+            return result
+
+        saved["native_view_opened"] = native
+        chunk_reader.native_view_opened = native_opened
     try:
         yield
     finally:
@@ -515,6 +578,29 @@ def identity_mismatches(run: TableRun, column: str, limit: int = 4) -> list[str]
             out.append(f"row seq={sel[seq]}: SELECT {_short(a)} ({type(a).__name__}) != binlog {_short(b)} "
                        f"({type(b).__name__})")
     return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def native_mismatches(run: TableRun, column: str, limit: int = 4) -> list[str]:
+    """The native reader's Arrow of ``column`` (and its zero-date companion) equals the Arrow of the
+    pure-Python reader's values, cell by cell; nothing when the table is left to the pure-Python reader."""
+    if run.identity_error or run.schema is None:
+        return [f"table read failed: {run.identity_error}"]
+    if run.native_skipped:
+        return []
+    if run.native_error or run.natively is None:
+        return [f"native read failed: {run.native_error}"]
+    one = TableSchema(run.table, (run.schema.column(column),), ())
+    i = run.index(column)
+    want = values.to_arrow_batch(one, [(r[i],) for r in run.selected])
+    out = []
+    for name in values.identity_names(one, [column]):
+        a, b = want.column(name), run.natively.column(name).combine_chunks()
+        if a.type != b.type:
+            out.append(f"{name}: Arrow type {b.type} != {a.type}")
+        elif not a.equals(b):
+            diff = [(x, y) for x, y in zip(a.to_pylist(), b.to_pylist()) if x != y or type(x) is not type(y)]
+            out.append(f"{name}: {len(diff)} cells differ, e.g. pymysql, native: {_short(diff[:2], 200)}")
+    return out[:limit]
 
 
 def compiled_decoder_problems(run: TableRun) -> list[str]:

@@ -39,6 +39,7 @@ from tests.conformance.runner import (
     compiled_decoder_problems,
     identity_mismatches,
     mirror_mismatches,
+    native_mismatches,
     run_group,
 )
 from tests.conformance.specs import (
@@ -63,6 +64,11 @@ def _fail(case: str, problems: dict[str, list[str]]) -> None:
     if bad:
         text = "\n".join(f"  [{phase}] " + f"\n  [{phase}] ".join(p) for phase, p in bad.items())
         pytest.fail(f"{case}:\n{text}", pytrace=False)
+
+
+def _native_verdict(run: TableRun, problems: list[str]) -> str:
+    """The native phase's cell: "python" where the native reader leaves the table to the pure-Python one."""
+    return "python" if run.native_skipped and not problems else verdict(problems)
 
 
 def _per_column(run: TableRun, names: list[str], check) -> list[str]:
@@ -102,7 +108,7 @@ def watermark_mode(conformance_db) -> ChunkReadOptions:
 
 # --- types ----------------------------------------------------------------------------------------------------
 
-TYPE_PHASES = ("identity", "compiled", "arrow", "mirror", "mirror-wm")
+TYPE_PHASES = ("identity", "compiled", "native", "arrow", "mirror", "mirror-wm")
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +138,13 @@ def test_type(case, type_runs):
     problems = {
         "identity": identity_mismatches(run, case.column),
         "compiled": compiled_decoder_problems(run) + compiled_decoder_problems(run_wm),
+        "native": native_mismatches(run, case.column),
         "arrow": arrow_mismatches(run, case.column),
         "mirror": mirror_mismatches(run, case.column),
         "mirror-wm": mirror_mismatches(run_wm, case.column),
     }
     for phase, p in problems.items():
-        record("types", case.id, phase, verdict(p))
+        record("types", case.id, phase, _native_verdict(run, p) if phase == "native" else verdict(p))
     _fail(f"type[{case.id}] (column {case.column} of {run.table})", problems)
 
 
@@ -176,7 +183,8 @@ def test_every_server_charset_is_catalogued(server_charset_names):
     assert not missing, f"charsets of this server with no conformance case: {missing}: add them to CHARSETS"
 
 
-CHARSET_PHASES = ("chars", "identity", "compiled", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm")
+CHARSET_PHASES = ("chars", "identity", "compiled", "native", "raw-bytes", "arrow", "mirror", "mirror-wm", "key",
+                  "key-wm")
 
 
 @pytest.mark.parametrize("charset", CHARSETS)
@@ -216,6 +224,9 @@ def test_charset(charset, mysql_server, conformance_db, server_charset_names, wa
         + _per_column(key_run, ["k", "v"], identity_mismatches),
         "compiled": [p for name in (plain["values"].name, plain["key"].name, plain["raw"].name, wm["values"].name)
                      for p in compiled_decoder_problems(runs[name])],
+        "native": _per_column(values_run, value_columns, native_mismatches)
+        + _per_column(key_run, ["k", "v"], native_mismatches)
+        + _per_column(runs[plain["raw"].name], ["b"], native_mismatches),
         "raw-bytes": identity_mismatches(runs[plain["raw"].name], "b", limit=8),
         "arrow": _per_column(values_run, value_columns, arrow_mismatches)
         + _per_column(key_run, ["k", "v"], arrow_mismatches),
@@ -227,7 +238,7 @@ def test_charset(charset, mysql_server, conformance_db, server_charset_names, wa
     for phase, problem in refused.items():
         problems[phase] = problem + problems[phase]
     for phase in CHARSET_PHASES[1:]:
-        status = verdict(problems[phase])
+        status = _native_verdict(values_run, problems[phase]) if phase == "native" else verdict(problems[phase])
         record("charsets", charset, phase, "refused" if phase in refused and status == "ok" else status)
     _fail(f"charset[{charset}] ({len(non_ascii)} non-ASCII characters round-trip)", problems)
 

@@ -23,6 +23,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
@@ -40,6 +41,13 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 ROWS = 300
 CHUNK = 1  # of 3: ids [100, 200)
 ADD_C = "ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 5"
+
+
+@pytest.fixture(autouse=True)
+def python_reader(monkeypatch):
+    """These tests inject DDL at the pure-Python reader's steps (its view, its SELECT): they test the reference
+    reader; the native reader's DDL handling is tested in test_native_chunk_reader.py."""
+    monkeypatch.setenv(CHUNK_READER_ENV, "python")
 
 
 @pytest.fixture

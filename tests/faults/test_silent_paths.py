@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.engine.common.keepalive import (
     KEEPALIVE_PROBES,
 )
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables, snapshot_chunk
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
@@ -135,7 +136,10 @@ def test_a_chunk_read_on_a_silent_path_fails_within_its_read_timeout_and_commits
         written.append(sum(b.num_rows for b in batches))
         return "v1"
 
-    # the read view is open, then the path goes silent: the read's next statement never hears back
+    # the read view is open, then the path goes silent: the read's next statement never hears back. The
+    # pure-Python reader's per-read timeout is what catches a proxy that forwards nothing; the native reader
+    # has none (docs/operations.md: behind such a proxy, MYSQLCDC_CHUNK_READER=python)
+    monkeypatch.setenv(CHUNK_READER_ENV, "python")
     monkeypatch.setattr(chunk_reader, "open_consistent_snapshot",
                         black_holing(proxy, chunk_reader.open_consistent_snapshot))
     settings = through(direct, proxy)

@@ -23,6 +23,9 @@ CHUNK_STORE_READ_TIMEOUT_ENV = "MYSQLCDC_CHUNK_STORE_READ_TIMEOUT_S"
 # Which decoder reads rows events: compiled (default), python (mysql-replication only), compare (both,
 # stopping at a difference: the test suite's mode). engine/binlog/decoder_choice.py.
 ROWS_DECODER_ENV = "MYSQLCDC_ROWS_DECODER"
+# Which reader reads snapshot chunks: native (connectorx, Arrow from the wire, where it keeps every guarantee)
+# or python (pymysql, the reference; the default for now). engine/snapshot/native_read/choice.py.
+CHUNK_READER_ENV = "MYSQLCDC_CHUNK_READER"
 # The Spark master of ``mysqlcdc stream`` (default local[*]).
 SPARK_MASTER_ENV = "MYSQLCDC_SPARK_MASTER"
 

@@ -36,15 +36,21 @@ def snapshot_batch(
     schema: TableSchema, rows: list[tuple], high_watermark: BinlogPosition, chunk_id: int, generation: int
 ) -> pa.RecordBatch:
     """Normalized snapshot rows of one chunk as ``+I`` records at the chunk's HW."""
-    data = values.to_arrow_batch(schema, rows)
+    return snapshot_data_batch(schema, values.to_arrow_batch(schema, rows), high_watermark, chunk_id, generation)
+
+
+def snapshot_data_batch(
+    schema: TableSchema, data: pa.RecordBatch, high_watermark: BinlogPosition, chunk_id: int, generation: int
+) -> pa.RecordBatch:
+    """A chunk's rows already in ``values.arrow_schema`` layout as ``+I`` records at the chunk's HW."""
     n = data.num_rows
     position = format_row_key(snapshot_row_key(high_watermark))
     meta = [
-        pa.array(["+I"] * n, pa.string()),
-        pa.array(["snapshot"] * n, pa.string()),
-        pa.array([position] * n, pa.string()),
-        pa.array([chunk_id] * n, pa.int32()),
-        pa.array([generation] * n, pa.int32()),
+        pa.repeat(pa.scalar("+I", pa.string()), n),
+        pa.repeat(pa.scalar("snapshot", pa.string()), n),
+        pa.repeat(pa.scalar(position, pa.string()), n),
+        pa.repeat(pa.scalar(chunk_id, pa.int32()), n),
+        pa.repeat(pa.scalar(generation, pa.int32()), n),
         pa.nulls(n, pa.timestamp("us", tz="UTC")),
     ]
     return pa.RecordBatch.from_arrays([*meta, *data.columns], schema=record_schema(schema))

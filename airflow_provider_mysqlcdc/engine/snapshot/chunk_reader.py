@@ -32,15 +32,20 @@ from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model import values
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch, snapshot_data_batch
 from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.hw_server import hw_server
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeReadFailed, NativeSelect
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
     open_consistent_snapshot,
@@ -51,13 +56,13 @@ from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.limits import (
+    QUERY_TIMEOUT_ERRORS,
     RateLimiter,
     SourceLimits,
-    is_query_timeout,
     read_slot,
     set_query_timeout,
 )
-from airflow_provider_mysqlcdc.engine.source.server import server_info
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096
@@ -84,6 +89,12 @@ def _end_read_view(conn: Any) -> None:
     """Close the read view; on a connection that died mid-read there is none left (the read's error tells)."""
     with contextlib.suppress(pymysql.err.MySQLError):
         conn.rollback()
+
+
+def native_view_opened(position: BinlogPosition) -> BinlogPosition:
+    """The native read's view is open at ``position`` (its first rows arrived). A named step, as
+    ``open_consistent_snapshot`` is for the pure-Python reader: the conformance suite writes here."""
+    return position
 
 
 class WatermarkNotFound(CdcError):
@@ -115,6 +126,7 @@ class ChunkReadResult:
     timings: dict[str, float] = field(default_factory=dict)
     hw_server: str | None = None  # whose binlog the watermarks name (``ServerIdentity.token``)
     hw_gtid_position: str | None = None  # the GTID position at the HW on that server (MariaDB)
+    reader: str = "python"  # which reader read the rows: native (connectorx) or python (pymysql)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +141,7 @@ class ChunkReadResult:
             "timings": dict(self.timings),
             "hw_server": self.hw_server,
             "hw_gtid_position": self.hw_gtid_position,
+            "reader": self.reader,
         }
 
 
@@ -202,7 +215,10 @@ class ChunkRead:
                 waited = time.monotonic()
                 self.result.timings["slot_wait_s"] = waited - started
                 set_query_timeout(conn, info.flavor, self.options.limits.query_timeout_s)
-                if mode == "consistent_snapshot":
+                native = self._native_columns(info, mode)
+                if native is not None:
+                    yield from self._read_native(conn, info, waited, native)
+                elif mode == "consistent_snapshot":
                     yield from self._read_consistent(conn, waited)
                 else:
                     yield from self._read_with_watermarks(conn, info, waited)
@@ -213,9 +229,102 @@ class ChunkRead:
             conn.close()
         self.result.timings["total_s"] = time.monotonic() - started
 
+    # -- native reader: consistent snapshot in connectorx's session, Arrow from the wire ---------------------
+
+    def _native_columns(self, info: Any, mode: str) -> list[native_columns.NativeColumn] | None:
+        """The native reader's column plan for this read, or None: the pure-Python reader reads (said once)."""
+        rate_limited = bool(self.options.limits.per_read_rows_per_second)
+        why = reader_choice.why_not_native(self.settings, mode, info.flavor, rate_limited)
+        planned = None
+        if why is None:
+            planned, why = native_columns.plan_columns(self.schema)
+        if planned is None:
+            reader_choice.say_once(self.schema.table, why or "")
+        return planned
+
+    def _read_native(self, conn: Any, info: Any, started: float,
+                     planned: list[native_columns.NativeColumn]) -> Iterator[pa.RecordBatch]:
+        """As ``_read_consistent``, with connectorx reading the rows in a read view it opens itself. The view's
+        point (HW) is known when the first rows arrive: the columns are checked then, before anything is
+        yielded (the running SELECT holds DDL off from there on). An empty chunk carries no point: it is read
+        again by the pure-Python reader in a fresh view."""
+        binlog_file = current_binlog_status(conn, info).file
+        stale = False
+        for attempt in range(DDL_REREADS + 1):
+            if stale:
+                self._adopt(schema_changed(conn, self.schema))
+                stale = False
+                planned, why = native_columns.plan_columns(self.schema)
+                if planned is None:
+                    reader_choice.say_once(self.schema.table, why or "")
+                    yield from self._read_consistent(conn, started)
+                    return
+            select = self._native_select(conn, info, planned, binlog_file)
+            try:
+                first = self._native_open(select)
+                if first is None:
+                    select.close(conn)
+                    yield from self._read_consistent(conn, started)
+                    return
+                position = native_view_opened(first.position)
+                self.result.reader = "native"
+                self.result.low_watermark = self.result.high_watermark = position
+                if self._adopt(schema_changed(conn, self.schema)):
+                    select.close(conn)
+                    self._reread(attempt, COLUMNS_CHANGED)
+                    replanned, why = native_columns.plan_columns(self.schema)
+                    if replanned is None:
+                        reader_choice.say_once(self.schema.table, why or "")
+                        yield from self._read_consistent(conn, started)
+                        return
+                    planned = replanned
+                    continue
+                limiter = RateLimiter(self.options.limits.per_read_rows_per_second)
+                batch: pa.RecordBatch | None = first.batch
+                rest = select.rest()
+                while batch is not None:
+                    data = native_columns.to_canonical(self.schema, planned, batch, 0)
+                    self.result.rows += data.num_rows
+                    yield snapshot_data_batch(self.schema, data, position, self.chunk.chunk_id, self.plan.generation)
+                    limiter.take(data.num_rows)
+                    batch = self._native_next(rest)
+                break
+            except TableChangedDuringRead:
+                if self.result.rows or attempt == DDL_REREADS:
+                    raise
+                self._reread(attempt, "after the read view opened")
+                stale = True
+            finally:
+                select.close(conn)
+        self.result.timings["read_s"] = time.monotonic() - started
+
+    def _native_select(self, conn: Any, info: Any, planned: list[native_columns.NativeColumn],
+                       binlog_file: str) -> NativeSelect:
+        where, params = plan_predicate(self.plan, self.schema, self.chunk)
+        with conn.cursor() as cur:  # the predicate's values escaped by pymysql, exactly as the Python reader sends them
+            where_sql = cur.mogrify(where, params)
+        sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
+               f"FROM {self.schema.table.quoted} WHERE {where_sql}")
+        statements = native_session.read_view_statements(info.flavor, info.server_id,
+                                                         self.options.limits.query_timeout_s)
+        return NativeSelect(self.settings, sql, statements, self.options.batch_rows, binlog_file)
+
+    def _native_open(self, select: NativeSelect) -> Any:
+        try:
+            return select.open()
+        except NativeReadFailed as exc:
+            raise self._select_error(exc.code, exc.text, exc.lost, native=True) from None
+
+    def _native_next(self, rest: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
+        try:
+            return next(rest, None)
+        except NativeReadFailed as exc:
+            raise self._select_error(exc.code, exc.text, exc.lost, native=True) from None
+
     # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
 
     def _read_consistent(self, conn: Any, started: float) -> Iterator[pa.RecordBatch]:
+        self.result.reader = "python"
         stale = False  # the previous view was refused after DDL: reload the schema before the next one
         for attempt in range(DDL_REREADS + 1):
             if stale:
@@ -301,29 +410,42 @@ class ChunkRead:
                 yield [normalize(r) for r in rows]
                 limiter.take(len(rows))
         except pymysql.err.MySQLError as exc:
-            if is_query_timeout(exc):
-                raise CdcError(
-                    f"{self.schema.table} chunk {self.chunk.chunk_id}: the SELECT ran longer than the per-query "
-                    f"time limit ({self.options.limits.query_timeout_s:g}s, query_timeout) and the server "
-                    "stopped it; nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
-                    "(chunk_size), then rerun the chunk"
-                ) from None
-            if getattr(exc, "args", (None,))[0] in (TABLE_DEF_CHANGED, BAD_FIELD):
-                # BAD_FIELD: a column the SELECT names was dropped or renamed (DDL after the schema check)
-                raise TableChangedDuringRead(
-                    f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was "
-                    f"read ({exc.args[-1]}) and kept changing it over {DDL_REREADS + 1} read views; nothing of "
-                    "this chunk was committed: rerun it once the schema change is done"
-                ) from None
-            if getattr(exc, "args", (None,))[0] in LOST_CONNECTION_ERRORS:
-                raise ServerUnavailable(
-                    f"{self.schema.table} chunk {self.chunk.chunk_id}: the connection to MySQL was lost during the "
-                    f"read ({exc.args[-1]}); nothing of this chunk was committed: rerun it (a retry reads it again "
-                    "in a new read view)"
-                ) from None
-            raise
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+            error = self._select_error(code, str(exc.args[-1]), code in LOST_CONNECTION_ERRORS)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _close_unbuffered(cur)
+
+    def _select_error(self, code: int | None, message: str, lost: bool, native: bool = False) -> Exception | None:
+        """What a failed chunk SELECT means to the user (both readers); None: the driver's error as it is."""
+        what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
+        if code in QUERY_TIMEOUT_ERRORS:
+            return CdcError(
+                f"{what}: the SELECT ran longer than the per-query time limit "
+                f"({self.options.limits.query_timeout_s:g}s, query_timeout) and the server stopped it; nothing "
+                "of this chunk was written. Raise query_timeout, or plan smaller chunks (chunk_size), then rerun "
+                "the chunk"
+            )
+        if code in (TABLE_DEF_CHANGED, BAD_FIELD):
+            # BAD_FIELD: a column the SELECT names was dropped or renamed (DDL after the schema check)
+            return TableChangedDuringRead(
+                f"{what}: DDL changed the table while the chunk was read ({message}) and kept changing it over "
+                f"{DDL_REREADS + 1} read views; nothing of this chunk was committed: rerun it once the schema "
+                "change is done"
+            )
+        if lost:
+            return ServerUnavailable(
+                f"{what}: the connection to MySQL was lost during the read ({message}); nothing of this chunk "
+                "was committed: rerun it (a retry reads it again in a new read view)"
+            )
+        if native:  # connectorx's error is text: say what failed and the way out
+            return CdcError(
+                f"{what}: the native chunk reader (connectorx) failed: {message}; nothing of this chunk was "
+                f"committed: rerun it, and if it fails again set {CHUNK_READER_ENV}=python (and report it)"
+            )
+        return None
 
     # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
 

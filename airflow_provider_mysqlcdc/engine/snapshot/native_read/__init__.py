@@ -1,0 +1,1 @@
+"""The native chunk reader: connectorx reads a chunk as Arrow inside its own consistent read view."""

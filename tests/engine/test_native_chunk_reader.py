@@ -1,0 +1,241 @@
+"""The native chunk reader (connectorx in its own consistent read view): the same Arrow as the pure-Python
+reader, its fallbacks said once, an empty chunk's position, DDL before its high watermark, a KILL, a time
+limit, and never a password in its errors. Every type and character set is compared in the conformance suite
+(its ``native`` phase), and its reads under concurrent writes in the conformance pipeline, which reads
+with the native reader."""
+from __future__ import annotations
+
+import logging
+import random
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import session
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeSelect
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
+
+SEED = 1717
+WIDE = """CREATE TABLE t (
+  id INT PRIMARY KEY, u BIGINT UNSIGNED, i8 TINYINT, d DECIMAL(12,2), wide DECIMAL(40,12), fine DECIMAL(30,15),
+  f FLOAT, g DOUBLE, dt DATETIME(3), d0 DATE, ts TIMESTAMP(6) NULL, tm TIME(2), y YEAR, b BIT(64), b3 BIT(3),
+  s VARCHAR(20) CHARACTER SET latin1, k VARCHAR(20) CHARACTER SET sjis, e ENUM('a','b','é'), st SET('x','y','z'),
+  bn BINARY(4), bl BLOB, pt POINT NULL, uu UUID NULL, ip INET6 NULL, tx TEXT)"""
+
+
+@pytest.fixture(autouse=True)
+def native_reader(monkeypatch):
+    monkeypatch.setenv(CHUNK_READER_ENV, "native")
+
+
+def _values(rng: random.Random, i: int) -> tuple:
+    pick = rng.random
+    zero = pick() < 0.15
+    return (
+        i, rng.choice([None, 0, 2**64 - 1, rng.randrange(2**64)]), rng.randrange(-128, 128),
+        f"{rng.randrange(-10**10, 10**10) / 100:.2f}", f"{rng.randrange(-10**27, 10**27)}.{rng.randrange(10**12):012d}",
+        f"0.{rng.randrange(10**15):015d}", rng.choice([1.1, -0.0, 3.4e38, None]), rng.random() * 1e300,
+        "0000-00-00 00:00:00" if zero else f"20{rng.randrange(10, 30)}-0{rng.randrange(1, 10)}-1{rng.randrange(10)} "
+        f"0{rng.randrange(10)}:1{rng.randrange(10)}:22.{rng.randrange(1000):03d}",
+        rng.choice(["2020-00-15", "0000-01-01", "2021-02-31", "1999-12-31"]) if pick() < 0.3 else "2024-02-29",
+        None if pick() < 0.2 else "0000-00-00 00:00:00" if zero else "2021-06-01 12:00:00.5",
+        rng.choice(["-838:59:59.99", "838:59:59", "-00:00:00.5", "12:34:56.78", None]), rng.choice([0, 1901, 2155]),
+        rng.randrange(2**64), rng.randrange(8), rng.choice(["é", "Ã©", "plain", ""]), rng.choice(["日本", "ｱ", "x"]),
+        rng.choice(["a", "b", "é", ""]), rng.choice(["", "x", "z,x", "x,y,z"]), rng.randbytes(rng.randrange(5)),
+        rng.randbytes(rng.randrange(40)), None, None if pick() < 0.5 else "123e4567-e89b-12d3-a456-426614174000",
+        rng.choice([None, "::ffff:1.2.3.4", "2001:db8::1"]), rng.choice(["😀 emoji", "", "trailing  ", None]),
+    )
+
+
+@pytest.fixture
+def wide(mysql_server, mysql_db) -> tuple[MySQLSettings, TableId]:
+    rng = random.Random(SEED)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute(WIDE)
+        cur.executemany(f"INSERT INTO t VALUES ({', '.join(['%s'] * 25)})", [_values(rng, i) for i in range(600)])
+        cur.execute("UPDATE t SET pt = POINT(id, -id) WHERE id % 3 = 0")
+        conn.commit()
+    return MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "t")
+
+
+def _plan(settings: MySQLSettings, table: TableId, chunk_size: int):
+    with connect(settings) as conn:
+        schema = load_schema(conn, table)
+    return schema, plan_table(lambda: connect(settings), table, 1, chunk_size=chunk_size)
+
+
+def _read_all(settings, schema, plan, options=None) -> tuple[pa.Table, list[ChunkRead]]:
+    reads, batches = [], []
+    for chunk in plan.chunks:
+        read = ChunkRead(settings, schema, plan, chunk, options)
+        batches += list(read.batches())
+        reads.append(read)
+    return pa.Table.from_batches(batches), reads
+
+
+def test_native_reads_the_same_arrow_as_the_python_reader(wide, monkeypatch):
+    settings, table = wide
+    schema, plan = _plan(settings, table, chunk_size=150)
+    assert len(plan.chunks) >= 4
+    monkeypatch.setenv(CHUNK_READER_ENV, "python")
+    want, python_reads = _read_all(settings, schema, plan)
+    monkeypatch.setenv(CHUNK_READER_ENV, "native")
+    got, native_reads = _read_all(settings, schema, plan, ChunkReadOptions(batch_rows=64))
+    assert {r.result.reader for r in python_reads} == {"python"}
+    assert {r.result.reader for r in native_reads} == {"native"}
+    assert got.schema == want.schema
+    for name in want.schema.names:
+        assert got.column(name).combine_chunks().equals(want.column(name).combine_chunks()), name
+    assert [r.result.high_watermark for r in native_reads] == [r.result.high_watermark for r in python_reads]
+    assert want.num_rows == 600 and want.column("d0__zero_date").null_count < 600
+
+
+def test_fallbacks_are_said_once_per_table(mysql_server, mysql_db, monkeypatch, caplog):
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE w (id INT PRIMARY KEY, s VARCHAR(10) CHARACTER SET ucs2)")
+        cur.executemany("INSERT INTO w VALUES (%s, %s)", [(i, f"é{i}") for i in range(40)])
+    settings, table = MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "w")
+    schema, plan = _plan(settings, table, chunk_size=10)
+    with caplog.at_level(logging.INFO, logger="airflow_provider_mysqlcdc.engine.snapshot.native_read.choice"):
+        _, reads = _read_all(settings, schema, plan)
+    assert {r.result.reader for r in reads} == {"python"}
+    said = [r.getMessage() for r in caplog.records if "pure-Python reader" in r.getMessage()]
+    assert len(said) == 1 and "'s' is ucs2" in said[0] and str(table) in said[0], said
+    # a rows/s budget is kept by the pure-Python reader, which paces what the server sends
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE r (id INT PRIMARY KEY)")
+        cur.executemany("INSERT INTO r VALUES (%s)", [(i,) for i in range(20)])
+    schema, plan = _plan(settings, TableId(mysql_db, "r"), chunk_size=100)
+    limited = ChunkReadOptions(limits=SourceLimits(rows_per_second=1000.0))
+    assert {r.result.reader for r in _read_all(settings, schema, plan, limited)[1]} == {"python"}
+    assert {r.result.reader for r in _read_all(settings, schema, plan)[1]} == {"native"}
+    monkeypatch.setenv(CHUNK_READER_ENV, "python")
+    assert {r.result.reader for r in _read_all(settings, schema, plan)[1]} == {"python"}
+    monkeypatch.setenv(CHUNK_READER_ENV, "fast")
+    with pytest.raises(CdcError, match=f"{CHUNK_READER_ENV}='fast': give one of native, python"):
+        _read_all(settings, schema, plan)
+
+
+def test_an_empty_chunk_gets_its_position_from_a_fresh_view(mysql_server, mysql_db):
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE e (id INT PRIMARY KEY)")
+        cur.executemany("INSERT INTO e VALUES (%s)", [(i,) for i in range(300)])
+    settings, table = MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "e")
+    schema, plan = _plan(settings, table, chunk_size=100)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM e WHERE id >= 100 AND id < 200")  # chunk 1's range, after planning
+    read = ChunkRead(settings, schema, plan, plan.chunks[1])
+    assert sum(b.num_rows for b in read.batches()) == 0
+    assert read.result.high_watermark is not None and read.result.reader == "python"
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, position = cur.fetchone()[:2]
+    assert (read.result.high_watermark.file, read.result.high_watermark.pos) == (file, position)
+
+
+def test_a_column_added_before_the_native_view_is_in_every_record(wide, mysql_server, monkeypatch):
+    """DDL after the schema was loaded and before the view's point (HW): the columns are compared once the
+    first rows arrived, and the chunk is read again with the new column."""
+    settings, table = wide
+    schema, plan = _plan(settings, table, chunk_size=150)
+    opened = []
+    real_open = NativeSelect.open
+
+    def open_after_ddl(self):
+        if not opened:
+            with mysql_server.admin(table.database) as admin, admin.cursor() as cur:
+                cur.execute("ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 5")
+        opened.append(self.tag)
+        return real_open(self)
+
+    monkeypatch.setattr(NativeSelect, "open", open_after_ddl)
+    read = ChunkRead(settings, schema, plan, plan.chunks[0])
+    rows = pa.Table.from_batches(list(read.batches()))
+    assert len(opened) == 2 and read.result.reader == "native"
+    assert rows.column("c").to_pylist() == [5] * read.result.rows and read.result.rows > 0
+    with mysql_server.admin() as conn, conn.cursor() as cur:  # the given-up first read left no session behind
+        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s "
+                    "AND ID <> CONNECTION_ID()", (f"%{opened[0]}%",))
+        assert cur.fetchone()[0] == 0
+
+
+# connectorx holds the GIL while it opens its read (docs/development.md): a test cannot watch a blocked native
+# read from a thread of its own process, so the KILL comes from another process.
+KILLER = """
+import sys, time, pymysql
+conn = pymysql.connect(host="127.0.0.1", port=int(sys.argv[1]), user="root", autocommit=True)
+deadline = time.monotonic() + 30
+with conn.cursor() as cur:
+    while time.monotonic() < deadline:
+        cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT /* mysqlcdc-read-%%' "
+                    "AND ID <> CONNECTION_ID()")
+        found = cur.fetchall()
+        if found:
+            cur.execute("KILL %s", (found[0][0],))
+            print("killed")
+            break
+        time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def locked_table(mysql_server, mysql_db):
+    """Table k, write-locked by another session: a chunk SELECT on it waits for the lock."""
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE k (id INT PRIMARY KEY, v VARCHAR(20))")
+        cur.executemany("INSERT INTO k VALUES (%s, %s)", [(i, f"v{i}") for i in range(500)])
+    settings, table = MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "k")
+    schema, plan = _plan(settings, table, chunk_size=10**6)
+    locker = mysql_server.admin(mysql_db)
+    locker.cursor().execute("LOCK TABLES k WRITE")
+    yield settings, schema, plan, locker
+    locker.close()
+
+
+def test_a_killed_native_read_fails_clearly_and_reruns(mysql_server, locked_table):
+    settings, schema, plan, locker = locked_table
+    killer = subprocess.Popen([sys.executable, "-c", KILLER, str(mysql_server.port)], stdout=subprocess.PIPE, text=True)
+    options = ChunkReadOptions(limits=SourceLimits(query_timeout_s=60.0))  # the bound, should the KILL not come
+    with pytest.raises(ServerUnavailable) as caught:
+        for _ in ChunkRead(settings, schema, plan, plan.chunks[0], options).batches():
+            pass
+    assert killer.communicate(timeout=60)[0].strip() == "killed"
+    assert "chunk 0: the connection to MySQL was lost during the read" in str(caught.value)
+    assert "rerun it" in str(caught.value)
+    locker.cursor().execute("UNLOCK TABLES")
+    again = ChunkRead(settings, schema, plan, plan.chunks[0])
+    assert sum(b.num_rows for b in again.batches()) == 500 and again.result.reader == "native"
+
+
+def test_a_native_select_over_the_time_limit_is_stopped_with_a_clear_error(locked_table):
+    settings, schema, plan, _ = locked_table
+    options = ChunkReadOptions(limits=SourceLimits(query_timeout_s=1.0))
+    started = time.monotonic()
+    with pytest.raises(CdcError, match=r"per-query time limit \(1s, query_timeout\)"):
+        for _ in ChunkRead(settings, schema, plan, plan.chunks[0], options).batches():
+            pass
+    assert time.monotonic() - started < 30
+
+
+def test_errors_and_urls_keep_the_password_out():
+    settings = MySQLSettings(host="db", port=3306, user="cdc", password="p@ss/w:rd")
+    url = session.connectorx_url(settings)
+    assert "p%40ss%2Fw%3Ard" in url and "tcp_user_timeout_ms=900000" in url
+    exc = RuntimeError(f"timed out waiting for connection to {url}: MySqlError {{ ERROR 1045 (28000): denied }}")
+    text = session.error_text(exc, settings)
+    assert "p@ss" not in text and "p%40ss" not in text and text == "1045: denied"
+    leaked = RuntimeError(f"cannot parse {url} nor p@ss/w:rd")
+    assert "p@ss" not in session.error_text(leaked, settings) and "p%40ss" not in session.error_text(leaked, settings)
+    assert session.is_lost_connection("cx writer failed: Source(MySQLError(CodecError { IO error: `x' }))")
+    assert not session.is_lost_connection("MySqlError { ERROR 1054 (42S22): Unknown column 'v' in 'SELECT' }")
