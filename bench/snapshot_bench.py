@@ -16,7 +16,7 @@ CPU share (100% = one core): client = this process (or the Spark driver process)
 other = the rest of the machine's busy CPU (other work on the same cores skews the figures: look at it before
 trusting a ratio).
 Prints one markdown table. Usage:
-``python bench/snapshot_bench.py [--rows 5000000] [--chunk-size 8096] [--parallelism 1,2] [--json FILE]``.
+``python bench/snapshot_bench.py [--rows 5000000] [--chunk-size 32768] [--parallelism 1,2] [--json FILE]``.
 Needs ``pip install connectorx``.
 """
 from __future__ import annotations
@@ -199,7 +199,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=5_000_000)
-    parser.add_argument("--chunk-size", type=int, default=8096)
+    parser.add_argument("--chunk-size", type=int, default=32768)
     parser.add_argument("--parallelism", default="1,2", help="Spark local[n] runs, e.g. 1,2")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     parser.add_argument("--spark-child", help=argparse.SUPPRESS)

@@ -4,7 +4,9 @@ baseline measured in the same run, with the CPU share each side used (client tre
 Sections (``--only`` picks some; each starts its own throwaway MariaDB with the binlog on):
 
 1. ``snapshot``: the snapshot phase on Spark (plan + one job over every chunk) at 1 and 2 executors vs one
-   connectorx connection reading the table into Parquet (``bench/snapshot_bench.py``);
+   connectorx connection reading the table into Parquet (``bench/snapshot_bench.py``); then every column
+   type (the conformance suite's wide tables) and many small tables, each vs connectorx reading the same
+   tables one after another (``bench/snapshot_cases.py``);
 2. ``planning``: even and uneven (string key) chunk planning vs one full ordered key scan
    (``bench/planning.py``);
 3. ``catchup``: the stream job, ``available-now``, at 1 and 2 partitions per batch vs raw mysql-replication
@@ -41,6 +43,7 @@ import chunk_memory
 import latency
 import planning
 import snapshot_bench
+import snapshot_cases
 from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
 from spark_runs import SparkSetup, say
@@ -52,7 +55,10 @@ MiB = 2**20
 # name: (full default, --quick default)
 SIZES: dict[str, tuple[Any, Any]] = {
     "snapshot_rows": (5_000_000, 200_000),
-    "chunk_size": (8096, 8096),
+    "types_rows": (100_000, 5_000),
+    "many_tables": (500, 40),
+    "many_rows": (2_000, 2_000),
+    "chunk_size": (32768, 32768),
     "planning_rows": (10_000_000, 300_000),
     "catchup_changes": (2_000_000, 100_000),
     "catchup_txn_rows": (1000, 500),
@@ -78,7 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where latest.md, latest.png and latest.json go")
     sizes = parser.add_argument_group("sizes (defaults: the full run; --quick: small)")
     sizes.add_argument("--snapshot-rows", type=int)
-    sizes.add_argument("--chunk-size", type=int, help="snapshot and planning chunk size (8096)")
+    sizes.add_argument("--types-rows", type=int, help="rows of each of the six wide tables of every type (100000)")
+    sizes.add_argument("--many-tables", type=int, help="tables of the many-tables case (500)")
+    sizes.add_argument("--many-rows", type=int, help="rows of each of them (2000)")
+    sizes.add_argument("--chunk-size", type=int, help="snapshot and planning chunk size (32768, the default)")
     sizes.add_argument("--planning-rows", type=int)
     sizes.add_argument("--catchup-changes", type=int, help="row changes in the binlog range (2M)")
     sizes.add_argument("--catchup-txn-rows", type=int, help="rows per transaction of that range (1000)")
@@ -145,6 +154,47 @@ def snapshot_section(args: argparse.Namespace, setup: SparkSetup, work: Path) ->
             note=f"{rows:,} rows, {data_mb:,.0f} MB as Arrow; {run['chunks']} chunks of {args.chunk_size:,}; "
                  f"job alone {rows / run['job'].wall:,.0f} rows/s; Spark start-up {run['startup'].wall:.0f} s "
                  "not included", short=setup.label(p), **base))
+    figures += snapshot_case_figures(args, setup, work)
+    return figures
+
+
+def snapshot_case_figures(args: argparse.Namespace, setup: SparkSetup, work: Path) -> list[Figure]:
+    """Every column type, and many small tables, each against connectorx reading the same tables."""
+    from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
+
+    figures = []
+    pw = catchup.password_file(work, CDC_PASSWORD)
+    cases = (
+        ("types", (1,), lambda server: snapshot_cases.load_types(server, args.types_rows, args.seed),
+         "every column type: the conformance suite's 6 wide tables (89 types)",
+         f"6 tables x {args.types_rows:,} rows"),
+        ("many", (1, 2), lambda server: snapshot_cases.load_many(server, args.many_tables, args.many_rows),
+         f"{args.many_tables} tables", f"{args.many_tables} tables x {args.many_rows:,} rows"),
+    )
+    for name, executor_counts, load, what, size in cases:
+        with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
+            assert server.process is not None
+            pid = server.process.pid
+            say(f"snapshot ({name}): loading {size} ...")
+            tables = load(server)
+            settle(pid)
+            selects = {t: snapshot_cases.readable_select(server.cdc_url, t) for t in tables}
+            say(f"snapshot ({name}): baseline, connectorx ...")
+            n, raw = snapshot_cases.connectorx_tables(server.cdc_url, selects, work / f"cx-{name}", pid)
+            shutil.rmtree(work / f"cx-{name}", ignore_errors=True)
+            cfg = {"mysql_url": f"mysql://cdc@127.0.0.1:{server.port}/", "password_file": str(pw),
+                   "server_pid": pid, "tables": tables, "chunk_size": args.chunk_size}
+            for p in executor_counts:
+                say(f"snapshot ({name}): Spark, {setup.label(p)} ...")
+                run = snapshot_cases.run_spark(work, {**cfg, **setup.child_config(p)}, name, p)
+                assert run["rows"] == n, (name, run["rows"], n)
+                figures.append(Figure(
+                    "snapshot", f"{what} = plan + Spark job, **{setup.label(p)}**", n / run["run"].wall,
+                    "rows/s", f"{run['run'].wall:,.1f} s", run["run"],
+                    baseline_what="connectorx, one table after another, `SELECT` -> Parquet",
+                    baseline=n / raw.wall, baseline_detail=f"{raw.wall:,.1f} s", baseline_cpu=raw,
+                    note=f"{size} ({n:,} rows); {run['chunks']} chunks; Spark start-up "
+                         f"{run['startup'].wall:.0f} s not included", short=f"{name}, {setup.label(p)}"))
     return figures
 
 

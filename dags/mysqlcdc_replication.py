@@ -59,10 +59,13 @@ with DAG(
                         description="output root (Parquet): path or URI"),
         "chunk_store": Param(None, type=["null", "string"], maxLength=4096,
                              description="chunk store URL (default: a SQLite file in a local output root)"),
-        "chunk_size": Param(8096, type="integer", minimum=1, maximum=1_000_000_000,
+        "chunk_size": Param(32768, type="integer", minimum=1, maximum=1_000_000_000,
                             description="rows per chunk"),
         "chunks_per_group": Param(512, type="integer", minimum=1, maximum=1_000_000,
                                   description="chunks per Spark application (one mapped task)"),
+        "pack_tables": Param(True, type="boolean",
+                             description="tables smaller than chunks_per_group share Spark applications (false: "
+                                         "one table per mapped task)"),
         "stream_trigger": Param("available-now", type="string", pattern=TRIGGER,
                                 description="available-now (catch up, finish), continuous, or "
                                             "processing-time=10 seconds"),
@@ -108,6 +111,7 @@ with DAG(
         chunk_store="{{ params.chunk_store }}",
         chunk_size="{{ params.chunk_size }}",
         chunks_per_group="{{ params.chunks_per_group }}",
+        pack_tables="{{ params.pack_tables }}",
         chunk_keys="{{ params.chunk_keys }}",
         redo_chunks="{{ params.redo_chunks }}",
         startup_mode="{{ params.startup_mode }}",

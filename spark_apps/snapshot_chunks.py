@@ -1,13 +1,17 @@
-"""spark-submit entry point: snapshot one chunk group (one table, one plan generation, some chunk ids).
+"""spark-submit entry point: snapshot one chunk group (some chunks of one or more tables) in one Spark job.
 
     spark-submit --conf spark.speculation=false spark_apps/snapshot_chunks.py \
         --mysql-url mysql://cdc@db:3306 --chunk-store sqlite:////data/chunks.db --output s3://lake/cdc \
-        --table shop.orders --generation 3 --chunks 0-15
+        --chunk-group '{"parts": [{"table": "shop.orders", "generation": 3, "chunk_ids": [0, 1, 2]},
+                                  {"table": "shop.items", "generation": 1, "chunk_ids": [0]}]}'
+
+or, for one table, ``--table shop.orders --generation 3 --chunks 0-15``.
 
 The MySQL password comes from $MYSQLCDC_MYSQL_PASSWORD (driver and executors, e.g.
 ``--conf spark.executorEnv.MYSQLCDC_MYSQL_PASSWORD=...`` set by the scheduler, not typed) or from a file
-named by ``--password-file`` (ship it with ``--files``); never from the command line. Prints the chunk group's
-result as JSON on one line (also to ``--result-file``). Argument parsing only: the work is in
+named by ``--password-file`` (ship it with ``--files``); never from the command line. Prints the result as JSON
+on one line (also to ``--result-file``): ``{"ok", "tables": [one table's result, ...]}``, and for one table
+that table's result's fields at the top level too. Argument parsing only: the work is in
 ``airflow_provider_mysqlcdc.spark.snapshot.chunk_group``.
 """
 from __future__ import annotations
@@ -21,11 +25,10 @@ from airflow_provider_mysqlcdc.cli.snapshot_options import (
     add_connection_arguments,
     add_read_arguments,
     add_table_arguments,
-    options_from_args,
+    group_options,
 )
-from airflow_provider_mysqlcdc.engine.chunks.groups import parse_chunk_ids
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,26 +40,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+def run(spark: Any, options: Sequence[SnapshotOptions]) -> dict[str, Any]:
     """Run the chunk group in ``spark``; returns the result (chunks with rows, LW, HW, output versions)."""
-    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
+    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_snapshot
 
-    options = options_from_args(
-        args, args.table, chunk_ids=parse_chunk_ids(args.chunks) if args.chunks else None,
-        exclude_columns=tuple(split_commas(args.exclude_columns)),
-    )
-    result = run_chunk_group(spark, options, progress=lambda msg: print(msg, file=sys.stderr, flush=True),
-                             raise_on_failure=False)
-    return result.as_dict()
+    results = [r.as_dict() for r in run_snapshot(
+        spark, options, progress=lambda msg: print(msg, file=sys.stderr, flush=True), raise_on_failure=False)]
+    out: dict[str, Any] = {"ok": all(r["ok"] for r in results), "tables": results}
+    return {**results[0], **out} if len(results) == 1 else out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    options = group_options(args, parser)
     from airflow_provider_mysqlcdc.spark.session import build_session
 
-    spark = build_session(master=None, app_name=f"mysqlcdc snapshot {args.table}")
+    tables = [o.table for o in options]
+    what = ", ".join(tables) if len(tables) < 4 else f"{len(tables)} tables ({tables[0]} .. {tables[-1]})"
+    spark = build_session(master=None, app_name=f"mysqlcdc snapshot {what}")
     try:
-        result = run(spark, args)
+        result = run(spark, options)
     except CdcError as exc:
         print(f"snapshot_chunks: error: {exc}", file=sys.stderr)
         return 2

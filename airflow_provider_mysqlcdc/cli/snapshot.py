@@ -1,4 +1,5 @@
-"""``mysqlcdc snapshot``: planned chunks read on Spark (in this process) into versioned Parquet."""
+"""``mysqlcdc snapshot``: planned chunks of every matched table read on Spark (in this process, one Spark job)
+into versioned Parquet."""
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
     from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
     from airflow_provider_mysqlcdc.spark.session import build_session
-    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
+    from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_snapshot
 
     if not args.chunk_store:
         raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
@@ -90,11 +91,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
     existing = SparkSession.getActiveSession()
     spark = build_session(args.master, "mysqlcdc snapshot", parse_pairs(args.conf, "--conf"))
-    results = []
-    try:
-        for options in jobs:
-            results.append(run_chunk_group(spark, options, raise_on_failure=False,
-                                           progress=lambda msg: print(msg, file=sys.stderr, flush=True)))
+    try:  # every table in one Spark job: the fixed costs of a job are paid once
+        results = run_snapshot(spark, jobs, raise_on_failure=False,
+                               progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     finally:
         if existing is None:
             spark.stop()

@@ -7,6 +7,7 @@ from them (``options_from_args``); each entry point adds only how it picks its t
 from __future__ import annotations
 
 import argparse
+import json
 
 from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
@@ -16,6 +17,8 @@ from airflow_provider_mysqlcdc.cli.options import (
     require_mysql_url,
 )
 from airflow_provider_mysqlcdc.cli.validation import checked, decimal, whole
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup
+from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS
 from airflow_provider_mysqlcdc.engine.snapshot.options import (
     DEFAULT_READER_SLOT_BASE,
@@ -90,13 +93,55 @@ def add_generation_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
-    """One chunk group of one table (spark_apps/snapshot_chunks.py)."""
-    parser.add_argument("--table", required=True, type=checked(arguments.table_name),
-                        help="db.table (planned in the chunk store)")
+    """One chunk group (spark_apps/snapshot_chunks.py): ``--chunk-group`` (any number of tables, as the plan
+    task returns it), or one table's ``--table`` with ``--generation``, ``--chunks``, ``--exclude-columns``."""
+    parser.add_argument("--chunk-group", type=checked(_chunk_group),
+                        help='the plan\'s group as JSON: {"parts": [{"table", "generation", "chunk_ids"}, ...]}')
+    parser.add_argument("--exclude-columns-of", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
+                        type=checked(arguments.exclude_columns_item),
+                        help="with --chunk-group: columns never written of one table (repeatable)")
+    parser.add_argument("--table", type=checked(arguments.table_name), help="db.table (planned in the chunk store)")
     add_generation_option(parser)
     add_chunks_option(parser, help="chunk ids, e.g. 3,7 or 0-15 (default: every chunk of the plan)")
     parser.add_argument("--exclude-columns", type=checked(_column_names),
                         help="columns never written, e.g. secret,blob")
+
+
+def _chunk_group(value: str) -> ChunkGroup:
+    """A chunk group as the plan task returns it, as JSON."""
+    try:
+        group = ChunkGroup.from_dict(json.loads(value))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise arguments.BadValue('give the chunk group as JSON: {"parts": [{"table": "db.t", "generation": 1, '
+                                 f'"chunk_ids": [0, 1]}}]}}, got {arguments.shown(value)}') from None
+    if not group.parts or any(not p.chunk_ids or min(p.chunk_ids) < 0 for p in group.parts):
+        raise arguments.BadValue(f"a chunk group names at least one table and chunk, got {arguments.shown(value)}")
+    if len(set(group.tables)) != len(group.parts):
+        raise arguments.BadValue(f"a chunk group names each table once, got {arguments.shown(value)}")
+    for part in group.parts:
+        arguments.table_name(part.table)
+        arguments.whole_number(part.generation, minimum=1, maximum=arguments.MAX_GENERATION)
+    return group
+
+
+def group_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[SnapshotOptions]:
+    """One ``SnapshotOptions`` per table of ``--chunk-group`` (or of the one ``--table``)."""
+    if (args.chunk_group is None) == (args.table is None):
+        parser.error("give either --chunk-group or --table")
+    if args.chunk_group is None:
+        if args.exclude_columns_of:
+            parser.error("--exclude-columns-of goes with --chunk-group (with --table: --exclude-columns)")
+        return [options_from_args(args, args.table, chunk_ids=arguments.chunk_ids(args.chunks) if args.chunks
+                                  else None, exclude_columns=tuple(split_commas(args.exclude_columns)))]
+    if args.generation or args.chunks or args.exclude_columns:
+        parser.error("--generation, --chunks and --exclude-columns go with --table (with --chunk-group: its "
+                     "parts, and --exclude-columns-of)")
+    excluded = dict(args.exclude_columns_of)
+    strays = sorted(set(excluded) - set(args.chunk_group.tables))
+    if strays:
+        parser.error(f"--exclude-columns-of names {strays}, not in --chunk-group")
+    return [options_from_args(args, p.table, chunk_ids=p.chunk_ids, exclude_columns=excluded.get(p.table, ()))
+            .with_(generation=p.generation) for p in args.chunk_group.parts]
 
 
 def add_chunks_option(parser: argparse.ArgumentParser, help: str) -> None:

@@ -28,8 +28,10 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, UnknownChun
 from airflow_provider_mysqlcdc.engine.chunks.groups import (
     DEFAULT_CHUNKS_PER_GROUP,
     ChunkGroup,
-    chunk_groups,
+    TableChunks,
     format_chunk_ids,
+    pack_groups,
+    split_table,
 )
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE
@@ -76,6 +78,7 @@ _CHECKS = {
     "redo_chunks": parse_redo_chunks,
     "startup_mode": arguments.startup_mode,
     "only_new": lambda v: arguments.flag(v, default=True),
+    "pack_tables": lambda v: arguments.flag(v, default=True),
     "remove_tables": table_list,
     "zero_dates": lambda v: "keep" if not_given(v) else one_of("keep", "null")(v),
 }
@@ -99,6 +102,7 @@ class PlanArguments:
     mysql_conn_id: str
     chunk_size: int
     chunks_per_group: int
+    pack_tables: bool
     chunk_keys: dict[str, str]
     redo_chunks: dict[str, tuple[int, ...]]
     startup_mode: StartupMode
@@ -110,8 +114,10 @@ class PlanArguments:
 class MySqlCdcPlanOperator(BaseOperator):
     """Plans chunks, records the plan in the chunk store, returns ``[ChunkGroup.to_dict(), ...]``.
 
-    The groups are bounded by ``[core] max_map_length``: when there would be more, the group size grows to fit
-    (and says so in the log) rather than failing the mapped snapshot task at expansion time.
+    Tables smaller than ``chunks_per_group`` chunks share groups (``pack_tables``), so many small tables are
+    one Spark application; a bigger table has groups of its own. The groups are bounded by
+    ``[core] max_map_length``: when there would be more, the group size grows to fit rather than failing the
+    mapped snapshot task at expansion time.
 
     :param tables: ``db.table`` names or patterns (``shop.orders_*``): a comma-separated string or a list.
     :param output_path: the output root (local path or a pyarrow URI: hdfs://, s3://, ...).
@@ -122,6 +128,9 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param mysql_conn_id: the source connection (type ``mysql`` or ``mysqlcdc``).
     :param chunk_size: rows per chunk.
     :param chunks_per_group: chunks per group, one Spark application (one mapped task) each.
+    :param pack_tables: tables with fewer chunks than ``chunks_per_group`` share groups (each whole in one), so
+        many small tables are one Spark application (a rendered ``"true"``/``"false"`` works too); False: every
+        group holds one table's chunks.
     :param chunk_keys: ``{"db.table": "column"}``: chunk by this column instead of the primary key; required
         for a table without a primary key.
     :param redo_chunks: ``"shop.orders=3,7; shop.items=0-2"`` (or a mapping): plan nothing, return groups of
@@ -138,7 +147,8 @@ class MySqlCdcPlanOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "tables", "chunk_store", "output_path", "checkpoint", "chunk_size", "chunks_per_group", "chunk_keys",
+        "tables", "chunk_store", "output_path", "checkpoint", "chunk_size", "chunks_per_group", "pack_tables",
+        "chunk_keys",
         "redo_chunks", "mysql_conn_id", "startup_mode", "only_new", "remove_tables", "zero_dates",
     )
     ui_color = "#e8f1fb"
@@ -153,6 +163,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         mysql_conn_id: str = MySqlCdcHook.default_conn_name,
         chunk_size: int | str = DEFAULT_CHUNK_SIZE,
         chunks_per_group: int | str = DEFAULT_CHUNKS_PER_GROUP,
+        pack_tables: bool | str = True,
         chunk_keys: Mapping[str, str] | None = None,
         redo_chunks: str | Mapping[str, Any] | None = None,
         startup_mode: str = INITIAL,
@@ -169,6 +180,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         self.mysql_conn_id = mysql_conn_id
         self.chunk_size = chunk_size
         self.chunks_per_group = chunks_per_group
+        self.pack_tables = pack_tables
         self.chunk_keys = chunk_keys
         self.redo_chunks = redo_chunks
         self.startup_mode = startup_mode
@@ -205,7 +217,7 @@ class MySqlCdcPlanOperator(BaseOperator):
                 tables = [str(t) for t in tables_to_plan(store, found, patterns)]
                 self.log.info("startup mode %s: no snapshot; the stream task begins at that point", mode)
             elif redo:
-                groups = redo_groups(store, redo, size)
+                groups = redo_groups(store, redo, size, args.pack_tables)
                 tables = sorted(redo)
             else:
                 plans = plan_tables(hook.settings(), store, patterns, chunk_size=args.chunk_size,
@@ -222,7 +234,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                 if only_new:
                     ours = {str(p.table) for p in [*plans, *resumed]} | set(store.run_plans(run_id))
                     warn_incomplete(store, [t for t in tables if t not in ours], self.log)
-                groups = plan_groups([*plans, *resumed], size, _max_map_length()) if plans or resumed else []
+                groups = (plan_groups([*plans, *resumed], size, _max_map_length(), args.pack_tables)
+                          if plans or resumed else [])
                 if not groups:
                     self.log.info("nothing to snapshot: the tables matching %s are in the pipeline already; "
                                   "the stream captures them", ", ".join(patterns))
@@ -287,25 +300,35 @@ def warn_incomplete(store: ChunkStore, tables: Sequence[str], log: Any) -> None:
             format_chunk_ids(open_ids), name, format_chunk_ids(open_ids))
 
 
-def plan_groups(plans: Sequence[ChunkPlan], chunks_per_group: int, max_groups: int) -> list[ChunkGroup]:
-    """Groups of every plan; the group size grows until they fit ``max_groups`` (Airflow's map limit)."""
+def plan_groups(plans: Sequence[ChunkPlan], chunks_per_group: int, max_groups: int,
+                pack_tables: bool = True) -> list[ChunkGroup]:
+    """The groups of every plan, at most ``chunks_per_group`` chunks each, small tables sharing groups unless
+    ``pack_tables`` is False; the group size grows until the groups fit ``max_groups`` (Airflow's map limit)."""
+    parts = [TableChunks(str(p.table), p.generation, tuple(c.chunk_id for c in p.chunks)) for p in plans]
+    return fit_groups(parts, chunks_per_group, max_groups, pack_tables)
+
+
+def fit_groups(parts: Sequence[TableChunks], chunks_per_group: int, max_groups: int,
+               pack_tables: bool = True) -> list[ChunkGroup]:
     size = chunks_per_group
+    total = sum(len(p.chunk_ids) for p in parts)
     while True:
-        groups = [g for p in plans for g in chunk_groups(p, size)]
+        groups = pack_groups(parts, size) if pack_tables else [g for p in parts for g in split_table(p, size)]
         if len(groups) <= max_groups:
             return groups
-        if len(groups) <= len(plans):  # one group per table already
+        if not pack_tables and len(groups) <= len(parts):  # one group per table already
             raise ConfigurationError(
-                f"{len(plans)} tables need at least {len(plans)} snapshot tasks, more than [core] "
-                f"max_map_length = {max_groups}: raise max_map_length or split the tables over several DAGs"
+                f"{len(parts)} tables need at least {len(parts)} snapshot tasks with pack_tables off, more than "
+                f"[core] max_map_length = {max_groups}: let tables share groups (pack_tables on), raise "
+                "max_map_length or split the tables over several DAGs"
             )
-        total = sum(len(p.chunks) for p in plans)
-        size = max(size + 1, -(-total // max(1, max_groups - len(plans))))
+        size = max(size + 1, -(-total // max(1, max_groups - (0 if pack_tables else len(parts)))))
 
 
-def redo_groups(store: ChunkStore, redo: Mapping[str, tuple[int, ...]], chunks_per_group: int) -> list[ChunkGroup]:
+def redo_groups(store: ChunkStore, redo: Mapping[str, tuple[int, ...]], chunks_per_group: int,
+                pack_tables: bool = True) -> list[ChunkGroup]:
     """Groups of the chunk ids to redo, in each table's latest plan generation; unknown ids are an error."""
-    groups: list[ChunkGroup] = []
+    parts: list[TableChunks] = []
     for table, ids in sorted(redo.items()):
         entry = store.table_entry(table) if "." in table else None
         if entry is not None and not entry.active:
@@ -327,10 +350,10 @@ def redo_groups(store: ChunkStore, redo: Mapping[str, tuple[int, ...]], chunks_p
                 f"redo_chunks: {table} generation {states[0].generation} has no chunk(s) {missing} "
                 f"(its chunks are 0-{max(known)})"
             )
-        generation = states[0].generation
-        for start in range(0, len(ids), chunks_per_group):
-            groups.append(ChunkGroup(table, generation, tuple(ids[start:start + chunks_per_group])))
-    return groups
+        parts.append(TableChunks(table, states[0].generation, tuple(ids)))
+    if not pack_tables:
+        return [g for p in parts for g in split_table(p, chunks_per_group)]
+    return pack_groups(parts, chunks_per_group)
 
 
 def _max_map_length() -> int:

@@ -9,13 +9,14 @@ recorded in the chunk store. What a failed try left behind, and the message it g
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED
-from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.snapshot.options import READ_VIEW_MODES
@@ -32,6 +33,8 @@ from airflow_provider_mysqlcdc.operators.arguments import (
 )
 from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
     TaskRef,
+    attempts_before,
+    describe_chunks,
     exit_reason,
     failure_message,
     group_result,
@@ -49,16 +52,22 @@ MAP_INDEX_TEMPLATE = "{{ task.chunk_group.name }}"
 
 
 def _chunk_group(value: Any) -> ChunkGroup:
-    """One element of the plan task's output: ``{"table", "generation", "chunk_ids"}``."""
+    """One element of the plan task's output: ``{"parts": [{"table", "generation", "chunk_ids"}, ...]}`` (or
+    one table's ``{"table", "generation", "chunk_ids"}``)."""
     try:
         group = ChunkGroup.from_dict(dict(value))
     except (TypeError, ValueError, KeyError):
-        raise BadValue("give one element of the plan task's output ({table, generation, chunk_ids}; map over "
-                       f"it with .expand(chunk_group=plan.output)), got {shown(value)}") from None
-    arguments.table_name(group.table)
-    arguments.whole_number(group.generation, minimum=1, maximum=arguments.MAX_GENERATION)
-    if not group.chunk_ids or min(group.chunk_ids) < 0:
-        raise BadValue(f"holds no chunk ids (or a negative one): {shown(value)}")
+        raise BadValue("give one element of the plan task's output ({parts: [{table, generation, chunk_ids}]}; "
+                       f"map over it with .expand(chunk_group=plan.output)), got {shown(value)}") from None
+    if not group.parts:
+        raise BadValue(f"holds no table: {shown(value)}")
+    for part in group.parts:
+        arguments.table_name(part.table)
+        arguments.whole_number(part.generation, minimum=1, maximum=arguments.MAX_GENERATION)
+        if not part.chunk_ids or min(part.chunk_ids) < 0:
+            raise BadValue(f"holds no chunk ids (or a negative one) for {part.table}: {shown(value)}")
+    if len(set(group.tables)) != len(group.parts):
+        raise BadValue(f"names a table twice: {shown(value)}")
     return group
 
 
@@ -151,19 +160,20 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         group: ChunkGroup = args["chunk_group"]
         hook = MySqlCdcHook(args["mysql_conn_id"])
         store_url = chunk_store_url(args["chunk_store"], args["output_path"])
-        excluded = list(args["exclude_columns"].get(group.table, ()))
         settings = hook.settings()
         map_index = int(context["ti"].map_index or 0)
         self.application_args = [
             "--mysql-url", hook.redacted_url(),
-            "--table", group.table,
-            "--generation", str(group.generation),
-            "--chunks", format_chunk_ids(group.chunk_ids),
+            "--chunk-group", json.dumps({"parts": [p.to_dict() for p in group.parts]}, separators=(",", ":")),
             "--output", args["output_path"],
             "--run-id", str(context["run_id"]),
             "--read-view-mode", args["read_view_mode"],
-            "--reader-slot-base", str(reader_slot_base(max(map_index, 0), len(group.chunk_ids))),
+            "--reader-slot-base", str(reader_slot_base(max(map_index, 0), group.chunk_count)),
         ]
+        for table in group.tables:
+            excluded = list(args["exclude_columns"].get(table, ()))
+            if excluded:
+                self.application_args += ["--exclude-columns-of", f"{table}={','.join(excluded)}"]
         if args["watermark_table"]:
             self.application_args += ["--watermark-table", args["watermark_table"]]
         for flag, value in (("--max-concurrent-reads", args["max_concurrent_reads"]),
@@ -171,32 +181,31 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
                             ("--query-timeout", args["query_timeout"])):
             if value is not None:
                 self.application_args += [flag, str(value)]
-        if excluded:
-            self.application_args += ["--exclude-columns", ",".join(excluded)]
         self.name = self.name if self.name and self.name != "arrow-spark" else f"mysqlcdc snapshot {group.name}"
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
-        self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, len(group.chunk_ids))
-        before = {c["chunk_id"]: c["attempts"] for c in group_result(store_url, group)["chunks"]}
+        self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, group.chunk_count)
+        before = attempts_before(group_result(store_url, group))
         failure: BaseException | None = None
-        unstarted: list[int] = []
+        unstarted: dict[str, list[int]] = {}
         try:
             super().execute(context)
         except Exception as exc:  # noqa: BLE001 - the chunk store says what failed; report that
             failure = exc
             running, unstarted = record_dead_attempts(store_url, group, before, str(context["run_id"]), exc)
             if running or unstarted:
-                self.log.warning("%s: the Spark application ended (%s) with chunks %s running and %s not started; "
+                self.log.warning("%s: the Spark application ended (%s) with %s running and %s not started; "
                                  "they are recorded as failed", group.name, exit_reason(exc),
-                                 format_chunk_ids(running) or "none", format_chunk_ids(unstarted) or "none")
+                                 describe_chunks(running), describe_chunks(unstarted))
         result = group_result(store_url, group)
         failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
         if failure is not None or failed:
             task = TaskRef(self.task_id, map_index)
             raise CdcError(failure_message(group, failed, failure, unstarted, task)) from failure
         self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"], result["max_hw"])
-        if result["table_complete"]:
-            self.emit_table_asset(context, settings, group.table, {"generation": group.generation,
-                                                                   "phase": "snapshot"})
+        for part in result["parts"]:
+            if part["table_complete"]:
+                self.emit_table_asset(context, settings, part["table"], {"generation": part["generation"],
+                                                                         "phase": "snapshot"})
         return result
 
 

@@ -7,7 +7,13 @@ import json
 import pytest
 from airflow.sdk import Connection
 
-from airflow_provider_mysqlcdc.engine.chunks.groups import chunk_groups
+from airflow_provider_mysqlcdc.engine.chunks.groups import (
+    DEFAULT_CHUNKS_PER_GROUP,
+    ChunkGroup,
+    TableChunks,
+    chunk_groups,
+    pack_groups,
+)
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -82,14 +88,41 @@ def _plan(name: str, n: int) -> ChunkPlan:
     return ChunkPlan(TableId("db", name), 1, ("id",), chunks, "even", 100, n * 100)
 
 
-def test_groups_fit_max_map_length():
-    plans = [_plan("a", 300), _plan("b", 40)]
-    assert len(plan_groups(plans, 64, 1024)) == len(chunk_groups(plans[0], 64)) + 1
+def _covered(groups) -> list[tuple[str, int]]:
+    return [(p.table, c) for g in groups for p in g.parts for c in p.chunk_ids]
+
+
+def test_small_tables_share_groups_and_the_groups_fit_max_map_length():
+    plans = [_plan("a", 300), _plan("b", 40), _plan("c", 20), _plan("d", 10)]
+    everything = [(f"db.{p.table.table}", c.chunk_id) for p in plans for c in p.chunks]
+    groups = plan_groups(plans, 64, 1024)
+    assert _covered(groups) == everything  # each chunk once, table after table
+    # a bigger table has balanced groups of its own; smaller ones share, each whole in one group
+    assert [g.tables for g in groups] == [("db.a",)] * 5 + [("db.b", "db.c"), ("db.d",)]
+    assert [g.chunk_count for g in groups] == [60] * 5 + [60, 10]
+    assert groups[5].name == "db.b chunks 0-39 (plan generation 1); db.c chunks 0-19 (plan generation 1)"
+    assert groups[5].redo_value == "db.b=0-39; db.c=0-19"
+    apart = plan_groups(plans, 64, 1024, pack_tables=False)
+    assert [g.tables for g in apart] == [("db.a",)] * 5 + [("db.b",), ("db.c",), ("db.d",)]
     groups = plan_groups(plans, 4, 20)
-    assert len(groups) <= 20
-    assert sorted(i for g in groups if g.table == "db.a" for i in g.chunk_ids) == list(range(300))
+    assert len(groups) <= 20 and _covered(groups) == everything
+    assert len(plan_groups([_plan(str(i), 2) for i in range(5)], 1, 3)) <= 3  # tables share groups to fit
     with pytest.raises(ConfigurationError, match="max_map_length"):
-        plan_groups([_plan(str(i), 2) for i in range(5)], 1, 3)
+        plan_groups([_plan(str(i), 2) for i in range(5)], 1, 3, pack_tables=False)
+
+
+def test_many_small_tables_are_one_group_named_briefly():
+    [group] = plan_groups([_plan(f"t{i:03d}", 1) for i in range(500)], DEFAULT_CHUNKS_PER_GROUP, 1024)
+    assert len(group.parts) == 500 and group.chunk_count == 500
+    assert group.name == "500 tables db.t000 .. db.t499, 500 chunks (plan generation 1)"
+    assert ChunkGroup.from_dict(json.loads(json.dumps(group.to_dict()))) == group
+    one = ChunkGroup.of("db.a", 2, (3, 4))
+    assert one.to_dict() == {"parts": [{"table": "db.a", "generation": 2, "chunk_ids": [3, 4]}],
+                             "name": "db.a chunks 3-4 (plan generation 2)", "table": "db.a", "generation": 2,
+                             "chunk_ids": [3, 4]}
+    # a group as an earlier release's plan task returned it (a mapped task retried after an upgrade)
+    assert ChunkGroup.from_dict({"table": "db.a", "generation": 2, "chunk_ids": [3, 4]}) == one
+    assert chunk_groups(_plan("a", 10), 4) == pack_groups([TableChunks("db.a", 1, tuple(range(10)))], 4)
 
 
 def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):

@@ -44,7 +44,7 @@ from tests.airflow.test_example_dag import (
     _task_instances,
 )
 from tests.support.engine_harness import assert_mirror_equals_source
-from tests.support.processes import argv_of
+from tests.support.processes import argv_of, snapshot_tables
 from tests.support.workload import Workload, create_tables, seed_rows
 
 SEED = 47
@@ -80,10 +80,6 @@ def _snapshot_drivers(output: str) -> list[tuple[int, list[str]]]:
         if any(a.endswith("/" + SNAPSHOT_APP) for a in argv[1:3]):
             found.append((int(proc.name), argv))
     return found
-
-
-def _arg(argv: list[str], flag: str) -> str:
-    return argv[argv.index(flag) + 1]
 
 
 def _snapshot_tis(dag_id: str) -> list[tuple[int, int, str | None]]:
@@ -141,7 +137,7 @@ class DriverKiller(threading.Thread):
 
     def _try_kill(self) -> bool:
         for pid, argv in _snapshot_drivers(self.output):
-            table = _arg(argv, "--table")
+            [table] = snapshot_tables(argv)  # one table per group (pack_tables off)
             with ChunkStore(self.store_path) as store:
                 running = [c for c in store.chunks(table) if c.status == RUNNING]
             if not running:
@@ -179,10 +175,12 @@ def test_snapshot_task_killed_mid_chunk_is_retried_by_airflow(
          "password": settings.password}))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     output = str(tmp_path / "lake")
-    # several chunks per table (the writers add rows before the plan), one chunk group per table: each
+    # several chunks per table (the writers add rows before the plan), one chunk group per table (pack_tables
+    # off): each
     # spark-submit costs ~25 s here. The read rate (40 rows/s per read) makes a chunk read take a few seconds,
     # so the watcher catches one half way.
     conf = {"tables": f"{mysql_db}.t_*", "output": output, "chunk_size": 60, "chunks_per_group": 64,
+            "pack_tables": False,
             "max_concurrent_reads": 2, "rows_per_second": 80}
     tables = [TableId(mysql_db, s.name) for s in SPECS]
     dag = _load_dag()

@@ -140,8 +140,8 @@ def test_a_chunk_read_on_a_silent_path_fails_within_its_read_timeout_and_commits
     # pure-Python reader's per-read timeout is what catches a proxy that forwards nothing; the native reader
     # has none (docs/operations.md: behind such a proxy, MYSQLCDC_CHUNK_READER=python)
     monkeypatch.setenv(CHUNK_READER_ENV, "python")
-    monkeypatch.setattr(chunk_reader, "open_consistent_snapshot",
-                        black_holing(proxy, chunk_reader.open_consistent_snapshot))
+    opened = chunk_reader.open_consistent_snapshot
+    monkeypatch.setattr(chunk_reader, "open_consistent_snapshot", black_holing(proxy, opened))
     settings = through(direct, proxy)
     _, error, seconds = timed(lambda: snapshot_chunk(settings, store, plan, 0, write, schema=schema),
                               BUDGET_S + MARGIN_S, proxy)
@@ -152,8 +152,8 @@ def test_a_chunk_read_on_a_silent_path_fails_within_its_read_timeout_and_commits
     [chunk] = store.chunks(str(table))
     assert chunk.status == "failed" and chunk.hw is None and "read_timeout" in (chunk.error or ""), chunk
 
-    # the rerun (a fresh session; the path works again) commits the chunk once
-    monkeypatch.undo()
+    # the rerun (a fresh session; the path works again) commits the chunk once, read by the same reader
+    monkeypatch.setattr(chunk_reader, "open_consistent_snapshot", opened)
     result = snapshot_chunk(settings, store, plan, 0, write, schema=schema)
     assert result.rows == 50 and written == [50]
     assert [c.status for c in store.chunks(str(table))] == ["committed"]

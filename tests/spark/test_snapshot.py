@@ -29,7 +29,8 @@ from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_chunk_group
-from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME
+from airflow_provider_mysqlcdc.spark.session import register_data_source
+from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
@@ -189,10 +190,11 @@ def test_chunk_rerun_replaces_output_atomically_and_empty_chunks_commit(
     # the rerun goes through the spark-submit entry point, in process
     app = _spark_app()
     url, password_file = secrets
-    args = app.build_parser().parse_args([
+    parser = app.build_parser()
+    args = parser.parse_args([
         "--mysql-url", url, "--password-file", password_file, "--chunk-store", store_url, "--output", output,
         "--table", str(table), "--chunks", "1", "--run-id", "rerun-1"])
-    rerun = app.run(spark, args)
+    rerun = app.run(spark, app.group_options(args, parser))
     assert rerun["ok"] and [c["chunk_id"] for c in rerun["chunks"]] == [1], rerun
     with ChunkStore(store_url) as store:
         after = {c.chunk_id: c for c in store.chunks(str(table))}
@@ -314,6 +316,7 @@ def test_password_never_in_spark_options_plans_logs_or_outputs(
                         chunk_store="postgresql://u:store-secret@db/cdc")
     options = _options(secrets, store_url, output, str(table))
     assert run_chunk_group(spark, options).ok
+    register_data_source(spark, SnapshotDataSource)
     df = spark.read.format(SOURCE_NAME).options(**options.to_options()).load()
     assert df.count() == 120
     plan_text = df._jdf.queryExecution().toString()
@@ -376,6 +379,7 @@ def test_output_types_are_faithful_and_excluded_columns_absent(spark, mysql_serv
         "wall__zero_date": T.StringType(), "ts__zero_date": T.StringType(), "day__zero_date": T.StringType(),
     }
     from_parquet = spark.read.parquet(*files)
+    register_data_source(spark, SnapshotDataSource)
     from_source = spark.read.format(SOURCE_NAME).options(**options.to_options()).load()
     for df in (from_parquet, from_source):
         types = {f.name: f.dataType for f in df.schema.fields}

@@ -5,6 +5,7 @@ that forgot them: nothing arrives, nothing closes) while new ones work, or move 
 middle of binlog reads (a failover behind a virtual IP)."""
 from __future__ import annotations
 
+import itertools
 import re
 import socket
 import threading
@@ -30,8 +31,9 @@ class CuttableProxy:
         self._hold: float | None = None
         self._cut_after_bytes: int | None = None
         self.connection_cuts = 0  # connections cut by cut_connection_after
-        self._blackholed: set[int] = set()  # client sockets whose traffic is dropped, both ways
-        self._clients: set[int] = set()
+        self._blackholed: set[int] = set()  # connections whose traffic is dropped, both ways
+        self._clients: set[int] = set()  # every connection's number (never ``id(socket)``: ids are reused)
+        self._numbers = itertools.count()
         self._redirect: tuple[tuple[str, int], int] | None = None  # (new target, dump bytes left before it)
         self.redirected = threading.Event()
         self.restore()
@@ -128,9 +130,9 @@ class CuttableProxy:
                         _close(sock)
                     continue
                 self._sockets |= {client, server}
-                self._clients.add(id(client))
+                key = next(self._numbers)
+                self._clients.add(key)
             dump = threading.Event()  # set once the client asked for a binlog dump
-            key = id(client)
             threading.Thread(target=self._pump, args=(client, server, True, dump, key), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False, dump, key), daemon=True).start()
 

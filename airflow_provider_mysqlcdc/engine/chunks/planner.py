@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.engine.source.identity import ServerIdentity
 from airflow_provider_mysqlcdc.engine.source.limits import is_query_timeout
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 
-DEFAULT_CHUNK_SIZE = 8096
+DEFAULT_CHUNK_SIZE = 32768  # rows; why this size: docs/operations.md#chunk-size
 DEFAULT_DISTRIBUTION_FACTOR_BOUNDS = (0.05, 1000.0)
 # Below this many estimated rows an exact COUNT(*) is cheap, and InnoDB's estimate is least reliable.
 EXACT_COUNT_BELOW = 1_000_000

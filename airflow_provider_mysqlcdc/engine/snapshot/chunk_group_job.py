@@ -15,7 +15,7 @@ the driver's (``output_schema``); excluded columns stay excluded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import pyarrow as pa
 
@@ -42,8 +42,9 @@ class ChunkGroupJob:
     schema: TableSchema
 
     @classmethod
-    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None) -> "ChunkGroupJob":
-        """Resolve the plan (latest generation unless given) and the table schema; check ids and exclusions."""
+    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None, conn: Any = None) -> "ChunkGroupJob":
+        """Resolve the plan (latest generation unless given) and the table schema; check ids and exclusions.
+        ``conn``: a MySQL session to load the schema with (many tables share one), else one of its own."""
         own = store is None
         store = store or ChunkStore(options.store_url())
         try:
@@ -51,7 +52,10 @@ class ChunkGroupJob:
         finally:
             if own:
                 store.close()
-        with connect(options.settings()) as conn:
+        if conn is None:
+            with connect(options.settings()) as own_conn:
+                schema = load_schema(own_conn, options.table_id)
+        else:
             schema = load_schema(conn, options.table_id)
         known = {c.chunk_id for c in plan.chunks}
         ids = options.chunk_ids if options.chunk_ids is not None else tuple(sorted(known))

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
+from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE, plan_table
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
@@ -39,7 +39,7 @@ def plan_tables(
     store: ChunkStore,
     patterns: Iterable[str],
     *,
-    chunk_size: int = 8096,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_keys: dict[str, str] | None = None,
     distribution_factor_bounds: tuple[float, float] = (0.05, 1000.0),
     run_id: str | None = None,

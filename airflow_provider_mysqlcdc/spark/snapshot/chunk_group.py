@@ -1,8 +1,11 @@
-"""Run one chunk group on Spark: start the chunk attempts, run the single write action, report the chunks.
+"""Run a snapshot on Spark: start the chunk attempts, read and write every chunk in one Spark action, commit.
 
-``run_chunk_group`` is what ``spark_apps/snapshot_chunks.py`` (one chunk group per ``spark-submit``, one mapped
-Airflow task) and ``mysqlcdc snapshot`` call. The chunks of the group run in parallel, one per partition; the
-job is one Spark action, so every chunk is read once per attempt.
+``run_snapshot`` takes the chunks of any number of tables (one ``SnapshotOptions`` each) and runs them as one
+Spark job (``tasks.run_tasks``), so a snapshot run of 500 small tables pays Spark's fixed costs once, not 500
+times. It is what ``spark_apps/snapshot_chunks.py`` (one chunk group per ``spark-submit``, one mapped Airflow
+task), ``mysqlcdc snapshot`` and a stream's re-snapshots call; ``run_chunk_group`` is its one-table form. The
+driver commits each written chunk itself, each in its own chunk store transaction with its table's manifest;
+the tables are independent: one table's failed commit does not hold back another's.
 """
 from __future__ import annotations
 
@@ -10,21 +13,21 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.groups import group_label
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.spark.errors import task_failure_summary
-from airflow_provider_mysqlcdc.spark.session import ensure_no_speculation, register_data_source
-from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
-from airflow_provider_mysqlcdc.spark.snapshot.writer import CHUNK_ID_COLUMN
+from airflow_provider_mysqlcdc.spark.session import ensure_no_speculation
+from airflow_provider_mysqlcdc.spark.snapshot import tasks
+from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotCommitMessage, SnapshotWriter
 
 Progress = Callable[[str], None]
 
@@ -71,49 +74,111 @@ class ChunkGroupResult:
                 "chunks": [c.as_dict() for c in self.chunks]}
 
 
-def chunk_id_frame(spark: SparkSession, chunk_ids: tuple[int, ...]) -> DataFrame:
-    """One row per partition: ``range(n, numPartitions=n)`` puts exactly one id in each, without a shuffle."""
-    ids = F.array(*[F.lit(int(c)) for c in chunk_ids])
-    return (spark.range(len(chunk_ids), numPartitions=len(chunk_ids))
-            .select(F.element_at(ids, (F.col("id") + 1).cast("int")).alias(CHUNK_ID_COLUMN)))
-
-
 def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: Progress | None = None,
-                    raise_on_failure: bool = True, job_group: str | None = None) -> ChunkGroupResult:
-    """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job.
+                    raise_on_failure: bool = True, job_group: str | None = None,
+                    chunks_per_task: int = tasks.MAX_CHUNKS_PER_TASK) -> ChunkGroupResult:
+    """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job."""
+    return run_snapshot(spark, [options], progress=progress, raise_on_failure=raise_on_failure,
+                        job_group=job_group, chunks_per_task=chunks_per_task)[0]
+
+
+def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, progress: Progress | None = None,
+                 raise_on_failure: bool = True, job_group: str | None = None,
+                 chunks_per_task: int = tasks.MAX_CHUNKS_PER_TASK) -> list[ChunkGroupResult]:
+    """Snapshot the chunks of every ``options`` (one per table, one chunk store) in one Spark job; one result
+    per table, in order.
 
     ``job_group``: the Spark job group to run it in (``cancelJobGroup`` then stops it; its chunks are
-    recorded failed)."""
+    recorded failed). ``raise_on_failure``: raise ``SnapshotFailed`` naming every table that failed.
+    ``chunks_per_task``: at most this many chunks read one after another by one Spark task (1: a task per
+    chunk, for a job that shares its cores with a stream's batches)."""
+    if not options:
+        return []
+    stores = {o.store_url() for o in options}
+    if len(stores) > 1:
+        raise ConfigurationError(f"one snapshot run writes to one chunk store, got {len(stores)}")
     ensure_no_speculation(spark)
-    ensure_writable(options.output)  # before any chunk starts: an unusable output must not cost a read
-    register_data_source(spark, SnapshotDataSource)
+    for output in dict.fromkeys(o.output for o in options):
+        ensure_writable(output)  # before any chunk starts: an unusable output must not cost a read
     started = time.monotonic()
     say = progress or (lambda _msg: None)
-    with ChunkStore(options.store_url()) as store:
-        job = ChunkGroupJob.load(options, store)
-        table, generation = job.options.table, job.plan.generation
-        attempts = {c: store.start_chunk(table, generation, c, run_id=options.run_id).attempts
-                    for c in job.chunk_ids}
-        job = ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
-        label = group_label(table, generation, job.chunk_ids)
-        say(f"snapshot {label}: {len(job.chunk_ids)} chunk(s) started")
-        error: str | None = None
+    with ChunkStore(stores.pop()) as store:
+        first = options[0]
+        with connect(first.settings()) as conn:  # one session loads every table's schema
+            loaded = [ChunkGroupJob.load(o, store, conn if (o.mysql_url, o.password_file) ==
+                                         (first.mysql_url, first.password_file) else None) for o in options]
+        jobs = [_start(store, job) for job in loaded]  # every table checked before any chunk starts
+        label = _label(jobs)
+        writers = [SnapshotWriter(job) for job in jobs]
+        work = [(i, c) for i, job in enumerate(jobs) for c in job.chunk_ids]
+        say(f"snapshot {label}: {len(work)} chunk(s) started")
+        errors: list[str | None] = [None] * len(jobs)
         group = job_group or f"mysqlcdc-snapshot-{uuid.uuid4().hex[:12]}"
         sc = spark.sparkContext
         sc.setJobGroup(group, f"mysqlcdc snapshot {label}", interruptOnCancel=True)
-        watcher = _ProgressWatcher(spark, group, len(job.chunk_ids), label, say)
+        watcher = _ProgressWatcher(spark, group, len(work), label, say)
         watcher.start()
+        written = tasks.written_accumulator(spark)
         try:
-            (chunk_id_frame(spark, job.chunk_ids).write.format(SOURCE_NAME).mode("append")
-             .options(**job.options.to_options()).save())
+            messages = tasks.by_table(tasks.run_tasks(spark, writers, work, written, chunks_per_task), len(jobs))
         except Exception as exc:  # noqa: BLE001 - recorded per chunk, then raised as SnapshotFailed
+            messages = tasks.by_table(written.value, len(jobs))
             error = task_failure_summary(exc)
-            _record_failure(store, job, error)
+            errors = [error] * len(jobs)
+            for writer, job, mine in zip(writers, jobs, messages):
+                writer.abort(mine)
+                _record_failure(store, job, error)
+        else:
+            for i, (writer, job, mine) in enumerate(zip(writers, jobs, messages)):
+                errors[i] = _commit(store, writer, job, mine)
         finally:
             watcher.stop()
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
-        states = {s.chunk_id: s for s in store.chunks(table, generation)}
+        results = [_result(store, job, error, time.monotonic() - started) for job, error in zip(jobs, errors)]
+    failed = [r for r in results if not r.ok]
+    if not failed:
+        say(f"snapshot {label}: committed {sum(r.rows for r in results)} rows in "
+            f"{time.monotonic() - started:.1f}s")
+    elif raise_on_failure:
+        raise SnapshotFailed("; ".join(
+            f"snapshot {group_label(r.table, r.generation, [c.chunk_id for c in r.chunks])} failed: "
+            f"{r.error or 'some chunks did not commit'}" for r in failed))
+    return results
+
+
+def _start(store: ChunkStore, job: ChunkGroupJob) -> ChunkGroupJob:
+    """The job with a new attempt of each of its chunks started (the stream treats them as HW = -inf)."""
+    table, generation = job.options.table, job.plan.generation
+    attempts = {c: store.start_chunk(table, generation, c, run_id=job.options.run_id).attempts
+                for c in job.chunk_ids}
+    return ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
+
+
+def _label(jobs: Sequence[ChunkGroupJob]) -> str:
+    if len(jobs) == 1:
+        return group_label(jobs[0].options.table, jobs[0].plan.generation, jobs[0].chunk_ids)
+    chunks = sum(len(j.chunk_ids) for j in jobs)
+    return f"{len(jobs)} tables ({jobs[0].options.table} .. {jobs[-1].options.table}, {chunks} chunks)"
+
+
+def _commit(store: ChunkStore, writer: SnapshotWriter, job: ChunkGroupJob,
+            messages: Sequence[SnapshotCommitMessage]) -> str | None:
+    """Commit one table's written chunks; on failure discard what did not commit and return the error."""
+    try:
+        writer.commit(messages)
+    except Exception as exc:  # noqa: BLE001 - this table failed; the others still commit
+        writer.abort(messages)
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        _record_failure(store, job, error)
+        return error
+    return None
+
+
+def _result(store: ChunkStore, job: ChunkGroupJob, error: str | None, seconds: float) -> ChunkGroupResult:
+    table, generation = job.options.table, job.plan.generation
+    states = {s.chunk_id: s for s in store.chunks(table, generation)}
+    attempts = job.options.attempts
     outcomes = tuple(
         ChunkOutcome(
             chunk_id=c, status=states[c].status, attempt=attempts[c],
@@ -123,12 +188,7 @@ def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: 
         )
         for c in job.chunk_ids
     )
-    result = ChunkGroupResult(table, generation, outcomes, time.monotonic() - started, error)
-    if result.ok:
-        say(f"snapshot {label}: committed {result.rows} rows in {result.seconds:.1f}s")
-    elif raise_on_failure:
-        raise SnapshotFailed(f"snapshot {label} failed: {error or 'some chunks did not commit'}")
-    return result
+    return ChunkGroupResult(table, generation, outcomes, seconds, error)
 
 
 def _record_failure(store: ChunkStore, job: ChunkGroupJob, error: str) -> None:
@@ -143,7 +203,7 @@ def _record_failure(store: ChunkStore, job: ChunkGroupJob, error: str) -> None:
 
 
 class _ProgressWatcher:
-    """Prints how many chunk tasks finished, from Spark's status tracker (no extra action, no re-read)."""
+    """Prints how many Spark tasks finished, from Spark's status tracker (no extra action, no re-read)."""
 
     def __init__(self, spark: SparkSession, group: str, total: int, label: str, say: Progress,
                  every: float = 2.0) -> None:
@@ -163,14 +223,15 @@ class _ProgressWatcher:
     def _run(self) -> None:
         while not self._stop.wait(self.every):
             try:
-                done = 0
+                done = count = 0
                 for job_id in self.tracker.getJobIdsForGroup(self.group):
                     info = self.tracker.getJobInfo(job_id)
                     for stage_id in info.stageIds if info else []:
                         stage = self.tracker.getStageInfo(stage_id)
                         done += stage.numCompletedTasks if stage else 0
+                        count += stage.numTasks if stage else 0
             except Exception:  # noqa: BLE001 - progress is best effort
                 return
             if done != self._last:
                 self._last = done
-                self.say(f"snapshot {self.label}: {done}/{self.total} chunk(s) read and written")
+                self.say(f"snapshot {self.label}: {done}/{count} Spark task(s) done ({self.total} chunks in all)")

@@ -1,14 +1,11 @@
-"""``mysql_cdc_snapshot``: the snapshot phase as a PySpark (4.x) Python data source.
+"""``mysql_cdc_snapshot``: planned chunks read as a DataFrame, a PySpark (4.x) Python data source.
 
-Two directions, one name:
-
-* ``df.write.format("mysql_cdc_snapshot")`` -- the snapshot phase. ``df`` holds the chunk ids to snapshot,
-  one per partition (``spark/snapshot/chunk_group.run_chunk_group`` builds it); each write task reads its chunk and writes a
-  versioned Parquet directory, and the driver commits each chunk to the chunk store and the manifest
-  (``snapshot_writer``). This is the path that records LW/HW.
-* ``spark.read.format("mysql_cdc_snapshot")`` -- the same chunk reads as a DataFrame, one partition per chunk,
-  Arrow batches straight from ``ChunkRead`` (for previews and for reading the types Spark gets). A plain read
-  records nothing in the chunk store: each action reads again, with new watermarks.
+``spark.read.format("mysql_cdc_snapshot")`` gives the chunk reads of the snapshot phase as a DataFrame, one
+partition per chunk, Arrow batches straight from ``ChunkRead`` (for previews and for reading the types Spark
+gets). A plain read records nothing in the chunk store: each action reads again, with new watermarks. The
+snapshot phase itself, which records LW/HW and commits, is ``chunk_group.run_snapshot`` (its job is not a data
+source write: Spark would run the writer's setup and commit in Python processes of their own, ~4 s a run;
+``tasks.py`` says more).
 
 Options (strings): ``mysql_url`` (no password), ``password_file``, ``table``, ``generation``, ``chunk_ids``
 (``"3,7"``, ``"0-15"``), ``chunk_store``, ``output``, ``read_view_mode``, ``watermark_table``,
@@ -24,11 +21,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotWriter
 
 SOURCE_NAME = "mysql_cdc_snapshot"
 
@@ -101,16 +96,3 @@ class SnapshotDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return SnapshotReader(self._job())
 
-    def writer(self, schema: StructType, overwrite: bool) -> SnapshotWriter:
-        job = self._job()
-        if not job.options.attempts:
-            job = _start_chunks(job)  # used without snapshot_job: start the attempts here, on the driver
-        return SnapshotWriter(job)
-
-
-def _start_chunks(job: ChunkGroupJob) -> ChunkGroupJob:
-    options = job.options
-    with ChunkStore(options.store_url()) as store:
-        attempts = {c: store.start_chunk(options.table, job.plan.generation, c, run_id=options.run_id).attempts
-                    for c in job.chunk_ids}
-    return ChunkGroupJob(options.with_(attempts=attempts), job.plan, job.schema)

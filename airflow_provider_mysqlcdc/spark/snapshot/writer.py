@@ -1,13 +1,13 @@
 """Committing chunk snapshots from Spark: versioned Parquet on the executors, chunk store + manifest on the driver.
 
-Handoff of LW/HW: the *write task itself performs the chunk read*. The job's input is a tiny DataFrame of
-chunk ids, one per partition; each write task reads its chunk with the engine's ``ChunkRead``, streams the
-Arrow batches into a fresh version directory, and returns a commit message with the chunk's rows, LW, HW,
-directory and store attempt. Why not a reader that emits a control record for the writer to strip?
+Handoff of LW/HW: the *task itself performs the chunk read*. A snapshot run's job (``tasks.run_tasks``) is an
+RDD of chunk ids; each task reads its chunks with the engine's ``ChunkRead``, streams the Arrow batches into
+a fresh version directory per chunk, and returns a commit message with each chunk's rows, LW, HW, directory
+and store attempt. Why not a reader that emits a control record for a writer to strip?
 
-* LW/HW never leave the process that measured them except through Spark's commit-message channel, which
-  delivers a message only for a task that succeeded, exactly once per partition; nothing in the data can be
-  filtered, reordered or coalesced away by a planner rule, and no fake row exists that a consumer could see.
+* LW/HW never leave the process that measured them except as a task's result, which Spark delivers only for
+  a task that succeeded, once per partition; nothing in the data can be filtered, reordered or coalesced away
+  by a planner rule, and no fake row exists that a consumer could see.
 * Exactly one read per chunk attempt by construction: the read happens inside the only action of the job.
 * The records go MySQL -> Arrow -> Parquet in one Python process, without a round trip through the JVM.
 
@@ -35,7 +35,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from sqlalchemy.exc import DBAPIError
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, StaleAttempt
@@ -47,7 +46,6 @@ from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroup
 
 log = logging.getLogger(__name__)
 
-CHUNK_ID_COLUMN = "chunk_id"
 _COMMIT_RETRIES = 3
 
 
@@ -75,7 +73,9 @@ class WrittenChunk:
 
 
 @dataclass
-class SnapshotCommitMessage(WriterCommitMessage):
+class SnapshotCommitMessage:
+    """What one task wrote (not yet visible): the driver commits or discards it."""
+
     chunks: list[WrittenChunk]
 
 
@@ -204,24 +204,21 @@ def _fail(kind: str) -> None:
     raise InjectedFault("test_fault: the chunk write fails half way")
 
 
-# --- the Spark writer -------------------------------------------------------------------------------------------
+# --- one table's writes and their commit ---------------------------------------------------------------------
 
 
-class SnapshotWriter(DataSourceArrowWriter):
-    """Input rows: ``chunk_id`` (int), ideally one per partition. Created on the driver, pickled to the tasks."""
+class SnapshotWriter:
+    """One table's chunks of a snapshot run: written by the tasks (``write_chunks``), committed or discarded
+    by the driver (``commit``, ``abort``). Created on the driver, pickled to the tasks; holds no secret."""
 
     def __init__(self, job: ChunkGroupJob) -> None:
         self.job = job
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SnapshotCommitMessage:
-        from pyspark import TaskContext
-
-        ids = [int(i) for batch in iterator for i in batch.column(CHUNK_ID_COLUMN).to_pylist()]
+    def write_chunks(self, ids: Sequence[int], slot: int) -> SnapshotCommitMessage:
+        """Read and write ``ids`` one after another with reader ``slot``; on failure nothing of them stays."""
         stray = sorted(set(ids) - set(self.job.chunk_ids))
         if stray:
             raise CdcError(f"chunk ids {stray} are not part of this job's chunks {self.job.chunk_ids}")
-        context = TaskContext.get()
-        slot = self.job.options.reader_slot_base + (context.partitionId() if context else 0)
         written: list[WrittenChunk] = []
         try:
             for chunk_id in ids:
@@ -231,6 +228,12 @@ class SnapshotWriter(DataSourceArrowWriter):
                 delete_dir(chunk.directory)
             raise
         return SnapshotCommitMessage(written)
+
+    @staticmethod
+    def discard(message: SnapshotCommitMessage) -> None:
+        """Delete the directories of written chunks that will not be committed."""
+        for chunk in message.chunks:
+            delete_dir(chunk.directory)
 
     def commit(self, messages: Sequence[SnapshotCommitMessage | None]) -> None:
         """Commit every written chunk (each in its own store transaction with the manifest)."""

@@ -332,7 +332,8 @@ def snapshot_table(
     job_group: str | None = None,
 ) -> Any:
     """Snapshot ``table``'s latest plan (or the chunks ``chunk_ids`` of it) in this Spark session, into the
-    stream's output and chunk store, with the stream's column exclusions (a ``ChunkGroupResult``)."""
+    stream's output and chunk store, with the stream's column exclusions (a ``ChunkGroupResult``). A task per
+    chunk: a re-snapshot shares the stream's cores (the FAIR pool), and short tasks let its batches in."""
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
     from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 
@@ -343,7 +344,7 @@ def snapshot_table(
             chunk_store=config.chunk_store, password_file=config.password_file, chunk_ids=chunk_ids,
             exclude_columns=config.exclude_columns.get(str(table), ()), limits=config.source_limits,
         ),
-        job_group=job_group,
+        job_group=job_group, chunks_per_task=1,
     )
 
 

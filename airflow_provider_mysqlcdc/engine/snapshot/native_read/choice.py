@@ -1,9 +1,9 @@
 """Which reader reads a chunk's rows: the native one (connectorx, Arrow from the wire) or the pure-Python one
 (pymysql, the reference).
 
-``$MYSQLCDC_CHUNK_READER`` chooses: ``native`` reads with connectorx wherever it keeps every guarantee,
-``python`` (the default, until the native reader has run in every test of the suite) always with pymysql. Where the native reader cannot serve, the pure-Python one reads,
-and the log says why once per table (per process): connectorx not installed; a server without a consistent
+``$MYSQLCDC_CHUNK_READER`` chooses: ``native`` (the default) reads with connectorx wherever it keeps every
+guarantee, ``python`` always with pymysql (the reference, and the way out). Where the native reader cannot
+serve, the pure-Python one reads, and the log says why once per table (per process): connectorx not installed; a server without a consistent
 snapshot in one session (Oracle MySQL's watermark-table mode: its SELECT between the markers stays pymysql
 for now; Percona: no ``@@in_transaction`` to prove the session); a ``rows_per_second`` budget (connectorx
 reads the whole chunk ahead of its consumer, so pacing the consumer would not pace the server); TLS
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 NATIVE, PYTHON = "native", "python"
 MODES = (NATIVE, PYTHON)
-DEFAULT = PYTHON
+DEFAULT = NATIVE
 _said: set[tuple[str, str]] = set()
 _lock = threading.Lock()
 

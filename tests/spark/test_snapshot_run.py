@@ -1,0 +1,204 @@
+"""A snapshot run of many tables as one Spark job (``run_snapshot``): one job however many tables, several
+small chunks per Spark task, tables that fail alone at commit, a failed task that leaves nothing of any table
+behind, and the spark-submit app running a chunk group of several tables with their column exclusions.
+
+Real parts: the shared MariaDB (binlog on), the shared local[2] Spark session; every table's committed Parquet
+is compared row by row with the source, under concurrent writes where the run reads.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
+from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
+from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.spark.snapshot import tasks
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_snapshot
+from tests.spark.test_snapshot import _options, _parquet_snapshots, _spark_app, secrets  # noqa: F401 - fixture
+from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
+
+SEED = 4242
+TABLES = 12
+ROWS = 90  # 3 chunks of 30 each
+
+
+def _tables(mysql_server, db: str, count: int = TABLES) -> list[TableId]:
+    rng = random.Random(SEED)
+    with mysql_server.admin(db) as conn, conn.cursor() as cur:
+        for i in range(count):
+            cur.execute(f"CREATE TABLE t{i:02d} (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20))")
+            cur.executemany(f"INSERT INTO t{i:02d} VALUES (%s, %s, %s)",
+                            [(k, rng.randrange(1000), f"n{rng.randrange(99)}") for k in range(1, ROWS + 1)])
+    return [TableId(db, f"t{i:02d}") for i in range(count)]
+
+
+def _plan(mysql_server, store_url: str, tables: list[TableId], chunk_size: int = 30) -> None:
+    with ChunkStore(store_url) as store:
+        plan_tables(MySQLSettings.from_url(mysql_server.cdc_url), store, [str(t) for t in tables],
+                    chunk_size=chunk_size)
+
+
+def _source(mysql_server, table: TableId, columns: str = "id, v, note") -> list[tuple]:
+    with mysql_server.admin(table.database) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT {columns} FROM {table.quoted}")
+        return sorted(cur.fetchall())
+
+
+def _committed(output: str, table: TableId, columns: tuple[str, ...] = ("id", "v", "note")) -> list[tuple]:
+    return sorted(tuple(r[c] for c in columns) for rows in _parquet_snapshots(output, table).values() for r in rows)
+
+
+def _version_dirs(output: str, table: TableId) -> list[Path]:
+    return sorted((Path(table_dir(output, table)) / "snapshot").glob("generation=*/chunk=*/version=*"))
+
+
+def test_task_count_reads_several_small_chunks_per_task():
+    assert tasks.task_count(0, 2) == 0
+    assert tasks.task_count(5, 2) == 5  # few chunks: one each, all cores busy
+    assert tasks.task_count(36, 2) == 8  # at least 4 tasks per core
+    assert tasks.task_count(601, 2) == 38  # at most 16 chunks per task
+    assert tasks.task_count(601, 2, chunks_per_task=1) == 601  # a stream's re-snapshot: a task per chunk
+
+
+def test_many_tables_are_one_spark_job_and_snapshot_plus_stream_equals_the_source_under_writes(
+    spark, mysql_server, mysql_db, tmp_path, secrets  # noqa: F811
+):
+    """Every table's chunks in one Spark job of fewer tasks than chunks, read under concurrent writes; the
+    committed Parquet plus the stream from min(HW) equals the source row by row."""
+    rng = random.Random(SEED)
+    specs = [s for s in TABLE_SPECS if s.name in ("t_ubig", "t_dec", "t_dt", "t_ci", "t_nopk")]
+    with mysql_server.admin() as conn:
+        create_tables(conn, mysql_db, specs)
+        seed_rows(conn, mysql_db, rows_per_table=200, seed=SEED, specs=specs)
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    store = ChunkStore(store_url)
+    pipe = Pipeline(settings, store, mysql_db)
+    group = "test-many-tables"
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=2, specs=specs).start()
+    try:
+        plans = plan_tables(settings, store, [f"{mysql_db}.t_*"], chunk_size=25,
+                            chunk_keys={f"{mysql_db}.t_nopk": "ck"})
+        tables = [p.table for p in plans]
+        results = run_snapshot(spark, [_options(secrets, store_url, output, str(t)) for t in tables],
+                               job_group=group)
+        assert all(r.ok for r in results), results
+        with connect(settings) as conn:
+            pipe.schemas = {t: load_schema(conn, t) for t in tables}
+        pipe.open_stream(tables)  # the engine's stream, from min(HW) of the chunks the run committed
+        pipe.pump(rng, batches=3)
+    finally:
+        stats = workload.stop()
+    pipe.catch_up()
+    assert stats.transactions > 20, stats
+    tracker = spark.sparkContext.statusTracker()
+    jobs = tracker.getJobIdsForGroup(group)
+    assert len(jobs) == 1, jobs  # every table's chunks in one Spark job
+    [stage] = tracker.getJobInfo(jobs[0]).stageIds
+    chunks = sum(len(p.chunks) for p in plans)
+    assert chunks > 2 * tasks.TASKS_PER_CORE * 2, chunks
+    assert tracker.getStageInfo(stage).numTasks == tasks.task_count(chunks, 2) < chunks
+    for table in tables:
+        pipe.snapshots = {(table, c): rows for c, rows in _parquet_snapshots(output, table).items()}
+        assert_same_rows(pipe.mirror(table), pipe.source(table), table)
+    store.close()
+
+
+def test_many_tables_without_writes_equal_the_source_row_by_row(spark, mysql_server, mysql_db, tmp_path,
+                                                                secrets):  # noqa: F811
+    tables = _tables(mysql_server, mysql_db, 5)
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    _plan(mysql_server, store_url, tables)
+    results = run_snapshot(spark, [_options(secrets, store_url, output, str(t)) for t in tables])
+    assert all(r.ok for r in results)
+    for table in tables:
+        assert _committed(output, table) == _source(mysql_server, table), table
+
+
+def test_a_table_replanned_during_the_run_fails_alone(spark, mysql_server, mysql_db, tmp_path,
+                                                      secrets):  # noqa: F811
+    """A table re-planned while the run reads it cannot commit its chunks of the old plan; the other tables of
+    the run commit theirs, and the refused table's written files are deleted."""
+    tables = _tables(mysql_server, mysql_db, 3)
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    _plan(mysql_server, store_url, tables)
+    replanned = tables[1]
+
+    def progress(message: str) -> None:
+        if message.endswith("chunk(s) started"):  # attempts started, tasks not yet run: a concurrent re-plan
+            with ChunkStore(store_url) as store:
+                plan_tables(MySQLSettings.from_url(mysql_server.cdc_url), store, [str(replanned)],
+                            chunk_size=30, only_new=False)
+
+    results = run_snapshot(spark, [_options(secrets, store_url, output, str(t)) for t in tables],
+                           progress=progress, raise_on_failure=False)
+    ok = {r.table: r.ok for r in results}
+    assert ok == {str(tables[0]): True, str(replanned): False, str(tables[2]): True}, results
+    failed = results[1]
+    assert "generation" in (failed.error or "") and all(c.status != COMMITTED for c in failed.chunks), failed
+    assert not _version_dirs(output, replanned), "the refused table's files stay behind"
+    for table in (tables[0], tables[2]):
+        assert _committed(output, table) == _source(mysql_server, table)
+
+
+def test_a_failed_task_leaves_nothing_of_any_table(spark, mysql_server, mysql_db, tmp_path,
+                                                   secrets):  # noqa: F811
+    """One chunk's write fails half way: the job fails, every chunk of every table of the run is recorded
+    failed, and no written directory stays, also those of tasks that had finished (the accumulator)."""
+    tables = _tables(mysql_server, mysql_db, 4)
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    _plan(mysql_server, store_url, tables)
+    options = [_options(secrets, store_url, output, str(t)) for t in tables]
+    options[-1] = options[-1].with_(test_fault="raise:2:10")  # the last table's last chunk
+    results = run_snapshot(spark, options, raise_on_failure=False)
+    assert not any(r.ok for r in results)
+    assert all("test_fault" in (r.error or "") for r in results), [r.error for r in results]
+    assert all(c.status == "failed" for r in results for c in r.chunks)
+    for table in tables:
+        assert not _version_dirs(output, table), f"{table}: written files stay behind"
+        assert read_snapshot_manifest(output, table) is None or not read_snapshot_manifest(output, table).chunk_files()
+    # run again without the fault: everything commits
+    results = run_snapshot(spark, [_options(secrets, store_url, output, str(t)) for t in tables])
+    assert all(r.ok for r in results)
+    for table in tables:
+        assert _committed(output, table) == _source(mysql_server, table)
+
+
+def test_the_spark_app_runs_a_group_of_tables_with_their_exclusions(spark, mysql_server, mysql_db, tmp_path,
+                                                                    secrets):  # noqa: F811
+    tables = _tables(mysql_server, mysql_db, 2)
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    _plan(mysql_server, store_url, tables)
+    app = _spark_app()
+    url, password_file = secrets
+    group = {"parts": [{"table": str(tables[0]), "generation": 1, "chunk_ids": [1, 2]},
+                       {"table": str(tables[1]), "generation": 1, "chunk_ids": [0, 1, 2]}]}
+    common = ["--mysql-url", url, "--password-file", password_file, "--chunk-store", store_url,
+              "--output", output, "--run-id", "group-run"]
+    parser = app.build_parser()
+    args = parser.parse_args([*common, "--chunk-group", json.dumps(group),
+                              "--exclude-columns-of", f"{tables[1]}=note"])
+    result = app.run(spark, app.group_options(args, parser))
+    assert result["ok"] and [t["table"] for t in result["tables"]] == [str(t) for t in tables], result
+    assert [c["chunk_id"] for c in result["tables"][0]["chunks"]] == [1, 2]
+    files = [f for fs in read_snapshot_manifest(output, tables[1]).chunk_files().values() for f in fs]
+    assert files and all("note" not in pq.read_schema(f).names for f in files)
+    assert _committed(output, tables[1], ("id", "v")) == _source(mysql_server, tables[1], "id, v")
+    for bad in (["--chunk-group", json.dumps(group), "--chunks", "1"],
+                ["--chunk-group", json.dumps(group), "--exclude-columns-of", "other.t=note"],
+                ["--table", str(tables[0]), "--exclude-columns-of", f"{tables[0]}=note"],
+                ["--chunk-group", '{"parts": []}'], [],
+                ["--chunk-group", json.dumps({"parts": group["parts"] + group["parts"][:1]})]):
+        with pytest.raises(SystemExit) as exited:
+            app.group_options(parser.parse_args([*common, *bad]), parser)
+        assert exited.value.code == 2, bad
