@@ -5,11 +5,12 @@ RDD of (table index, chunk id) pairs whose tasks read and write their chunks (``
 and return the written chunks to the driver, which commits them itself. Why not ``df.write`` through the
 ``mysql_cdc_snapshot`` data source, which does the same? Spark runs a data source's ``writer()`` and
 ``commit()`` in Python processes of their own on the driver, each importing the engine and loading every
-table's plan and schema again: about 4 s of every application, more with many tables, measured in
-``make bench``. Here the driver's own process commits what it planned, with the objects it already has.
+table's plan and schema again: about 4 s of every application, more with many tables (measured by hand:
+CHANGELOG.md). Here the driver's own process commits what it planned, with the objects it already has.
 
-A task reads several chunks one after another when there are many (a Spark task costs ~50 ms here before any
-work), but never more than ``MAX_CHUNKS_PER_TASK``, and there are at least ``TASKS_PER_CORE`` tasks per core
+A task reads several chunks one after another when there are many (a Spark task costs ~50 ms on a 2-core
+machine before any work), but never more than ``MAX_CHUNKS_PER_TASK``, and there are at least
+``TASKS_PER_CORE`` tasks per core
 so that uneven chunks even out. The chunks of a failed task are deleted by the task; those of tasks that
 succeeded before the job failed come back through an accumulator (a successful task's updates reach the driver
 even when the job fails later), so the driver deletes them too: nothing uncommitted stays behind but the
