@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from airflow_provider_mysqlcdc.engine import chunk_store as cs
 from airflow_provider_mysqlcdc.engine.chunk_store import (
+    ChunkResult,
     ChunkSpec,
     ChunkStore,
     ChunkStoreError,
@@ -320,6 +321,29 @@ def test_fail_records_the_error_and_keeps_the_committed_result(store):
     store.start_chunk(TABLE, gen, 2, "d")
     ok = commit(store, gen, 2, 20, 30, "v-d")
     assert (ok.status, ok.error, ok.rerun_pending) == ("committed", None, False)
+
+
+def test_a_tables_chunks_start_together_and_commit_all_or_none(store):
+    """A snapshot run starts and commits a table's chunks in one transaction each; one stale attempt among
+    them refuses the whole commit (the callback never runs), and the others then commit on their own."""
+    gen = new_plan(store)
+    states = store.start_chunks(TABLE, gen, [0, 1, 2], "run")
+    assert [(s.chunk_id, s.status, s.attempts) for s in states] == [(0, "running", 1), (1, "running", 1),
+                                                                    (2, "running", 1)]
+    store.start_chunk(TABLE, gen, 0, "newer")  # attempt 2 of chunk 0
+    results = [ChunkResult(c, 10 * c, pos(1), pos(2 + c), f"v{c}", attempt=1) for c in (0, 1, 2)]
+    seen: list = []
+    with pytest.raises(StaleAttempt, match="chunk 0"):
+        store.commit_chunks(TABLE, gen, results, run_id="run", in_transaction=lambda _c, st: seen.append(st))
+    assert seen == [] and [s.hw for s in store.chunks(TABLE, gen)] == [None, None, None]
+    done = store.commit_chunks(TABLE, gen, results[1:], run_id="run",
+                               in_transaction=lambda _c, st: seen.append([s.chunk_id for s in st]))
+    assert seen == [[1, 2]] and [(s.status, s.rows, s.hw, s.output_version) for s in done] == [
+        ("committed", 10, pos(3), "v1"), ("committed", 20, pos(4), "v2")]
+    assert store.chunk(TABLE, gen, 0).status == "running" and store.chunk(TABLE, gen, 0).attempts == 2
+    assert [e.event for e in store.history(TABLE, 1, gen)] == ["started", "committed"]
+    with pytest.raises(StaleGeneration):
+        store.start_chunks(TABLE, gen + 7, [0], "x")
 
 
 def test_stale_generation_and_stale_attempt_are_refused(store):

@@ -323,7 +323,7 @@ def test_parquet_output_has_the_new_columns_and_nothing_of_the_discarded_view(
     from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
     from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
     from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-    from airflow_provider_mysqlcdc.spark.snapshot.writer import commit_written_chunk, write_chunk
+    from airflow_provider_mysqlcdc.spark.snapshot.writer import commit_written_chunks, write_chunk
     from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
 
     store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
@@ -343,7 +343,7 @@ def test_parquet_output_has_the_new_columns_and_nothing_of_the_discarded_view(
         attempt = store.start_chunk(str(table), job.plan.generation, CHUNK).attempts
         job = ChunkGroupJob(job.options.with_(attempts={CHUNK: attempt}), job.plan, job.schema)
         written = write_chunk(job, CHUNK, slot=1)
-        commit_written_chunk(store, job, written)
+        commit_written_chunks(store, job, [written])
         state = store.chunk(str(table), job.plan.generation, CHUNK)
     assert len(opened) == 2 and written.hw == str(opened[1])
     (version,) = [p for p in Path(written.directory).parent.iterdir()]

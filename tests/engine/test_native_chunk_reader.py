@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeSelect
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
@@ -226,6 +227,49 @@ def test_a_native_select_over_the_time_limit_is_stopped_with_a_clear_error(locke
         for _ in ChunkRead(settings, schema, plan, plan.chunks[0], options).batches():
             pass
     assert time.monotonic() - started < 30
+
+
+def _connections(admin) -> int:
+    with admin.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Connections'")
+        return int(cur.fetchone()[1])
+
+
+def test_reads_of_one_task_share_one_session_and_a_failed_read_drops_it(wide, mysql_server, mysql_db):
+    """A Spark task's reads run their checks on one MySQL session (plus connectorx's own per read), with the
+    same records as reads with a session each; a read that fails closes it, and the next read opens a new
+    one."""
+    settings, table = wide
+    schema, plan = _plan(settings, table, chunk_size=150)
+    with mysql_server.admin(mysql_db) as admin, ReadSessions() as sessions:
+        before = _connections(admin)
+        want, _ = _read_all(settings, schema, plan)  # a session of its own each
+        own = _connections(admin) - before
+        before = _connections(admin)
+        batches = []
+        for chunk in plan.chunks:
+            read = ChunkRead(settings, schema, plan, chunk, session=sessions.for_settings(settings))
+            batches += list(read.batches())
+            assert read.result.reader == "native"
+        assert own - (_connections(admin) - before) == len(plan.chunks) - 1  # connectorx's own are as many
+        got = pa.Table.from_batches(batches)
+        assert got.schema == want.schema
+        for name in want.schema.names:
+            assert got.column(name).combine_chunks().equals(want.column(name).combine_chunks()), name
+        session = sessions.for_settings(settings)
+        assert session.connected
+        with admin.cursor() as cur:
+            cur.execute("LOCK TABLES t WRITE")
+            try:
+                limited = ChunkReadOptions(limits=SourceLimits(query_timeout_s=1.0))
+                with pytest.raises(CdcError, match="time limit"):
+                    list(ChunkRead(settings, schema, plan, plan.chunks[0], limited, session=session).batches())
+            finally:
+                cur.execute("UNLOCK TABLES")
+        assert not session.connected
+        again = ChunkRead(settings, schema, plan, plan.chunks[0], session=session)
+        first = sum(1 for c in want.column("_chunk_id").to_pylist() if c == plan.chunks[0].chunk_id)
+        assert sum(b.num_rows for b in again.batches()) == first > 0 and session.connected
 
 
 def test_errors_and_urls_keep_the_password_out():

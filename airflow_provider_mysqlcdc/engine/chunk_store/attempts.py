@@ -14,6 +14,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store.database import StoreDatabase,
 from airflow_provider_mysqlcdc.engine.chunk_store.errors import StaleAttempt, StaleGeneration, UnknownChunk
 from airflow_provider_mysqlcdc.engine.chunk_store.records import (
     ChunkEvent,
+    ChunkResult,
     ChunkState,
     aware_utc,
     binlog_position_of,
@@ -131,22 +132,32 @@ class ChunkAttempts(StoreDatabase):
         A committed result stays in force for the mirror; the chunk gets ``rerun_pending`` so that the stream
         filter treats it as HW = -inf until this rerun commits.
         """
+        return self.start_chunks(table, generation, [chunk_id], run_id=run_id)[0]
+
+    def start_chunks(self, table: Any, generation: int, chunk_ids: Sequence[int],
+                     run_id: str | None = None) -> list[ChunkState]:
+        """``start_chunk`` for several chunks of one table in one transaction (a snapshot run starts all of a
+        table's chunks at once: one transaction, not one per chunk); their states, in order."""
         name = table_name_of(table)
         now = write_stamp()
 
-        def work(conn: Connection, retry: bool) -> ChunkState:
-            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
-            if retry:
-                done = self._applied(conn, name, generation, chunk_id, "started", run_id, now)
-                if done is not None:  # report the attempt number that earlier try took
-                    return replace(self._reread(conn, name, generation, chunk_id), attempts=done)
-            where = self._chunk_where(name, generation, chunk_id)
-            conn.execute(sa.update(chunks_table).where(*where).values(
-                status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=now, finished_at=None,
-                run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
-            state = self._reread(conn, name, generation, chunk_id)
-            self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id, now)
-            return state
+        def work(conn: Connection, retry: bool) -> list[ChunkState]:
+            states = []
+            for i, chunk_id in enumerate(chunk_ids):
+                row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=i == 0)
+                if retry:
+                    done = self._applied(conn, name, generation, chunk_id, "started", run_id, now)
+                    if done is not None:  # report the attempt number that earlier try took
+                        states.append(replace(self._reread(conn, name, generation, chunk_id), attempts=done))
+                        continue
+                where = self._chunk_where(name, generation, chunk_id)
+                conn.execute(sa.update(chunks_table).where(*where).values(
+                    status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=now, finished_at=None,
+                    run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
+                state = self._reread(conn, name, generation, chunk_id)
+                self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id, now)
+                states.append(state)
+            return states
 
         return self._write(work)
 
@@ -188,56 +199,68 @@ class ChunkAttempts(StoreDatabase):
         the same result again (same ``attempt`` and ``output_version``: a caller's retry after a lost COMMIT)
         changes nothing and runs the callback again.
         """
+        result = ChunkResult(chunk_id, rows, lw, hw, output_version, attempt, timings, extra, hw_server,
+                             hw_gtid_position)
+        callback = None if in_transaction is None else (lambda conn, states: in_transaction(conn, states[0]))
+        return self.commit_chunks(table, generation, [result], run_id=run_id, in_transaction=callback)[0]
+
+    def commit_chunks(
+        self, table: Any, generation: int, results: Sequence[ChunkResult], *, run_id: str | None = None,
+        in_transaction: Callable[[Connection, list[ChunkState]], Any] | None = None,
+    ) -> list[ChunkState]:
+        """``commit_chunk`` for several chunks of one table in one transaction, all or none, with
+        ``in_transaction`` run once after the last (a snapshot run commits a table's chunks with one
+        transaction and one manifest, not one per chunk); their states, in order. One stale attempt refuses
+        them all: the caller commits the others one by one."""
         name = table_name_of(table)
-        if not isinstance(lw, BinlogPosition) or not isinstance(hw, BinlogPosition):
-            raise TypeError("lw and hw must be BinlogPosition")
-        if hw < lw:
-            raise ValueError(f"{name} chunk {chunk_id}: high watermark {hw} is before low watermark {lw}")
-        if int(rows) < 0:
-            raise ValueError(f"{name} chunk {chunk_id}: rows must be >= 0")
-        timings_text, extra_text = dump_versioned(timings), dump_versioned(extra)
+        for r in results:
+            if not isinstance(r.lw, BinlogPosition) or not isinstance(r.hw, BinlogPosition):
+                raise TypeError("lw and hw must be BinlogPosition")
+            if r.hw < r.lw:
+                raise ValueError(f"{name} chunk {r.chunk_id}: high watermark {r.hw} is before low watermark {r.lw}")
+            if int(r.rows) < 0:
+                raise ValueError(f"{name} chunk {r.chunk_id}: rows must be >= 0")
         now = write_stamp()
         callback_ran = False
 
-        def already_committed(row: Mapping[str, Any]) -> bool:
-            return (attempt is not None and output_version is not None and row["status"] == COMMITTED
-                    and row["attempts"] == attempt and not row["rerun_pending"]
-                    and row["output_version"] == output_version and row["row_count"] == int(rows)
-                    and binlog_position_of(row["lw_file"], row["lw_pos"]) == lw
-                    and binlog_position_of(row["hw_file"], row["hw_pos"]) == hw)
-
-        def work(conn: Connection, retry: bool) -> ChunkState:
+        def work(conn: Connection, retry: bool) -> list[ChunkState]:
             nonlocal callback_ran
-            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=True)
-            if retry and self._applied(conn, name, generation, chunk_id, "committed", run_id, now) is not None:
-                state = chunk_state_of(row)
-            elif already_committed(row):
-                state = chunk_state_of(row)
-            else:
-                if attempt is not None and row["attempts"] != attempt:
-                    raise StaleAttempt(
-                        f"{name} chunk {chunk_id} (generation {generation}): attempt {attempt} tried to "
-                        f"commit, but attempt {row['attempts']} has started since; this result is discarded"
-                    )
-                conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, chunk_id))
-                             .values(status=COMMITTED, attempts=max(row["attempts"], 1), finished_at=now,
-                                     run_id=run_id, error=None, rerun_pending=False, row_count=int(rows),
-                                     lw_file=lw.file, lw_pos=lw.pos, hw_file=hw.file, hw_pos=hw.pos,
-                                     output_version=output_version, committed_at=now, committed_run_id=run_id,
-                                     timings_json=timings_text, extra_json=extra_text,
-                                     hw_server=hw_server, hw_gtid_position=hw_gtid_position))
-                state = self._reread(conn, name, generation, chunk_id)
-                self._history(conn, name, generation, chunk_id, state.attempts, "committed", run_id, now,
-                              row_count=int(rows), hw_file=hw.file, hw_pos=hw.pos,
-                              output_version=output_version)
+            states = [self._commit_one(conn, name, generation, r, run_id, now, retry, check_plan=i == 0)
+                      for i, r in enumerate(results)]
             if in_transaction is not None:
                 callback_ran = True
-                in_transaction(conn, state)
-            return state
+                in_transaction(conn, states)
+            return states
 
-        state = self._write(work, may_retry=lambda: not callback_ran)
-        log.info("chunk store: %s generation %d chunk %d committed: %d rows, LW %s, HW %s, output %s",
-                 name, generation, chunk_id, rows, lw, hw, output_version)
+        states = self._write(work, may_retry=lambda: not callback_ran)
+        for r in results:
+            log.info("chunk store: %s generation %d chunk %d committed: %d rows, LW %s, HW %s, output %s",
+                     name, generation, r.chunk_id, r.rows, r.lw, r.hw, r.output_version)
+        return states
+
+    def _commit_one(self, conn: Connection, name: str, generation: int, r: ChunkResult, run_id: str | None,
+                    now: datetime, retry: bool, *, check_plan: bool) -> ChunkState:
+        """One chunk's commit inside ``commit_chunks``' transaction (see ``commit_chunk``)."""
+        row = self._locked_chunk(conn, name, generation, r.chunk_id, current_plan=check_plan)
+        if retry and self._applied(conn, name, generation, r.chunk_id, "committed", run_id, now) is not None:
+            return chunk_state_of(row)
+        if _already_committed(row, r):
+            return chunk_state_of(row)
+        if r.attempt is not None and row["attempts"] != r.attempt:
+            raise StaleAttempt(
+                f"{name} chunk {r.chunk_id} (generation {generation}): attempt {r.attempt} tried to "
+                f"commit, but attempt {row['attempts']} has started since; this result is discarded"
+            )
+        conn.execute(sa.update(chunks_table).where(*self._chunk_where(name, generation, r.chunk_id))
+                     .values(status=COMMITTED, attempts=max(row["attempts"], 1), finished_at=now,
+                             run_id=run_id, error=None, rerun_pending=False, row_count=int(r.rows),
+                             lw_file=r.lw.file, lw_pos=r.lw.pos, hw_file=r.hw.file, hw_pos=r.hw.pos,
+                             output_version=r.output_version, committed_at=now, committed_run_id=run_id,
+                             timings_json=dump_versioned(r.timings), extra_json=dump_versioned(r.extra),
+                             hw_server=r.hw_server, hw_gtid_position=r.hw_gtid_position))
+        state = self._reread(conn, name, generation, r.chunk_id)
+        self._history(conn, name, generation, r.chunk_id, state.attempts, "committed", run_id, now,
+                      row_count=int(r.rows), hw_file=r.hw.file, hw_pos=r.hw.pos, output_version=r.output_version)
         return state
 
     def fail_chunk(self, table: Any, generation: int, chunk_id: int, error: BaseException | str,
@@ -285,3 +308,12 @@ class ChunkAttempts(StoreDatabase):
             return self._reread(conn, name, generation, chunk_id)
 
         return self._write(work)
+
+
+def _already_committed(row: Mapping[str, Any], r: ChunkResult) -> bool:
+    """The row holds exactly this result (a caller's retry after a lost COMMIT): nothing to change."""
+    return (r.attempt is not None and r.output_version is not None and row["status"] == COMMITTED
+            and row["attempts"] == r.attempt and not row["rerun_pending"]
+            and row["output_version"] == r.output_version and row["row_count"] == int(r.rows)
+            and binlog_position_of(row["lw_file"], row["lw_pos"]) == r.lw
+            and binlog_position_of(row["hw_file"], row["hw_pos"]) == r.hw)

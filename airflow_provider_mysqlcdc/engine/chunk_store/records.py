@@ -96,6 +96,26 @@ class ChunkState:
 
 
 @dataclass(frozen=True)
+class ChunkResult:
+    """A chunk attempt's result to commit (``commit_chunks``): its rows, LW/HW and output version.
+
+    ``hw_server``: whose binlog LW and HW name (``ServerIdentity.token`` of the server it was read from), with
+    ``hw_gtid_position``, the GTID position at HW where that server has one. ``attempt``: the attempt that
+    read it (None: whichever is current)."""
+
+    chunk_id: int
+    rows: int
+    lw: BinlogPosition
+    hw: BinlogPosition
+    output_version: str | None
+    attempt: int | None = None
+    timings: Mapping[str, Any] | None = None
+    extra: Mapping[str, Any] | None = None
+    hw_server: str | None = None
+    hw_gtid_position: str | None = None
+
+
+@dataclass(frozen=True)
 class StreamChunk:
     chunk_id: int
     start_key: str | None

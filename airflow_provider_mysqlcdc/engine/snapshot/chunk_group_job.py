@@ -28,6 +28,7 @@ from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES,
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import connect
@@ -86,9 +87,11 @@ class ChunkGroupJob:
         excluded.update(values.unwritten_companions(schema, self.plan.zero_dates, self.plan.key_columns))
         return pa.schema([f for f in record_schema(schema) if f.name not in excluded])
 
-    def read(self, chunk_id: int, slot: int) -> ChunkRead:
-        return ChunkRead(self.options.settings(), self.schema, self.plan, self.plan.chunk(chunk_id),
-                         self.options.read_options(slot))
+    def read(self, chunk_id: int, slot: int, sessions: ReadSessions | None = None) -> ChunkRead:
+        """One chunk's read; ``sessions``: the reading task's sessions, to share one with its other reads."""
+        settings = self.options.settings()
+        return ChunkRead(settings, self.schema, self.plan, self.plan.chunk(chunk_id), self.options.read_options(slot),
+                         session=sessions.for_settings(settings) if sessions is not None else None)
 
     def batches(self, read: ChunkRead) -> Iterator[pa.RecordBatch]:
         """The read's batches in its output schema (exhaust it: ``read.result`` is complete only then).

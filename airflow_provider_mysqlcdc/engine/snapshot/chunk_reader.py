@@ -42,6 +42,7 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.hw_server import hw_server
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
@@ -50,7 +51,6 @@ from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
     open_consistent_snapshot,
     open_plain_snapshot,
-    resolve_mode,
     write_marker,
 )
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
@@ -62,7 +62,7 @@ from airflow_provider_mysqlcdc.engine.source.limits import (
     read_slot,
     set_query_timeout,
 )
-from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status
 
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096
@@ -192,9 +192,12 @@ class ChunkRead:
 
     def __init__(
         self, settings: MySQLSettings, schema: TableSchema, plan: ChunkPlan, chunk: Chunk,
-        options: ChunkReadOptions | None = None,
+        options: ChunkReadOptions | None = None, session: ReadSession | None = None,
     ) -> None:
+        """``session``: the session to run the read's checks on, shared with the reads before and after it
+        (``read_session.py``); None: one of its own, closed after the read."""
         self.settings, self.schema, self.plan, self.chunk = settings, schema, plan, chunk
+        self.session = session
         self._given_schema = schema  # ``self.schema`` is what the read uses: reloaded when DDL changed the table
         self.options = options or ChunkReadOptions()
         self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id, mode=self.options.mode)
@@ -205,11 +208,12 @@ class ChunkRead:
             raise RuntimeError("a chunk read runs once: each read opens its own read view and watermarks")
         self._used = True
         started = time.monotonic()
-        conn = connect(self.settings)
+        session = self.session or ReadSession(self.settings)
         what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
+        ended = False
         try:
-            info = server_info(conn)
-            mode = resolve_mode(conn, info, self.options.mode, self.options.watermark_table)
+            conn, info = session.open()
+            mode = session.mode(self.options.mode, self.options.watermark_table)
             self.result.mode = mode
             with read_slot(conn, self.options.limits, what):
                 waited = time.monotonic()
@@ -225,8 +229,10 @@ class ChunkRead:
                 assert self.result.high_watermark is not None
                 server = hw_server(conn, info, self.result.high_watermark)  # the session that fixed the HW
                 self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
+            ended = True
         finally:
-            conn.close()
+            if self.session is None or not ended:  # a shared session is reused only after a read that ended
+                session.close()
         self.result.timings["total_s"] = time.monotonic() - started
 
     # -- native reader: consistent snapshot in connectorx's session, Arrow from the wire ---------------------

@@ -4,7 +4,7 @@
 Spark job (``tasks.run_tasks``), so a snapshot run of 500 small tables pays Spark's fixed costs once, not 500
 times. It is what ``spark_apps/snapshot_chunks.py`` (one chunk group per ``spark-submit``, one mapped Airflow
 task), ``mysqlcdc snapshot`` and a stream's re-snapshots call; ``run_chunk_group`` is its one-table form. The
-driver commits each written chunk itself, each in its own chunk store transaction with its table's manifest;
+driver commits the written chunks itself, a table's chunks in one chunk store transaction with its manifest;
 the tables are independent: one table's failed commit does not hold back another's.
 """
 from __future__ import annotations
@@ -126,7 +126,7 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
             error = task_failure_summary(exc)
             errors = [error] * len(jobs)
             for writer, job, mine in zip(writers, jobs, messages):
-                writer.abort(mine)
+                writer.abort(mine, store)
                 _record_failure(store, job, error)
         else:
             for i, (writer, job, mine) in enumerate(zip(writers, jobs, messages)):
@@ -150,8 +150,8 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
 def _start(store: ChunkStore, job: ChunkGroupJob) -> ChunkGroupJob:
     """The job with a new attempt of each of its chunks started (the stream treats them as HW = -inf)."""
     table, generation = job.options.table, job.plan.generation
-    attempts = {c: store.start_chunk(table, generation, c, run_id=job.options.run_id).attempts
-                for c in job.chunk_ids}
+    states = store.start_chunks(table, generation, job.chunk_ids, run_id=job.options.run_id)
+    attempts = {c: state.attempts for c, state in zip(job.chunk_ids, states)}
     return ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
 
 
@@ -166,9 +166,9 @@ def _commit(store: ChunkStore, writer: SnapshotWriter, job: ChunkGroupJob,
             messages: Sequence[SnapshotCommitMessage]) -> str | None:
     """Commit one table's written chunks; on failure discard what did not commit and return the error."""
     try:
-        writer.commit(messages)
+        writer.commit(messages, store)
     except Exception as exc:  # noqa: BLE001 - this table failed; the others still commit
-        writer.abort(messages)
+        writer.abort(messages, store)
         error = f"{type(exc).__name__}: {exc}"[:500]
         _record_failure(store, job, error)
         return error

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from pyspark.accumulators import AccumulatorParam
 
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotCommitMessage, SnapshotWriter
 
 TASKS_PER_CORE = 4
@@ -70,14 +71,17 @@ def run_tasks(spark: Any, writers: Sequence[SnapshotWriter], work: Sequence[tupl
 
 
 def write_items(writers: Sequence[SnapshotWriter], partition: int, items: Iterable[tuple[int, int]]) -> Written:
-    """Read and write the chunks of one task, table after table, each with this task's reader slot; if one
-    fails, the chunks this task wrote before it are deleted too."""
+    """Read and write the chunks of one task, table after table, each with this task's reader slot and one
+    MySQL session for its checks (``ReadSessions``); if one fails, the chunks this task wrote before it are
+    deleted too."""
     out: Written = []
     try:
-        for table_index, pairs in groupby(items, key=lambda item: item[0]):
-            writer = writers[table_index]
-            ids = [chunk_id for _, chunk_id in pairs]
-            out.append((table_index, writer.write_chunks(ids, writer.job.options.reader_slot_base + partition)))
+        with ReadSessions() as sessions:
+            for table_index, pairs in groupby(items, key=lambda item: item[0]):
+                writer = writers[table_index]
+                ids = [chunk_id for _, chunk_id in pairs]
+                slot = writer.job.options.reader_slot_base + partition
+                out.append((table_index, writer.write_chunks(ids, slot, sessions)))
     except BaseException:
         for table_index, message in out:
             writers[table_index].discard(message)

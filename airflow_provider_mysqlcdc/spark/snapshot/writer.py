@@ -11,15 +11,17 @@ and store attempt. Why not a reader that emits a control record for a writer to 
 * Exactly one read per chunk attempt by construction: the read happens inside the only action of the job.
 * The records go MySQL -> Arrow -> Parquet in one Python process, without a round trip through the JVM.
 
-Commit protocol (per chunk, independent of the other chunks of the group):
+Commit protocol (per table; each chunk's attempt checked on its own):
 
-1. driver, before the job: ``start_chunk`` (attempt n; a committed chunk gets ``rerun_pending``, so the stream
-   filter treats it as HW = -inf while the committed result stays in force for the mirror);
+1. driver, before the job: ``start_chunks`` (attempt n of each chunk; a committed chunk gets
+   ``rerun_pending``, so the stream filter treats it as HW = -inf while the committed result stays in force
+   for the mirror);
 2. task: read, write ``snapshot/generation=g/chunk=c/version=<new>/part-*.parquet``; on error delete it. The
    files get the columns of the read (``output_schema(read.schema)``): when DDL made the read reload the
    table's schema and read the chunk again, only the final read view's batches reach the files;
-3. driver ``commit``: ``commit_chunk(..., attempt=n, in_transaction=publish manifest)`` -- the store row and the
-   manifest switch together, or neither does (``StaleAttempt`` if a newer attempt started meanwhile);
+3. driver ``commit``: ``commit_chunks(the table's chunks, in_transaction=publish manifest)`` -- the store rows
+   and the manifest switch together, or neither does (``StaleAttempt`` if a newer attempt of one started
+   meanwhile: then each chunk is committed alone, so the others still commit);
 4. driver ``abort`` (a task failed, or a commit failed): delete the directories that did not get committed and
    record ``fail_chunk``; the previous version and HW stay in force. A task killed hard leaves only an
    unreferenced directory, which no reader ever sees.
@@ -30,6 +32,7 @@ import logging
 import os
 import posixpath
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -37,12 +40,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy.exc import DBAPIError
 
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, StaleAttempt
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkResult, ChunkStore, StaleAttempt
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.layout import delete_dir, filesystem, new_version, snapshot_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import publish_snapshot_manifest
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +86,15 @@ class SnapshotCommitMessage:
 # --- executor side --------------------------------------------------------------------------------------------
 
 
-def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int) -> WrittenChunk:
-    """Read one chunk and write it to a fresh version directory; on any error the directory is removed."""
+def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int, sessions: ReadSessions | None = None) -> WrittenChunk:
+    """Read one chunk and write it to a fresh version directory; on any error the directory is removed.
+    ``sessions``: the task's MySQL sessions, shared with its other reads (``read_session.py``)."""
     options = job.options
     directory = snapshot_dir(options.output, job.plan.table, job.plan.generation, chunk_id, new_version())
     fault = _fault(options.test_fault, chunk_id)
     started = time.monotonic()
     try:
-        read = job.read(chunk_id, slot)
+        read = job.read(chunk_id, slot, sessions)
         # The schema is taken when the first file opens: after the read settled on its columns.
         files, rows_written, size = _write_parquet(directory, lambda: job.output_schema(read.schema),
                                                    job.batches(read), options.rows_per_file, fault)
@@ -214,15 +219,16 @@ class SnapshotWriter:
     def __init__(self, job: ChunkGroupJob) -> None:
         self.job = job
 
-    def write_chunks(self, ids: Sequence[int], slot: int) -> SnapshotCommitMessage:
-        """Read and write ``ids`` one after another with reader ``slot``; on failure nothing of them stays."""
+    def write_chunks(self, ids: Sequence[int], slot: int, sessions: ReadSessions | None = None) -> SnapshotCommitMessage:
+        """Read and write ``ids`` one after another with reader ``slot`` (and the task's ``sessions``); on
+        failure nothing of them stays."""
         stray = sorted(set(ids) - set(self.job.chunk_ids))
         if stray:
             raise CdcError(f"chunk ids {stray} are not part of this job's chunks {self.job.chunk_ids}")
         written: list[WrittenChunk] = []
         try:
             for chunk_id in ids:
-                written.append(write_chunk(self.job, chunk_id, slot))
+                written.append(write_chunk(self.job, chunk_id, slot, sessions))
         except BaseException:
             for chunk in written:
                 delete_dir(chunk.directory)
@@ -235,22 +241,33 @@ class SnapshotWriter:
         for chunk in message.chunks:
             delete_dir(chunk.directory)
 
-    def commit(self, messages: Sequence[SnapshotCommitMessage | None]) -> None:
-        """Commit every written chunk (each in its own store transaction with the manifest)."""
-        errors: list[str] = []
-        with ChunkStore(self.job.options.store_url()) as store:
-            for chunk in _written(messages):
+    def commit(self, messages: Sequence[SnapshotCommitMessage | None], store: ChunkStore | None = None) -> None:
+        """Commit every written chunk: all in one store transaction with one manifest publish; if that is
+        refused (a stale attempt, say), each chunk in its own, so the others still commit. ``store``: the
+        driver's open chunk store (else one of its own)."""
+        chunks = _written(messages)
+        if not chunks:
+            return
+        with _store(self.job, store) as open_store:
+            try:
+                commit_written_chunks(open_store, self.job, chunks)
+                return
+            except Exception as exc:  # noqa: BLE001 - one by one below says which chunk it was
+                log.info("%s: committing %d chunks together failed (%s); committing them one by one",
+                         self.job.options.table, len(chunks), exc)
+            errors: list[str] = []
+            for chunk in chunks:
                 try:
-                    commit_written_chunk(store, self.job, chunk)
+                    commit_written_chunks(open_store, self.job, [chunk])
                 except Exception as exc:  # noqa: BLE001 - the others still commit; abort() cleans this one
                     errors.append(f"chunk {chunk.chunk_id}: {type(exc).__name__}: {exc}")
         if errors:
             raise CdcError(f"{self.job.options.table}: {len(errors)} chunk(s) not committed: " + "; ".join(errors))
 
-    def abort(self, messages: Sequence[SnapshotCommitMessage | None]) -> None:
+    def abort(self, messages: Sequence[SnapshotCommitMessage | None], store: ChunkStore | None = None) -> None:
         """Discard what did not commit; record the failure; committed chunks (a partial commit) stay."""
         options = self.job.options
-        with ChunkStore(options.store_url()) as store:
+        with _store(self.job, store) as store:
             republish_manifest(store, self.job)  # first: the manifest must not name a directory deleted below
             committed: set[int] = set()
             for chunk in _written(messages):
@@ -267,19 +284,15 @@ class SnapshotWriter:
                                      run_id=options.run_id, attempt=options.attempts.get(chunk_id))
 
 
-def commit_written_chunk(store: ChunkStore, job: ChunkGroupJob, chunk: WrittenChunk) -> None:
-    """Store row + manifest in one transaction; deadlocks between concurrent groups are retried."""
+def commit_written_chunks(store: ChunkStore, job: ChunkGroupJob, chunks: Sequence[WrittenChunk]) -> None:
+    """Store rows + one manifest publish in one transaction; deadlocks between concurrent groups are retried."""
     options = job.options
-    extra = {"files": chunk.files, "bytes": chunk.bytes, "read_view_mode": chunk.mode,
-             "backfill_events": chunk.backfill_events, "excluded_columns": list(options.exclude_columns)}
+    results = [_result(options, chunk) for chunk in chunks]
     for attempt in range(_COMMIT_RETRIES):
         try:
-            store.commit_chunk(
-                options.table, job.plan.generation, chunk.chunk_id, rows=chunk.rows,
-                lw=BinlogPosition.parse(chunk.lw), hw=BinlogPosition.parse(chunk.hw),
-                output_version=chunk.directory, run_id=options.run_id, timings=chunk.timings, extra=extra,
-                attempt=chunk.attempt, hw_server=chunk.hw_server, hw_gtid_position=chunk.hw_gtid_position,
-                in_transaction=lambda conn, _state: publish_snapshot_manifest(conn, options.output, job.plan.table),
+            store.commit_chunks(
+                options.table, job.plan.generation, results, run_id=options.run_id,
+                in_transaction=lambda conn, _states: publish_snapshot_manifest(conn, options.output, job.plan.table),
             )
             return
         except StaleAttempt:
@@ -293,10 +306,28 @@ def commit_written_chunk(store: ChunkStore, job: ChunkGroupJob, chunk: WrittenCh
             time.sleep(0.1 * (attempt + 1))
 
 
+def _result(options: Any, chunk: WrittenChunk) -> ChunkResult:
+    extra = {"files": chunk.files, "bytes": chunk.bytes, "read_view_mode": chunk.mode,
+             "backfill_events": chunk.backfill_events, "excluded_columns": list(options.exclude_columns)}
+    return ChunkResult(chunk.chunk_id, chunk.rows, BinlogPosition.parse(chunk.lw), BinlogPosition.parse(chunk.hw),
+                       chunk.directory, chunk.attempt, chunk.timings, extra, chunk.hw_server,
+                       chunk.hw_gtid_position)
+
+
 def republish_manifest(store: ChunkStore, job: ChunkGroupJob) -> None:
     """Rewrite the table's manifest from the store's committed rows (idempotent)."""
     with store.transaction() as conn:
         publish_snapshot_manifest(conn, job.options.output, job.plan.table)
+
+
+@contextmanager
+def _store(job: ChunkGroupJob, store: ChunkStore | None) -> Iterator[ChunkStore]:
+    """``store`` if given (left open), else the job's chunk store, closed after."""
+    if store is not None:
+        yield store
+        return
+    with ChunkStore(job.options.store_url()) as own:
+        yield own
 
 
 def _written(messages: Sequence[SnapshotCommitMessage | None]) -> list[WrittenChunk]:
