@@ -325,22 +325,24 @@ def test_fail_records_the_error_and_keeps_the_committed_result(store):
 
 def test_a_tables_chunks_start_together_and_commit_all_or_none(store):
     """A snapshot run starts and commits a table's chunks in one transaction each; one stale attempt among
-    them refuses the whole commit (the callback never runs), and the others then commit on their own."""
+    them (the last, so the others were already written in the transaction) refuses the whole commit and the
+    callback never runs; the others then commit on their own."""
     gen = new_plan(store)
     states = store.start_chunks(TABLE, gen, [0, 1, 2], "run")
     assert [(s.chunk_id, s.status, s.attempts) for s in states] == [(0, "running", 1), (1, "running", 1),
                                                                     (2, "running", 1)]
-    store.start_chunk(TABLE, gen, 0, "newer")  # attempt 2 of chunk 0
+    store.start_chunk(TABLE, gen, 2, "newer")  # attempt 2 of chunk 2
     results = [ChunkResult(c, 10 * c, pos(1), pos(2 + c), f"v{c}", attempt=1) for c in (0, 1, 2)]
     seen: list = []
-    with pytest.raises(StaleAttempt, match="chunk 0"):
+    with pytest.raises(StaleAttempt, match="chunk 2"):
         store.commit_chunks(TABLE, gen, results, run_id="run", in_transaction=lambda _c, st: seen.append(st))
-    assert seen == [] and [s.hw for s in store.chunks(TABLE, gen)] == [None, None, None]
-    done = store.commit_chunks(TABLE, gen, results[1:], run_id="run",
+    assert seen == [] and [(s.status, s.hw) for s in store.chunks(TABLE, gen)] == [("running", None)] * 3
+    assert [e.event for e in store.history(TABLE, 0, gen)] == ["started"]
+    done = store.commit_chunks(TABLE, gen, results[:2], run_id="run",
                                in_transaction=lambda _c, st: seen.append([s.chunk_id for s in st]))
-    assert seen == [[1, 2]] and [(s.status, s.rows, s.hw, s.output_version) for s in done] == [
-        ("committed", 10, pos(3), "v1"), ("committed", 20, pos(4), "v2")]
-    assert store.chunk(TABLE, gen, 0).status == "running" and store.chunk(TABLE, gen, 0).attempts == 2
+    assert seen == [[0, 1]] and [(s.status, s.rows, s.hw, s.output_version) for s in done] == [
+        ("committed", 0, pos(2), "v0"), ("committed", 10, pos(3), "v1")]
+    assert store.chunk(TABLE, gen, 2).status == "running" and store.chunk(TABLE, gen, 2).attempts == 2
     assert [e.event for e in store.history(TABLE, 1, gen)] == ["started", "committed"]
     with pytest.raises(StaleGeneration):
         store.start_chunks(TABLE, gen + 7, [0], "x")
