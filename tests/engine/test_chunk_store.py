@@ -204,6 +204,39 @@ def test_plan_in_the_planners_own_form(store):
     with pytest.raises(ValueError):
         store.create_plan(TABLE, {"no": "chunks"})
 
+def test_many_tables_plans_are_stored_in_one_transaction_all_or_none(store):
+    """Planning thousands of tables stores a batch of plans at once: each table gets its next generation, a
+    removed table is put back, and a plan that cannot be stored (here: NaN in its JSON, found only inside the
+    transaction) stores none of the batch."""
+    def plan(n: int) -> dict:
+        return {"key_columns": ["id"], "split": "even", "chunk_size": 10, "generation": 0,
+                "chunks": [{"chunk_id": i, "start": None if i == 0 else [["i", str(i)]],
+                            "end": None if i == n - 1 else [["i", str(i + 1)]]} for i in range(n)]}
+
+    new_plan(store)  # TABLE at generation 1, then removed: the batch puts it back
+    store.remove_table(TABLE, "remove_run")
+    names = [TABLE, "shop.a", "shop.b"]
+    assert store.next_generations(names) == {TABLE: 2, "shop.a": 1, "shop.b": 1}
+    assert store.create_plans([(t, plan(i + 1)) for i, t in enumerate(names)], run_id="batch") == [2, 1, 1]
+    assert store.active_tables() == ["shop.a", "shop.b", TABLE]
+    infos = store.plans([(TABLE, None), ("shop.b", 1), (TABLE, 1)])
+    assert [(i.table, i.generation, i.chunk_count, i.run_id) for i in infos] == [
+        (TABLE, 2, 1, "batch"), ("shop.b", 1, 3, "batch"), (TABLE, 1, 3, "plan_run")]
+    assert infos[1].plan == {**plan(3), "generation": 1}
+    assert [c.status for c in store.chunks("shop.b")] == ["planned"] * 3
+
+    broken = {**plan(1), "row_estimate": float("nan")}
+    with pytest.raises(ValueError):
+        store.create_plans([("shop.a", plan(2)), ("shop.c", plan(1)), ("shop.d", broken)], run_id="broken")
+    assert store.next_generations(["shop.a", "shop.c", "shop.d"]) == {"shop.a": 2, "shop.c": 1, "shop.d": 1}
+    assert store.run_plans("broken") == {}
+    with pytest.raises(ValueError, match="twice"):
+        store.create_plans([("shop.a", plan(1)), ("shop.a", plan(1))])
+    with pytest.raises(UnknownChunk):
+        store.plans([("shop.a", None), ("shop.nope", None)])
+    assert store.create_plans([]) == []
+
+
 # --- commits and reruns -------------------------------------------------------------------------------------
 
 
@@ -346,6 +379,23 @@ def test_a_tables_chunks_start_together_and_commit_all_or_none(store):
     assert [e.event for e in store.history(TABLE, 1, gen)] == ["started", "committed"]
     with pytest.raises(StaleGeneration):
         store.start_chunks(TABLE, gen + 7, [0], "x")
+
+
+def test_many_tables_chunks_start_in_one_transaction_all_or_none(store):
+    """A snapshot run of many tables starts every table's chunks in one transaction: a table whose plan was
+    replaced since (the last one, after the others were written) refuses the start of all of them."""
+    first, second = new_plan(store), new_plan(store, "shop.b", n=2)
+    stale = new_plan(store, "shop.c", n=1)
+    new_plan(store, "shop.c", n=1)  # shop.c re-planned: generation 1 is stale
+    with pytest.raises(StaleGeneration, match="shop.c"):
+        store.start_tables([(TABLE, first, [0, 2]), ("shop.b", second, [1]), ("shop.c", stale, [0])], "run")
+    assert {s.status for t in (TABLE, "shop.b") for s in store.chunks(t)} == {"planned"}
+    assert store.history(TABLE, 0) == [] and store.history("shop.b", 1) == []
+    started = store.start_tables([(TABLE, first, [0, 2]), ("shop.b", second, [1])], "run")
+    assert [[(s.table, s.chunk_id, s.status, s.attempts) for s in states] for states in started] == [
+        [(TABLE, 0, "running", 1), (TABLE, 2, "running", 1)], [("shop.b", 1, "running", 1)]]
+    assert store.chunk(TABLE, first, 1).status == "planned"
+    assert [e.event for e in store.history("shop.b", 1, second)] == ["started"]
 
 
 def test_stale_generation_and_stale_attempt_are_refused(store):

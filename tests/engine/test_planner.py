@@ -637,3 +637,123 @@ def test_replanning_after_ddl_keeps_the_tables_plan_settings(mysql_server, mysql
             cur.execute("DROP TABLE t")
         with pytest.raises(ConfigurationError, match="does not exist"):
             replan_table(settings, store, table)
+
+
+# --- many tables at once ------------------------------------------------------------------------------------
+
+
+def _batch_tables(mysql_server, db: str) -> list[TableId]:
+    """Tables of every kind of split, one with an odd name, each with a few hundred seeded rows."""
+    rng = random.Random(17)
+    ddls = {
+        "ints": "CREATE TABLE `ints` (id INT PRIMARY KEY, v INT)",
+        "names": "CREATE TABLE `names` (name VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+        "pairs": "CREATE TABLE `pairs` (b INT, a INT, v INT, PRIMARY KEY (b, a))",
+        "we`ird é": "CREATE TABLE `we``ird é` (id BIGINT PRIMARY KEY, v INT)",
+        "empty": "CREATE TABLE `empty` (id INT PRIMARY KEY)",
+    }
+    rows = {
+        "ints": [(i, rng.randrange(100)) for i in range(1, 400)],
+        "names": [(f"n{i:04d}-{rng.randrange(10**6)}", i) for i in range(300)],
+        "pairs": [(i % 7, i, i) for i in range(350)],
+        "we`ird é": [(i * 3, i) for i in range(250)],
+    }
+    tables = []
+    for name, ddl in ddls.items():
+        tables.append(create(mysql_server, db, ddl, rows.get(name, ()), table=name.replace("`", "``")))
+    return [TableId(db, name) for name in ddls]
+
+
+def test_a_batch_of_tables_is_planned_on_one_session_like_each_table_alone(mysql_server, mysql_db, factory):
+    """``plan_batch`` (what ``plan_tables`` runs for up to PLAN_BATCH tables) gives every table the plan
+    ``plan_table`` gives it alone, from one session and one binlog position read before every schema; under
+    concurrent writes every plan still partitions its table."""
+    import threading
+
+    from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+    from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+
+    tables = _batch_tables(mysql_server, mysql_db)
+    opened = []
+
+    def counting():
+        opened.append(1)
+        return factory()
+
+    stop, writing = threading.Event(), threading.Event()
+
+    def write() -> None:
+        rng = random.Random(5)
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute("INSERT INTO `ints` VALUES (%s, 1) ON DUPLICATE KEY UPDATE v = v + 1",
+                            (rng.randrange(1, 2000),))
+                cur.execute("DELETE FROM `pairs` WHERE b = %s AND a = %s", (rng.randrange(7), rng.randrange(350)))
+                conn.commit()
+                writing.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert writing.wait(30)
+        plans = planner.plan_batch(counting, [(t, g) for g, t in enumerate(tables, start=1)], chunk_size=40,
+                                   chunk_keys={f"{mysql_db}.pairs": "a"})
+    finally:
+        stop.set()
+        writer.join()
+    assert [p.table for p in plans] == tables and [p.generation for p in plans] == [1, 2, 3, 4, 5]
+    assert len(opened) <= 2  # the batch's session, and KeyOrder's for the string key's sort keys
+    assert len({p.planned_at for p in plans}) == 1 and len({p.planned_on for p in plans}) == 1
+    with factory() as conn:
+        now = current_binlog_status(conn, server_info(conn))
+    assert plans[0].planned_at <= BinlogPosition(now.file, now.position)
+    for plan in plans:
+        check_plan(mysql_server, factory, plan)
+    assert plans[2].key_columns == ("a",)
+
+    again = planner.plan_batch(factory, [(t, 1) for t in tables], chunk_size=40,
+                               chunk_keys={f"{mysql_db}.pairs": "a"})
+    for table, plan in zip(tables, again):
+        alone = plan_table(factory, table, 1, chunk_size=40, chunk_key="a" if table.table == "pairs" else None)
+        assert (plan.chunks, plan.split, plan.key_columns, plan.row_estimate) == (
+            alone.chunks, alone.split, alone.key_columns, alone.row_estimate), table
+    assert {p.split for p in again} == {"even", "uneven"}
+    assert planner.plan_batch(factory, []) == []
+
+
+def test_schemas_of_many_tables_equal_each_tables_own(mysql_server, mysql_db, monkeypatch):
+    from airflow_provider_mysqlcdc.engine.source import catalog
+
+    tables = _batch_tables(mysql_server, mysql_db)
+    monkeypatch.setattr(catalog, "SCHEMA_BATCH", 2)  # several statements per database
+    with mysql_server.admin(mysql_db) as conn:
+        schemas = catalog.load_schemas(conn, [*tables, TableId("mysql", "db"), tables[0]])
+        assert list(schemas) == [*tables, TableId("mysql", "db")]
+        for table, schema in schemas.items():
+            assert schema == load_schema(conn, table) and schema.approximate_rows == load_schema(
+                conn, table).approximate_rows, table
+        assert schemas[tables[2]].primary_key == ("b", "a")
+        with pytest.raises(ConfigurationError, match="does not exist"):
+            catalog.load_schemas(conn, [tables[0], TableId(mysql_db, "missing")])
+
+
+def test_planning_many_tables_stores_each_batch_or_none_of_it(mysql_server, mysql_db, monkeypatch, tmp_path):
+    """``plan_tables`` plans and stores PLAN_BATCH tables at a time: a table that cannot be planned fails its
+    batch, naming the table and the fix, while the batches before it stay planned."""
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.snapshot import phase
+
+    _batch_tables(mysql_server, mysql_db)
+    create(mysql_server, mysql_db, "CREATE TABLE `zz_nokey` (v INT)", [(1,)], table="zz_nokey")
+    monkeypatch.setattr(phase, "PLAN_BATCH", 2)
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with ChunkStore(f"sqlite:///{tmp_path}/chunks.db") as store:
+        with pytest.raises(ConfigurationError, match=f"{mysql_db}.zz_nokey has no primary key.*chunk_keys"):
+            phase.plan_tables(settings, store, [f"{mysql_db}.*"], run_id="r1")
+        # sorted: empty, ints | names, pairs | we`ird é, zz_nokey: the third batch is refused whole
+        assert sorted(store.run_plans("r1")) == sorted(f"{mysql_db}.{t}" for t in ("empty", "ints", "names", "pairs"))
+        plans = phase.plan_tables(settings, store, [f"{mysql_db}.*"], run_id="r2",
+                                  chunk_keys={f"{mysql_db}.zz_nokey": "v"})
+        assert [p.generation for p in plans] == [2, 2, 2, 2, 1, 1]
+        assert store.run_plans("r2") == {str(p.table): p.generation for p in plans}
+        assert [store.plan(str(p.table)).plan for p in plans] == [p.to_dict() for p in plans]

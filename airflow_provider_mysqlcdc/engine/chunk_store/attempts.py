@@ -138,28 +138,40 @@ class ChunkAttempts(StoreDatabase):
                      run_id: str | None = None) -> list[ChunkState]:
         """``start_chunk`` for several chunks of one table in one transaction (a snapshot run starts all of a
         table's chunks at once: one transaction, not one per chunk); their states, in order."""
-        name = table_name_of(table)
+        return self.start_tables([(table, generation, chunk_ids)], run_id=run_id)[0]
+
+    def start_tables(self, groups: Sequence[tuple[Any, int, Sequence[int]]],
+                     run_id: str | None = None) -> list[list[ChunkState]]:
+        """:meth:`start_chunks` of many tables' ``(table, generation, chunk_ids)`` in one transaction, all or
+        none (a snapshot run of thousands of small tables: one transaction, not one per table); each table's
+        states, in order."""
+        named = [(table_name_of(table), generation, list(ids)) for table, generation, ids in groups]
         now = write_stamp()
 
-        def work(conn: Connection, retry: bool) -> list[ChunkState]:
-            states = []
-            for i, chunk_id in enumerate(chunk_ids):
-                row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=i == 0)
-                if retry:
-                    done = self._applied(conn, name, generation, chunk_id, "started", run_id, now)
-                    if done is not None:  # report the attempt number that earlier try took
-                        states.append(replace(self._reread(conn, name, generation, chunk_id), attempts=done))
-                        continue
-                where = self._chunk_where(name, generation, chunk_id)
-                conn.execute(sa.update(chunks_table).where(*where).values(
-                    status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=now, finished_at=None,
-                    run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
-                state = self._reread(conn, name, generation, chunk_id)
-                self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id, now)
-                states.append(state)
-            return states
+        def work(conn: Connection, retry: bool) -> list[list[ChunkState]]:
+            return [self._start_group(conn, name, generation, ids, run_id, now, retry)
+                    for name, generation, ids in named]
 
         return self._write(work)
+
+    def _start_group(self, conn: Connection, name: str, generation: int, chunk_ids: Sequence[int],
+                     run_id: str | None, now: datetime, retry: bool) -> list[ChunkState]:
+        states = []
+        for i, chunk_id in enumerate(chunk_ids):
+            row = self._locked_chunk(conn, name, generation, chunk_id, current_plan=i == 0)
+            if retry:
+                done = self._applied(conn, name, generation, chunk_id, "started", run_id, now)
+                if done is not None:  # report the attempt number that earlier try took
+                    states.append(replace(self._reread(conn, name, generation, chunk_id), attempts=done))
+                    continue
+            where = self._chunk_where(name, generation, chunk_id)
+            conn.execute(sa.update(chunks_table).where(*where).values(
+                status=RUNNING, attempts=chunks_table.c.attempts + 1, started_at=now, finished_at=None,
+                run_id=run_id, error=None, rerun_pending=row["rerun_pending"] or row["hw_pos"] is not None))
+            state = self._reread(conn, name, generation, chunk_id)
+            self._history(conn, name, generation, chunk_id, state.attempts, "started", run_id, now)
+            states.append(state)
+        return states
 
     @staticmethod
     def _chunk_where(table: str, generation: int, chunk_id: int) -> tuple[Any, ...]:

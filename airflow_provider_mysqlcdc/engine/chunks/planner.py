@@ -13,7 +13,7 @@ from __future__ import annotations
 import decimal
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pymysql
 import pymysql.cursors
@@ -26,7 +26,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError, Configurati
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema, quote_ident
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schemas
 from airflow_provider_mysqlcdc.engine.source.identity import ServerIdentity
 from airflow_provider_mysqlcdc.engine.source.limits import is_query_timeout
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
@@ -76,6 +76,26 @@ def plan_table(
 ) -> ChunkPlan:
     """Split ``table`` into chunks of about ``chunk_size`` rows (generation given by the chunk store);
     ``zero_dates`` is how the lake will write its zero dates (``values.ZERO_DATE_MODES``)."""
+    return plan_batch(
+        conn_factory, [(table, generation)], chunk_size=chunk_size,
+        chunk_keys={str(table): chunk_key} if chunk_key is not None else None,
+        distribution_factor_bounds=distribution_factor_bounds, zero_dates=zero_dates,
+    )[0]
+
+
+def plan_batch(
+    conn_factory: ConnFactory,
+    tables: Sequence[tuple[TableId, int]],
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_keys: Mapping[str, str] | None = None,
+    distribution_factor_bounds: tuple[float, float] = DEFAULT_DISTRIBUTION_FACTOR_BOUNDS,
+    zero_dates: str = "keep",
+) -> list[ChunkPlan]:
+    """:func:`plan_table` for each ``(table, generation)``, on one session: the server's identity and binlog
+    position are read once, before every schema (so each plan's ``planned_at`` precedes what it was planned
+    from), and the schemas come in a few ``information_schema`` queries. A table of a few thousand rows then
+    costs its own ``COUNT(*)`` and ``MIN``/``MAX`` only. ``chunk_keys``: a chunk key column by table name."""
     values.check_zero_date_mode(zero_dates)
     if chunk_size < 1:
         raise ConfigurationError(f"chunk_size must be at least 1, got {chunk_size}")
@@ -85,41 +105,55 @@ def plan_table(
             "distribution_factor_bounds must be (low, high) with 0 < low <= high, "
             f"got {distribution_factor_bounds}"
         )
+    if not tables:
+        return []
     conn = conn_factory()
     try:
         info = server_info(conn)
         status = current_binlog_status(conn, info)
         planned_at = BinlogPosition(status.file, status.position)
         planned_on = ServerIdentity.of(info).token  # whose binlog planned_at names
-        schema = load_schema(conn, table)
-        key_columns = choose_chunk_key(schema, chunk_key)
-        columns = [schema.column(c) for c in key_columns]
-        rows = _row_count(conn, schema)
-        with KeyOrder(conn_factory, schema, key_columns) as order:
-            boundaries: list[Key] | None = None
-            split = UNEVEN
-            if len(columns) == 1 and (columns[0].is_integer or columns[0].is_decimal):
-                boundaries = _even_boundaries(
-                    conn, schema, columns[0], rows, chunk_size, distribution_factor_bounds
-                )
-                split = EVEN if boundaries is not None else UNEVEN
-            if boundaries is None:
-                boundaries = _uneven_boundaries(conn, schema, columns, order, chunk_size)
+        schemas = load_schemas(conn, [table for table, _ in tables])
+        plans = []
+        for table, generation in tables:
+            schema = schemas[table]
+            key_columns = choose_chunk_key(schema, (chunk_keys or {}).get(str(table)))
+            rows, split, boundaries = _split(conn, conn_factory, schema, key_columns, chunk_size,
+                                             distribution_factor_bounds)
+            plans.append(ChunkPlan(
+                table=table,
+                generation=generation,
+                key_columns=key_columns,
+                chunks=chunks_from_boundaries(boundaries),
+                split=split,
+                chunk_size=chunk_size,
+                row_estimate=rows,
+                planned_at=planned_at,
+                zero_dates=zero_dates,
+                planned_on=planned_on,
+            ))
     finally:
         conn.close()
-    return ChunkPlan(
-        table=table,
-        generation=generation,
-        key_columns=key_columns,
-        chunks=chunks_from_boundaries(boundaries),
-        split=split,
-        chunk_size=chunk_size,
-        row_estimate=rows,
-        planned_at=planned_at,
-        zero_dates=zero_dates,
-        planned_on=planned_on,
-    )
+    return plans
 
+
+def _split(
+    conn: pymysql.connections.Connection,
+    conn_factory: ConnFactory,
+    schema: TableSchema,
+    key_columns: tuple[str, ...],
+    chunk_size: int,
+    bounds: tuple[float, float],
+) -> tuple[int, str, list[Key]]:
+    """The table's row count (exact below ``EXACT_COUNT_BELOW``), how it was split, and the boundaries."""
+    columns = [schema.column(c) for c in key_columns]
+    rows = _row_count(conn, schema)
+    with KeyOrder(conn_factory, schema, key_columns) as order:
+        if len(columns) == 1 and (columns[0].is_integer or columns[0].is_decimal):
+            boundaries = _even_boundaries(conn, schema, columns[0], rows, chunk_size, bounds)
+            if boundaries is not None:
+                return rows, EVEN, boundaries
+        return rows, UNEVEN, _uneven_boundaries(conn, schema, columns, order, chunk_size)
 
 
 def _row_count(conn: pymysql.connections.Connection, schema: TableSchema) -> int:

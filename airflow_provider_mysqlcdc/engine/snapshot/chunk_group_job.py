@@ -15,7 +15,7 @@ the driver's (``output_schema``); excluded columns stay excluded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -30,7 +30,7 @@ from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
-from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+from airflow_provider_mysqlcdc.engine.source.catalog import load_schema, load_schemas
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 
 
@@ -43,20 +43,23 @@ class ChunkGroupJob:
     schema: TableSchema
 
     @classmethod
-    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None, conn: Any = None) -> "ChunkGroupJob":
+    def load(cls, options: SnapshotOptions, store: ChunkStore | None = None, conn: Any = None, *,
+             plan: ChunkPlan | None = None, schema: TableSchema | None = None) -> "ChunkGroupJob":
         """Resolve the plan (latest generation unless given) and the table schema; check ids and exclusions.
-        ``conn``: a MySQL session to load the schema with (many tables share one), else one of its own."""
-        own = store is None
-        store = store or ChunkStore(options.store_url())
-        try:
-            plan = load_plan(store, options.table_id, options.generation)
-        finally:
-            if own:
-                store.close()
-        if conn is None:
+        ``conn``: a MySQL session to load the schema with (many tables share one), else one of its own;
+        ``plan``, ``schema``: already resolved (:meth:`load_all`)."""
+        if plan is None:
+            own = store is None
+            store = store or ChunkStore(options.store_url())
+            try:
+                plan = load_plan(store, options.table_id, options.generation)
+            finally:
+                if own:
+                    store.close()
+        if schema is None and conn is None:
             with connect(options.settings()) as own_conn:
                 schema = load_schema(own_conn, options.table_id)
-        else:
+        elif schema is None:
             schema = load_schema(conn, options.table_id)
         known = {c.chunk_id for c in plan.chunks}
         ids = options.chunk_ids if options.chunk_ids is not None else tuple(sorted(known))
@@ -70,6 +73,19 @@ class ChunkGroupJob:
             )
         _check_excluded(schema, plan, options.exclude_columns)
         return cls(options.with_(generation=plan.generation, chunk_ids=tuple(ids)), plan, schema)
+
+    @classmethod
+    def load_all(cls, options: Sequence[SnapshotOptions], store: ChunkStore, conn: Any) -> list["ChunkGroupJob"]:
+        """:meth:`load` of many tables: their plans in one chunk store read, and the schemas of the tables that
+        ``conn`` reaches (the first options' connection) in a few ``information_schema`` queries; the other
+        tables' schemas on sessions of their own."""
+        plans = store.plans([(o.table, o.generation) for o in options])
+        first = options[0]
+        shared = [o.table_id for o in options
+                  if (o.mysql_url, o.password_file) == (first.mysql_url, first.password_file)]
+        schemas = load_schemas(conn, shared)
+        return [cls.load(o, plan=ChunkPlan.from_dict(p.plan), schema=schemas.get(o.table_id))
+                for o, p in zip(options, plans)]
 
     @property
     def chunk_ids(self) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE, plan_table
+from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE, plan_batch
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # Rows per second a snapshot phase reads, for the retention warning: ~40k per chunk read as measured on two
 # cores (README benchmarks), times the default cap of concurrent reads.
 EXPECTED_SNAPSHOT_ROWS_PER_SECOND = 40_000.0 * DEFAULT_MAX_CONCURRENT_READS
+
+# Tables planned on one MySQL session and stored in one chunk store transaction: a failure loses at most this
+# many tables' planning, and the schemas a batch was planned from are never older than its planning.
+PLAN_BATCH = 100
 
 Writer = Callable[[Iterator[pa.RecordBatch]], str]
 
@@ -67,23 +71,25 @@ def plan_tables(
                  ", ".join(patterns))
         return []
     report = require_ready(settings, f"planning {', '.join(map(str, tables))}")
-    plans = []
-    for table in tables:
-        generation = store.next_generation(str(table))
-        plan = plan_table(
-            lambda: connect(settings), table, generation, chunk_size=chunk_size,
-            chunk_key=(chunk_keys or {}).get(str(table)), distribution_factor_bounds=distribution_factor_bounds,
-            zero_dates=zero_dates,
+    plans: list[ChunkPlan] = []
+    for i in range(0, len(tables), PLAN_BATCH):
+        batch = tables[i:i + PLAN_BATCH]
+        expected = store.next_generations(batch)
+        planned = plan_batch(
+            lambda: connect(settings), [(t, expected[str(t)]) for t in batch], chunk_size=chunk_size,
+            chunk_keys=chunk_keys, distribution_factor_bounds=distribution_factor_bounds, zero_dates=zero_dates,
         )
-        stored = store.create_plan(str(table), plan.to_dict(), run_id=run_id)
-        if stored != generation:
-            raise CdcError(
-                f"table {table} was re-planned concurrently (generation {stored} instead of {generation}): "
-                "run one planner per table at a time"
-            )
-        log.info("planned %s: generation %s, %s chunk(s) (%s split on %s, ~%s rows)", table, generation,
-                 len(plan.chunks), plan.split, ", ".join(plan.key_columns), f"{plan.row_estimate:,}")
-        plans.append(plan)
+        stored = store.create_plans([(str(p.table), p.to_dict()) for p in planned], run_id=run_id)
+        for plan, generation in zip(planned, stored):
+            if generation != plan.generation:
+                raise CdcError(
+                    f"table {plan.table} was re-planned concurrently (generation {generation} instead of "
+                    f"{plan.generation}): run one planner per table at a time"
+                )
+            log.info("planned %s: generation %s, %s chunk(s) (%s split on %s, ~%s rows)", plan.table,
+                     generation, len(plan.chunks), plan.split, ", ".join(plan.key_columns),
+                     f"{plan.row_estimate:,}")
+        plans.extend(planned)
     warning = retention_warning(report.retention_s, sum(p.row_estimate for p in plans), expected_rows_per_second)
     if warning:
         log.warning("%s", warning)

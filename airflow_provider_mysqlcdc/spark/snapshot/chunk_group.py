@@ -103,11 +103,9 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
     started = time.monotonic()
     say = progress or (lambda _msg: None)
     with ChunkStore(stores.pop()) as store:
-        first = options[0]
-        with connect(first.settings()) as conn:  # one session loads every table's schema
-            loaded = [ChunkGroupJob.load(o, store, conn if (o.mysql_url, o.password_file) ==
-                                         (first.mysql_url, first.password_file) else None) for o in options]
-        jobs = [_start(store, job) for job in loaded]  # every table checked before any chunk starts
+        with connect(options[0].settings()) as conn:  # one session loads every table's schema
+            loaded = ChunkGroupJob.load_all(options, store, conn)
+        jobs = _start(store, loaded)  # every table checked before any chunk starts
         label = _label(jobs)
         writers = [SnapshotWriter(job) for job in jobs]
         work = [(i, c) for i, job in enumerate(jobs) for c in job.chunk_ids]
@@ -147,12 +145,20 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
     return results
 
 
-def _start(store: ChunkStore, job: ChunkGroupJob) -> ChunkGroupJob:
-    """The job with a new attempt of each of its chunks started (the stream treats them as HW = -inf)."""
-    table, generation = job.options.table, job.plan.generation
-    states = store.start_chunks(table, generation, job.chunk_ids, run_id=job.options.run_id)
-    attempts = {c: state.attempts for c, state in zip(job.chunk_ids, states)}
-    return ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
+def _start(store: ChunkStore, jobs: Sequence[ChunkGroupJob]) -> list[ChunkGroupJob]:
+    """The jobs with a new attempt of each of their chunks started (the stream treats them as HW = -inf): one
+    chunk store transaction per run id (a run has one), all of them or none."""
+    by_run: dict[str | None, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_run.setdefault(job.options.run_id, []).append(i)
+    started = list(jobs)
+    for run_id, indexes in by_run.items():
+        groups = [(jobs[i].options.table, jobs[i].plan.generation, jobs[i].chunk_ids) for i in indexes]
+        for i, states in zip(indexes, store.start_tables(groups, run_id=run_id)):
+            job = jobs[i]
+            attempts = {c: state.attempts for c, state in zip(job.chunk_ids, states)}
+            started[i] = ChunkGroupJob(job.options.with_(attempts=attempts), job.plan, job.schema)
+    return started
 
 
 def _label(jobs: Sequence[ChunkGroupJob]) -> str:
