@@ -272,6 +272,50 @@ def test_reads_of_one_task_share_one_session_and_a_failed_read_drops_it(wide, my
         assert sum(b.num_rows for b in again.batches()) == first > 0 and session.connected
 
 
+def test_a_shared_session_keeps_what_it_learned_and_asks_again_when_it_changes(wide, mysql_server, mysql_db,
+                                                                               monkeypatch):
+    """A shared session sets the time limit once and asks the GTID position at HW once per HW: reads with no
+    write between them share the HW and its position; a committed write moves the HW and the position is asked
+    again; another time limit is set again. Every recorded position is the server's own answer for its HW."""
+    from airflow_provider_mysqlcdc.engine.binlog.gtid import gtid_position_at
+    from airflow_provider_mysqlcdc.engine.snapshot import read_session
+
+    settings, table = wide
+    schema, plan = _plan(settings, table, chunk_size=150)
+    asked: list = []
+    real = read_session.hw_server
+    monkeypatch.setattr(read_session, "hw_server", lambda conn, info, hw: asked.append(hw) or real(conn, info, hw))
+
+    def read(chunk, options=None) -> ChunkRead:
+        one = ChunkRead(settings, schema, plan, chunk, options, session=shared)
+        assert sum(b.num_rows for b in one.batches()) > 0 and one.result.reader == "native"
+        return one
+
+    with mysql_server.admin(mysql_db) as admin, ReadSessions() as sessions:
+        shared = sessions.for_settings(settings)
+        quiet = [read(c) for c in plan.chunks[:2]]
+        with admin.cursor() as cur:  # a write between two reads: a later HW
+            cur.execute("CREATE TABLE bump (id INT AUTO_INCREMENT PRIMARY KEY)")
+            cur.execute("INSERT INTO bump VALUES ()")
+        admin.commit()
+        moved = read(plan.chunks[2], ChunkReadOptions(limits=SourceLimits(query_timeout_s=5.0)))
+        conn, _ = shared.open()
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@max_statement_time")
+            assert float(cur.fetchone()[0]) == 5.0
+        last = read(plan.chunks[3])
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@max_statement_time")
+            assert float(cur.fetchone()[0]) == SourceLimits().query_timeout_s
+        results = [r.result for r in (*quiet, moved, last)]
+        hws = [r.high_watermark for r in results]
+        assert hws[1] < hws[2] <= hws[3]  # reads with no write between them (unless another session wrote)
+        assert asked == [hw for i, hw in enumerate(hws) if i == 0 or hws[i - 1] != hw]
+        for result in results:
+            assert result.hw_gtid_position == str(gtid_position_at(admin, result.high_watermark, "mariadb"))
+        assert results[0].hw_gtid_position != results[2].hw_gtid_position
+
+
 def test_errors_and_urls_keep_the_password_out():
     settings = MySQLSettings(host="db", port=3306, user="cdc", password="p@ss/w:rd")
     url = session.connectorx_url(settings)

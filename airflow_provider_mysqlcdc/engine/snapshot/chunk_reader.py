@@ -41,7 +41,6 @@ from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.snapshot.hw_server import hw_server
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
@@ -60,9 +59,7 @@ from airflow_provider_mysqlcdc.engine.source.limits import (
     RateLimiter,
     SourceLimits,
     read_slot,
-    set_query_timeout,
 )
-from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status
 
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096
@@ -218,16 +215,16 @@ class ChunkRead:
             with read_slot(conn, self.options.limits, what):
                 waited = time.monotonic()
                 self.result.timings["slot_wait_s"] = waited - started
-                set_query_timeout(conn, info.flavor, self.options.limits.query_timeout_s)
+                session.query_timeout(self.options.limits.query_timeout_s)
                 native = self._native_columns(info, mode)
                 if native is not None:
-                    yield from self._read_native(conn, info, waited, native)
+                    yield from self._read_native(conn, info, waited, native, session.binlog_file())
                 elif mode == "consistent_snapshot":
                     yield from self._read_consistent(conn, waited)
                 else:
                     yield from self._read_with_watermarks(conn, info, waited)
                 assert self.result.high_watermark is not None
-                server = hw_server(conn, info, self.result.high_watermark)  # the session that fixed the HW
+                server = session.hw_server(self.result.high_watermark)  # the session that fixed the HW
                 self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
             ended = True
         finally:
@@ -248,13 +245,13 @@ class ChunkRead:
             reader_choice.say_once(self.schema.table, why or "")
         return planned
 
-    def _read_native(self, conn: Any, info: Any, started: float,
-                     planned: list[native_columns.NativeColumn]) -> Iterator[pa.RecordBatch]:
+    def _read_native(self, conn: Any, info: Any, started: float, planned: list[native_columns.NativeColumn],
+                     binlog_file: str) -> Iterator[pa.RecordBatch]:
         """As ``_read_consistent``, with connectorx reading the rows in a read view it opens itself. The view's
         point (HW) is known when the first rows arrive: the columns are checked then, before anything is
         yielded (the running SELECT holds DDL off from there on). An empty chunk carries no point: it is read
-        again by the pure-Python reader in a fresh view."""
-        binlog_file = current_binlog_status(conn, info).file
+        again by the pure-Python reader in a fresh view. ``binlog_file``: any binlog file name of the server
+        (the base of the names the view's point is unpacked into)."""
         stale = False
         for attempt in range(DDL_REREADS + 1):
             if stale:

@@ -7,17 +7,26 @@ takes (bench many-tables case, in one process), paid by every chunk when each re
 task reads its chunks one after another, so it keeps one ``ReadSession`` for all of them, whatever their
 table, as long as they connect the same way.
 
+What a session learns of its server stays with it: the time limit it set, a binlog file name (the native
+read needs the base of the names) and the GTID position at the last HW. ``BINLOG_GTID_POS`` reads the binlog
+file from its start up to the HW (~4 ms a chunk in the bench, more in a large file); a server without writes
+between two reads gives them the same HW, and the answer for a position never changes on one server.
+
 A read that fails, or is left before its end, closes the session: what it leaves behind (an open
-transaction, a lock, a killed connection) is unknown, and the next read gets a new session.
+transaction, a lock, a killed connection) is unknown, and the next read gets a new session, which learns
+everything again.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.hw_server import HwServer, hw_server
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import ReadViewMode, resolve_mode
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, server_info
+from airflow_provider_mysqlcdc.engine.source.limits import set_query_timeout
+from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status, server_info
 
 
 class ReadSession:
@@ -28,6 +37,9 @@ class ReadSession:
         self._conn: Any = None
         self._info: ServerInfo | None = None
         self._modes: dict[tuple[str, TableId | None], ReadViewMode] = {}
+        self._timeout: tuple[float | None] | None = None  # the time limit set on the session, if any
+        self._binlog_file: str | None = None
+        self._last_hw: tuple[BinlogPosition, HwServer] | None = None
 
     @property
     def connected(self) -> bool:
@@ -54,9 +66,31 @@ class ReadSession:
             self._modes[key] = resolve_mode(conn, info, requested, watermark_table)
         return self._modes[key]
 
+    def query_timeout(self, seconds: float | None) -> None:
+        """The session's per-statement time limit (``set_query_timeout``), set unless it is already."""
+        conn, info = self.open()
+        if self._timeout != (seconds,):
+            set_query_timeout(conn, info.flavor, seconds)
+            self._timeout = (seconds,)
+
+    def binlog_file(self) -> str:
+        """A binlog file name of the session's server (the native read takes the base of the names from it)."""
+        if self._binlog_file is None:
+            conn, info = self.open()
+            self._binlog_file = current_binlog_status(conn, info).file
+        return self._binlog_file
+
+    def hw_server(self, hw: BinlogPosition) -> HwServer:
+        """``hw_server`` for ``hw`` on this session's server; the last answer is kept for the next read."""
+        if self._last_hw is None or self._last_hw[0] != hw:
+            conn, info = self.open()
+            self._last_hw = (hw, hw_server(conn, info, hw))
+        return self._last_hw[1]
+
     def close(self) -> None:
         conn, self._conn, self._info = self._conn, None, None
         self._modes.clear()
+        self._timeout = self._binlog_file = self._last_hw = None
         if conn is not None:
             try:
                 conn.close()
