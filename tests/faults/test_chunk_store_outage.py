@@ -228,6 +228,36 @@ def test_a_removal_whose_commit_reply_is_lost_is_recognized(server_url, server_d
     store.close()
 
 
+def test_a_batch_of_plans_and_starts_whose_commit_reply_is_lost_is_applied_once(server_url, server_direct,
+                                                                                server_proxy, caplog):
+    """Planning many tables stores a batch of plans in one transaction, and a snapshot run starts every
+    table's chunks in one: when the COMMIT reaches the server and its answer does not, the retry finds the
+    whole batch committed and applies nothing twice (no second generation, no second attempt)."""
+    direct, proxy = server_direct, server_proxy
+    caplog.set_level(logging.INFO, logger=cs.__name__)
+    store = ChunkStore(proxied(server_url, proxy), outage_s=30)
+    new_plan(store)  # TABLE at generation 1; "shop.other" is new
+    plan = {"key_columns": ["id"], "chunks": [{"chunk_id": 0, "start": None, "end": [["i", "100"]]},
+                                              {"chunk_id": 1, "start": [["i", "100"]], "end": None}]}
+    proxy.cut_after(COMMIT, hold=CUT_S)
+    assert store.create_plans([(TABLE, plan), ("shop.other", plan)], run_id="batch") == [2, 1]
+    assert proxy.cuts == 1
+    p = cs.plans_table.c
+    with direct.connect() as conn:
+        assert sorted(tuple(r) for r in conn.execute(sa.select(p.table_name, p.generation))) == [
+            (TABLE, 1), (TABLE, 2), ("shop.other", 1)]
+    assert store.next_generations([TABLE, "shop.other"]) == {TABLE: 3, "shop.other": 2}
+
+    proxy.cut_after(COMMIT, hold=CUT_S)
+    started = store.start_tables([(TABLE, 2, [0, 1]), ("shop.other", 1, [1])], run_id="run")
+    assert [[s.attempts for s in states] for states in started] == [[1, 1], [1]]
+    assert proxy.cuts == 2
+    assert history_kinds(direct, 0) == [("started", 1)]  # TABLE's chunk 0 of generation 2 only
+    assert [c.attempts for c in store.chunks("shop.other")] == [0, 1]
+    assert sum("committed by an earlier try" in r.getMessage() for r in caplog.records) >= 2
+    store.close()
+
+
 def test_engine_snapshot_and_stream_across_cuts_keep_the_mirror_exact(mysql_server, mysql_db, pg_url, direct,
                                                                       proxy):
     seed = 4242

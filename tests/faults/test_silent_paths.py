@@ -186,7 +186,7 @@ def test_a_planner_session_on_a_silent_path_fails_within_its_read_timeout(
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
         cur.executemany("INSERT INTO t VALUES (%s)", [(i,) for i in range(20)])
-    monkeypatch.setattr(planner, "load_schema", black_holing(proxy, planner.load_schema))
+    monkeypatch.setattr(planner, "load_schemas", black_holing(proxy, planner.load_schemas))
     settings = through(direct, proxy)
     table = TableId(mysql_db, "t")
     _, error, seconds = timed(lambda: planner.plan_table(lambda: connect(settings), table, 1),

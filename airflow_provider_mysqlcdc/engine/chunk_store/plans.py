@@ -197,7 +197,10 @@ class PlanStore(StoreDatabase):
         def work(conn: Connection, retry: bool) -> list[int]:
             readded.clear()
             if retry:
-                earlier = [self._earlier_try(conn, p.name, now, run_id) for p in plans]
+                # Each table's row locked first, so that an earlier try still in flight has finished.
+                latest = [conn.execute(self._lock(latest_query(p.name))).scalar() for p in plans]
+                earlier = [None if g is None else self._earlier_try(conn, p.name, now, run_id)
+                           for p, g in zip(plans, latest)]
                 if all(g is not None for g in earlier):  # all or none: an earlier try committed them
                     return [int(g) for g in earlier if g is not None]
             return [self._create_one(conn, p, now, run_id, readded) for p in plans]
