@@ -1,6 +1,7 @@
 """A snapshot run of many tables as one Spark job (``run_snapshot``): one job however many tables, several
-small chunks per Spark task, tables that fail alone at commit, a failed task that leaves nothing of any table
-behind, and the spark-submit app running a chunk group of several tables with their column exclusions.
+small chunks per Spark task, tables that fail alone at commit, tables committed while the job still reads the
+others, a failed task that leaves nothing uncommitted behind, and the spark-submit app running a chunk group
+of several tables with their column exclusions.
 
 Real parts: the shared MariaDB (binlog on), the shared local[2] Spark session; every table's committed Parquet
 is compared row by row with the source, under concurrent writes where the run reads.
@@ -9,20 +10,23 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.spark.snapshot import tasks
-from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_snapshot
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_snapshot
 from tests.spark.test_snapshot import _options, _parquet_snapshots, _spark_app, secrets  # noqa: F401 - fixture
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
@@ -66,8 +70,37 @@ def test_task_count_reads_several_small_chunks_per_task():
     assert tasks.task_count(0, 2) == 0
     assert tasks.task_count(5, 2) == 5  # few chunks: one each, all cores busy
     assert tasks.task_count(36, 2) == 8  # at least 4 tasks per core
-    assert tasks.task_count(601, 2) == 38  # at most 16 chunks per task
+    assert tasks.task_count(601, 2) == 38  # at most 16 full chunks' worth per task
     assert tasks.task_count(601, 2, chunks_per_task=1) == 601  # a stream's re-snapshot: a task per chunk
+    assert tasks.task_count(500, 2, cost=500 / 8) == 8  # 500 small tables: 4 tasks per core, not 32 tasks
+    assert tasks.task_count(5000, 2, cost=5000 / 8) == 40  # at most 128 small chunks per task
+
+
+def _plan_of(rows: int, chunks: int, chunk_size: int = 100) -> ChunkPlan:
+    return ChunkPlan(TableId("db", "t"), 1, ("id",), tuple(Chunk(i, None, None) for i in range(chunks)), "even",
+                     chunk_size, rows, BinlogPosition("b.000001", 4))
+
+
+def test_a_chunk_weighs_its_rows_but_at_least_its_fixed_cost():
+    assert tasks.chunk_cost(_plan_of(1000, 10)) == 1.0  # full chunks
+    assert tasks.chunk_cost(_plan_of(5000, 10)) == 1.0  # at most one full chunk
+    assert tasks.chunk_cost(_plan_of(50, 2)) == 0.25
+    assert tasks.chunk_cost(_plan_of(0, 1)) == tasks.SMALL_CHUNK_COST  # an empty table still costs a read
+
+
+@pytest.mark.parametrize("costs, cores, per_task", [
+    ([1.0] * 601, 2, 16), ([1.0] * 36, 2, 16), ([0.125] * 500, 2, 16), ([1.0] * 5, 2, 16),
+    ([0.125] * 7 + [1.0] * 3 + [0.125] * 90, 1, 4), ([1.0] * 40, 2, 1), ([0.125] * 3, 4, 16),
+])
+def test_split_work_keeps_the_order_and_evens_out_the_cost(costs, cores, per_task):
+    work = [(i // 10, i % 10) for i in range(len(costs))]
+    groups = tasks.split_work(work, costs, cores, per_task)
+    assert [item for group in groups for item in group] == work  # every chunk once, in order
+    assert len(groups) == tasks.task_count(len(work), cores, per_task, sum(costs))
+    assert all(groups)
+    weight = {item: cost for item, cost in zip(work, costs)}
+    heaviest = max(sum(weight[i] for i in g) for g in groups)
+    assert heaviest <= sum(costs) / len(groups) + max(costs) + 1e-9, groups
 
 
 def test_many_tables_are_one_spark_job_and_snapshot_plus_stream_equals_the_source_under_writes(
@@ -151,27 +184,63 @@ def test_a_table_replanned_during_the_run_fails_alone(spark, mysql_server, mysql
         assert _committed(output, table) == _source(mysql_server, table)
 
 
-def test_a_failed_task_leaves_nothing_of_any_table(spark, mysql_server, mysql_db, tmp_path,
-                                                   secrets):  # noqa: F811
-    """One chunk's write fails half way: the job fails, every chunk of every table of the run is recorded
-    failed, and no written directory stays, also those of tasks that had finished (the accumulator)."""
+def test_a_failed_task_commits_the_tables_written_before_it_and_leaves_nothing_else(
+        spark, mysql_server, mysql_db, tmp_path, secrets):  # noqa: F811
+    """One chunk's write fails half way, in the last task: the job fails; the tables whose chunks were all
+    written before commit (equal to the source), the others are recorded failed with the task's error and no
+    written directory of theirs stays, also of tasks that had finished (the accumulator)."""
     tables = _tables(mysql_server, mysql_db, 4)
     store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
     _plan(mysql_server, store_url, tables)
     options = [_options(secrets, store_url, output, str(t)) for t in tables]
     options[-1] = options[-1].with_(test_fault="raise:2:10")  # the last table's last chunk
-    results = run_snapshot(spark, options, raise_on_failure=False)
-    assert not any(r.ok for r in results)
-    assert all("test_fault" in (r.error or "") for r in results), [r.error for r in results]
-    assert all(c.status == "failed" for r in results for c in r.chunks)
-    for table in tables:
+    # a task per chunk: the failing one starts after ten of the other eleven have finished
+    results = run_snapshot(spark, options, raise_on_failure=False, chunks_per_task=1)
+    assert results[0].ok and not results[-1].ok, [(r.table, r.ok, r.error) for r in results]
+    for table, result in zip(tables, results):
+        if result.ok:
+            assert result.error is None and _committed(output, table) == _source(mysql_server, table), table
+            continue
+        assert "test_fault" in (result.error or ""), result
+        assert all(c.status == "failed" for c in result.chunks), result
         assert not _version_dirs(output, table), f"{table}: written files stay behind"
-        assert read_snapshot_manifest(output, table) is None or not read_snapshot_manifest(output, table).chunk_files()
+        manifest = read_snapshot_manifest(output, table)
+        assert manifest is None or not manifest.chunk_files()
+    with pytest.raises(SnapshotFailed, match=str(tables[-1]).replace(".", r"\.")):  # names the table
+        run_snapshot(spark, options, chunks_per_task=1)
     # run again without the fault: everything commits
     results = run_snapshot(spark, [_options(secrets, store_url, output, str(t)) for t in tables])
     assert all(r.ok for r in results)
     for table in tables:
         assert _committed(output, table) == _source(mysql_server, table)
+
+
+def test_a_table_commits_while_the_job_still_reads_the_others(spark, mysql_server, mysql_db, tmp_path,
+                                                             secrets, monkeypatch):  # noqa: F811
+    """The first table's commit happens before the job ends: its chunks are in the store, committed, while a
+    later task still runs (seen from that task: it waits until the store shows them, or fails the job)."""
+    tables = _tables(mysql_server, mysql_db, 3)
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    _plan(mysql_server, store_url, tables)
+    first = str(tables[0])
+    original = tasks.write_items
+
+    def wait_for_the_first_table(writers, partition, items):
+        items = list(items)
+        if any(writers[i].job.options.table == str(tables[-1]) for i, _ in items):
+            deadline = time.monotonic() + 30
+            with ChunkStore(store_url) as store:
+                while not all(c.status == COMMITTED for c in store.chunks(first, 1)):
+                    assert time.monotonic() < deadline, "the first table was not committed during the job"
+                    time.sleep(0.1)
+        return original(writers, partition, items)
+
+    monkeypatch.setattr(tasks, "write_items", wait_for_the_first_table)
+    results = run_snapshot(spark, [_options(secrets, store_url, output, str(t)) for t in tables],
+                           chunks_per_task=1)
+    assert all(r.ok for r in results), results
+    for table in tables:
+        assert _committed(output, table) == _source(mysql_server, table), table
 
 
 def test_the_spark_app_runs_a_group_of_tables_with_their_exclusions(spark, mysql_server, mysql_db, tmp_path,

@@ -4,8 +4,10 @@
 Spark job (``tasks.run_tasks``), so a snapshot run of 500 small tables pays Spark's fixed costs once, not 500
 times. It is what ``spark_apps/snapshot_chunks.py`` (one chunk group per ``spark-submit``, one mapped Airflow
 task), ``mysqlcdc snapshot`` and a stream's re-snapshots call; ``run_chunk_group`` is its one-table form. The
-driver commits the written chunks itself, a table's chunks in one chunk store transaction with its manifest;
-the tables are independent: one table's failed commit does not hold back another's.
+driver commits the written chunks itself, a table's chunks in one chunk store transaction with its manifest,
+as soon as all of them are written, while the job still reads the other tables; the tables are independent:
+one table's failed commit, or a failed task of another table, does not hold back a table whose chunks are
+all written.
 """
 from __future__ import annotations
 
@@ -88,10 +90,11 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
     """Snapshot the chunks of every ``options`` (one per table, one chunk store) in one Spark job; one result
     per table, in order.
 
-    ``job_group``: the Spark job group to run it in (``cancelJobGroup`` then stops it; its chunks are
-    recorded failed). ``raise_on_failure``: raise ``SnapshotFailed`` naming every table that failed.
-    ``chunks_per_task``: at most this many chunks read one after another by one Spark task (1: a task per
-    chunk, for a job that shares its cores with a stream's batches)."""
+    ``job_group``: the Spark job group to run it in (``cancelJobGroup`` then stops it; the tables whose
+    chunks were all written are committed, the others recorded failed). ``raise_on_failure``: raise
+    ``SnapshotFailed`` naming every table that failed. ``chunks_per_task``: at most this many full chunks'
+    worth of rows read one after another by one Spark task (1: about a chunk a task, for a job that shares its
+    cores with a stream's batches)."""
     if not options:
         return []
     stores = {o.store_url() for o in options}
@@ -110,7 +113,7 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
         writers = [SnapshotWriter(job) for job in jobs]
         work = [(i, c) for i, job in enumerate(jobs) for c in job.chunk_ids]
         say(f"snapshot {label}: {len(work)} chunk(s) started")
-        errors: list[str | None] = [None] * len(jobs)
+        commits = _TableCommits(store, writers, jobs)
         group = job_group or f"mysqlcdc-snapshot-{uuid.uuid4().hex[:12]}"
         sc = spark.sparkContext
         sc.setJobGroup(group, f"mysqlcdc snapshot {label}", interruptOnCancel=True)
@@ -118,21 +121,16 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
         watcher.start()
         written = tasks.written_accumulator(spark)
         try:
-            messages = tasks.by_table(tasks.run_tasks(spark, writers, work, written, chunks_per_task), len(jobs))
+            out = tasks.run_tasks(spark, writers, work, written, chunks_per_task, while_running=commits.complete)
         except Exception as exc:  # noqa: BLE001 - recorded per chunk, then raised as SnapshotFailed
-            messages = tasks.by_table(written.value, len(jobs))
-            error = task_failure_summary(exc)
-            errors = [error] * len(jobs)
-            for writer, job, mine in zip(writers, jobs, messages):
-                writer.abort(mine, store)
-                _record_failure(store, job, error)
+            commits.failed(written.value, task_failure_summary(exc))
         else:
-            for i, (writer, job, mine) in enumerate(zip(writers, jobs, messages)):
-                errors[i] = _commit(store, writer, job, mine)
+            commits.all(out)
         finally:
             watcher.stop()
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        errors = commits.errors
         results = [_result(store, job, error, time.monotonic() - started) for job, error in zip(jobs, errors)]
     failed = [r for r in results if not r.ok]
     if not failed:
@@ -168,17 +166,48 @@ def _label(jobs: Sequence[ChunkGroupJob]) -> str:
     return f"{len(jobs)} tables ({jobs[0].options.table} .. {jobs[-1].options.table}, {chunks} chunks)"
 
 
-def _commit(store: ChunkStore, writer: SnapshotWriter, job: ChunkGroupJob,
-            messages: Sequence[SnapshotCommitMessage]) -> str | None:
-    """Commit one table's written chunks; on failure discard what did not commit and return the error."""
-    try:
-        writer.commit(messages, store)
-    except Exception as exc:  # noqa: BLE001 - this table failed; the others still commit
-        writer.abort(messages, store)
-        error = f"{type(exc).__name__}: {exc}"[:500]
-        _record_failure(store, job, error)
-        return error
-    return None
+class _TableCommits:
+    """Commits each table of a run once, as soon as every one of its chunks is written: while the job still
+    reads the other tables (``complete``), after it (``all``), or, when it failed, the tables it finished
+    before the failure (``failed``: the others are discarded and recorded failed). A table's commit is its own
+    chunk store transaction; one table's failure holds back no other."""
+
+    def __init__(self, store: ChunkStore, writers: Sequence[SnapshotWriter], jobs: Sequence[ChunkGroupJob]) -> None:
+        self.store, self.writers, self.jobs = store, writers, jobs
+        self.errors: list[str | None] = [None] * len(jobs)
+        self.done: set[int] = set()
+
+    def complete(self, written: tasks.Written) -> None:
+        """Commit the tables not yet committed whose chunks ``written`` holds, every one of them."""
+        for i, mine in enumerate(tasks.by_table(written, len(self.jobs))):
+            ids = {c.chunk_id for message in mine for c in message.chunks}
+            if i not in self.done and mine and ids >= set(self.jobs[i].chunk_ids):
+                self._commit(i, mine)
+
+    def all(self, written: tasks.Written) -> None:
+        for i, mine in enumerate(tasks.by_table(written, len(self.jobs))):
+            if i not in self.done:
+                self._commit(i, mine)
+
+    def failed(self, written: tasks.Written, error: str) -> None:
+        self.complete(written)
+        for i, mine in enumerate(tasks.by_table(written, len(self.jobs))):
+            if i not in self.done:
+                self.done.add(i)
+                self.errors[i] = error
+                self.writers[i].abort(mine, self.store)
+                _record_failure(self.store, self.jobs[i], error)
+
+    def _commit(self, i: int, messages: Sequence[SnapshotCommitMessage]) -> None:
+        """Commit one table's written chunks; on failure discard what did not commit and keep the error."""
+        self.done.add(i)
+        writer, job = self.writers[i], self.jobs[i]
+        try:
+            writer.commit(messages, self.store)
+        except Exception as exc:  # noqa: BLE001 - this table failed; the others still commit
+            writer.abort(messages, self.store)
+            self.errors[i] = f"{type(exc).__name__}: {exc}"[:500]
+            _record_failure(self.store, job, self.errors[i])
 
 
 def _result(store: ChunkStore, job: ChunkGroupJob, error: str | None, seconds: float) -> ChunkGroupResult:
