@@ -48,8 +48,9 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema, quote_ident
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
-from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeSelect
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeReadFailed, NativeSelect
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
@@ -302,6 +303,7 @@ class TableRun:
     natively: pa.Table | None = None  # the initial rows as the native chunk reader reads them (Arrow)
     native_error: str | None = None
     native_skipped: str | None = None  # why the native reader leaves this table to the pure-Python one
+    native_guarded: bool | None = None  # the native read needed the zero-date guard (date_guard.py)
     mirror: list[tuple] | None = None
     source: list[tuple] | None = None
     pipeline_error: str | None = None
@@ -365,28 +367,43 @@ def read_both_ways(settings: MySQLSettings, run: TableRun, start: BinlogPosition
 
 def read_natively(settings: MySQLSettings, run: TableRun) -> None:
     """The initial rows through the native chunk reader's session, SELECT expressions and Arrow conversion
-    (``engine/snapshot/native_read``), in insertion order."""
+    (``engine/snapshot/native_read``), in insertion order: dates first as they are, and, where connectorx
+    cannot read one (a failure that is no MySQL error, or a year-0 date), again behind the zero-date guard,
+    as ``ChunkRead`` does (``date_guard``). ``run.native_guarded`` says which read served."""
     assert run.schema is not None
-    planned, why = native_columns.plan_columns(run.schema)
-    if planned is None:
-        run.native_skipped = why
-        return
     try:
-        with connect(settings) as conn:
-            info = server_info(conn)
-            sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
-                   f"FROM {run.table.quoted} ORDER BY `seq`")
-            select = NativeSelect(settings, sql, native_session.read_view_statements(info.flavor, info.server_id, None),
-                                  65536, current_binlog_status(conn, info).file)
-            try:
-                first = select.open()
-                batches = [] if first is None else [first.batch, *select.rest()]
-            finally:
-                select.close(conn)
-        canonical = [native_columns.to_canonical(run.schema, planned, b, 0) for b in batches]
-        run.natively = pa.Table.from_batches(canonical, schema=values.arrow_schema(run.schema))
+        run.natively, run.native_guarded = _read_natively(settings, run, guard_dates=False), False
+    except (date_guard.UnfitDate, NativeReadFailed) as exc:
+        if isinstance(exc, NativeReadFailed) and (exc.code is not None or exc.lost):
+            run.native_error = _error_text(exc)
+            return
+        try:
+            run.natively, run.native_guarded = _read_natively(settings, run, guard_dates=True), True
+        except Exception as again:  # judged per case by the tests
+            run.native_error = _error_text(again)
     except Exception as exc:  # judged per case by the tests
         run.native_error = _error_text(exc)
+
+
+def _read_natively(settings: MySQLSettings, run: TableRun, guard_dates: bool) -> pa.Table | None:
+    assert run.schema is not None
+    planned, why = native_columns.plan_columns(run.schema, guard_dates=guard_dates)
+    if planned is None:
+        run.native_skipped = why
+        return None
+    with connect(settings) as conn:
+        info = server_info(conn)
+        sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
+               f"FROM {run.table.quoted} ORDER BY `seq`")
+        select = NativeSelect(settings, sql, native_session.read_view_statements(info.flavor, info.server_id, None),
+                              65536, current_binlog_status(conn, info).file)
+        try:
+            first = select.open()
+            batches = [] if first is None else [first.batch, *select.rest()]
+        finally:
+            select.close(conn)
+    canonical = [native_columns.to_canonical(run.schema, planned, b, 0) for b in batches]
+    return pa.Table.from_batches(canonical, schema=values.arrow_schema(run.schema))
 
 
 def run_group(server: Any, database: str, specs: list[TableSpec], store_path: Path, seed: int,

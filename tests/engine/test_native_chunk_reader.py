@@ -19,7 +19,7 @@ from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.snapshot.native_read import session
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard, session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeSelect
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
@@ -145,6 +145,98 @@ def test_an_empty_chunk_gets_its_position_from_a_fresh_view(mysql_server, mysql_
     assert (read.result.high_watermark.file, read.result.high_watermark.pos) == (file, position)
 
 
+def _dated(mysql_server, db: str) -> tuple[MySQLSettings, TableId]:
+    """400 rows of valid dates, then the odd ones: a zero DATETIME and an invalid DATE (ALLOW_INVALID_DATES)
+    in the middle of chunk 2, a year-0 DATE in the middle of chunk 3, a zero TIMESTAMP as chunk 1's first row."""
+    rng = random.Random(SEED)
+    with mysql_server.admin(db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute("CREATE TABLE dz (id INT PRIMARY KEY, d DATE, dt DATETIME(6), ts TIMESTAMP(6) NULL, v INT)")
+        cur.executemany("INSERT INTO dz VALUES (%s, %s, %s, %s, %s)", [
+            (i, f"{rng.randrange(1, 9999):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
+             f"{rng.randrange(1000, 9999)}-0{rng.randrange(1, 10)}-1{rng.randrange(0, 10)} 12:34:56.{i:06d}",
+             None if i % 7 == 0 else f"20{rng.randrange(10, 37)}-05-06 07:08:09.{i:06d}", i)
+            for i in range(400)])
+        cur.execute("UPDATE dz SET dt = '0000-00-00 00:00:00' WHERE id = 250")
+        cur.execute("UPDATE dz SET d = '2024-02-31' WHERE id = 260")
+        cur.execute("UPDATE dz SET d = '0000-03-04' WHERE id = 350")
+        cur.execute("UPDATE dz SET ts = '0000-00-00 00:00:00' WHERE id = 100")
+        conn.commit()
+    return MySQLSettings.from_url(mysql_server.cdc_url), TableId(db, "dz")
+
+
+def _python_read(settings, schema, plan, chunk, monkeypatch) -> pa.Table:
+    monkeypatch.setenv(CHUNK_READER_ENV, "python")
+    try:
+        return pa.Table.from_batches(list(ChunkRead(settings, schema, plan, chunk).batches()))
+    finally:
+        monkeypatch.setenv(CHUNK_READER_ENV, "native")
+
+
+def test_dates_are_read_as_they_are_until_an_unfit_one_shows(mysql_server, mysql_db, monkeypatch):
+    """A table's dates go to connectorx unguarded (the guard costs the server ~half its rate) until a zero,
+    invalid or year-0 date shows: in a read's first batch, the read goes again with the guard by itself; after
+    rows were handed out, it raises ZeroDateSeen and a second read (``read_again_if_zero_date``) serves. Every
+    read equals the pure-Python reader's, value by value."""
+    settings, table = _dated(mysql_server, mysql_db)
+    schema, plan = _plan(settings, table, chunk_size=100)
+    assert len(plan.chunks) == 4
+    monkeypatch.setenv(CHUNK_READER_ENV, "native")
+    small = ChunkReadOptions(batch_rows=16)
+    sqls: list[str] = []
+    real_init = NativeSelect.__init__
+
+    def remember(self, settings, sql, *args):
+        sqls.append(sql)
+        real_init(self, settings, sql, *args)
+
+    monkeypatch.setattr(NativeSelect, "__init__", remember)
+    name = str(table)
+
+    def native(chunk_id: int) -> tuple[pa.Table, ChunkRead]:
+        read = ChunkRead(settings, schema, plan, plan.chunks[chunk_id], small)
+        return pa.Table.from_batches(list(read.batches())), read
+
+    def same_as_python(got: pa.Table, chunk_id: int) -> None:
+        want = _python_read(settings, schema, plan, plan.chunks[chunk_id], monkeypatch)
+        assert got.schema == want.schema and got.num_rows == want.num_rows == 100
+        for column in want.schema.names:
+            assert got.column(column).combine_chunks().equals(want.column(column).combine_chunks()), column
+
+    got, read = native(0)  # valid dates only: no guard, one SELECT
+    assert read.result.reader == "native" and not date_guard.guarded(name)
+    assert len(sqls) == 1 and "YEAR(" not in sqls[0]
+    same_as_python(got, 0)
+
+    got, read = native(1)  # a zero TIMESTAMP in the first batch: read again with the guard, by itself
+    assert read.result.reader == "native" and date_guard.guarded(name)
+    assert len(sqls) == 3 and "YEAR(" not in sqls[1] and "YEAR(" in sqls[2]
+    assert got.column("ts__zero_date").to_pylist()[0] == "0000-00-00 00:00:00.000000"
+    same_as_python(got, 1)
+
+    monkeypatch.setattr(date_guard, "_guarded", set())  # a fresh process: the table not known yet
+    with pytest.raises(date_guard.ZeroDateSeen, match=r"dz chunk 2: connectorx could not read a date.*read the "
+                                                      r"chunk again"):
+        native(2)  # the zero DATETIME is in the read's fourth batch
+    assert date_guard.guarded(name)
+    got, _ = native(2)
+    assert sorted(v for v in got.column("dt__zero_date").to_pylist() if v) == ["0000-00-00 00:00:00.000000"]
+    same_as_python(got, 2)
+
+    monkeypatch.setattr(date_guard, "_guarded", set())
+    with pytest.raises(date_guard.ZeroDateSeen, match="column 'd' holds a date of year 0"):
+        native(3)  # connectorx returns year 0 as a date: the read's check finds it, in the fourth batch
+    monkeypatch.setattr(date_guard, "_guarded", set())
+    got, read = date_guard.read_again_if_zero_date(lambda: native(3))  # what a consumer of a read does
+    assert read.result.reader == "native" and date_guard.guarded(name)
+    assert got.column("d__zero_date").to_pylist().count("0000-03-04") == 1
+    same_as_python(got, 3)
+    with mysql_server.admin() as conn, conn.cursor() as cur:  # the reads given up left no session behind
+        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%%mysqlcdc-read-%%' "
+                    "AND ID <> CONNECTION_ID()")
+        assert cur.fetchone()[0] == 0
+
+
 def test_a_column_added_before_the_native_view_is_in_every_record(wide, mysql_server, monkeypatch):
     """DDL after the schema was loaded and before the view's point (HW): the columns are compared once the
     first rows arrived, and the chunk is read again with the new column."""
@@ -161,6 +253,7 @@ def test_a_column_added_before_the_native_view_is_in_every_record(wide, mysql_se
         return real_open(self)
 
     monkeypatch.setattr(NativeSelect, "open", open_after_ddl)
+    date_guard.guard(str(table), "the table holds zero dates")  # one read per view: none fails on a zero date
     read = ChunkRead(settings, schema, plan, plan.chunks[0])
     rows = pa.Table.from_batches(list(read.batches()))
     assert len(opened) == 2 and read.result.reader == "native"
@@ -241,6 +334,7 @@ def test_reads_of_one_task_share_one_session_and_a_failed_read_drops_it(wide, my
     one."""
     settings, table = wide
     schema, plan = _plan(settings, table, chunk_size=150)
+    date_guard.guard(str(table), "the table holds zero dates")  # no read opens connectorx twice
     with mysql_server.admin(mysql_db) as admin, ReadSessions() as sessions:
         before = _connections(admin)
         want, _ = _read_all(settings, schema, plan)  # a session of its own each

@@ -13,16 +13,21 @@ import random
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
+from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model import values
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
+from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.spark.snapshot import tasks
@@ -241,6 +246,45 @@ def test_a_table_commits_while_the_job_still_reads_the_others(spark, mysql_serve
     assert all(r.ok for r in results), results
     for table in tables:
         assert _committed(output, table) == _source(mysql_server, table), table
+
+
+def test_zero_dates_met_half_way_through_a_chunk_are_read_again_behind_the_guard(
+        spark, mysql_server, mysql_db, tmp_path, secrets):  # noqa: F811
+    """Dates are read as they are; a zero date, an invalid day and a year-0 date after a task's reads handed
+    out rows make those chunks be read again behind the guard (``date_guard``): every chunk commits once, its
+    files equal the pure-Python reader's values, and no directory of a given-up read stays."""
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute("CREATE TABLE dz (id INT PRIMARY KEY, d DATE, dt DATETIME(3), v INT)")
+        cur.executemany("INSERT INTO dz VALUES (%s, %s, %s, %s)",
+                        [(i, f"2020-01-{1 + i % 28:02d}", f"2021-03-04 05:06:07.{i % 1000:03d}", i)
+                         for i in range(300)])
+        cur.execute("UPDATE dz SET dt = '0000-00-00 00:00:00' WHERE id = 70")
+        cur.execute("UPDATE dz SET d = '2024-02-31' WHERE id = 180")
+        cur.execute("UPDATE dz SET d = '0000-01-01' WHERE id = 290")
+        conn.commit()
+    table = TableId(mysql_db, "dz")
+    store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
+    _plan(mysql_server, store_url, [table], chunk_size=100)
+    [result] = run_snapshot(spark, [_options(secrets, store_url, output, str(table), batch_rows=16)],
+                            chunks_per_task=1)
+    assert result.ok and [c.attempt for c in result.chunks] == [1, 1, 1], result
+    assert len(_version_dirs(output, table)) == 3  # one per chunk: the given-up reads' files are gone
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with connect(settings) as conn:
+        schema = load_schema(conn, table)
+    with ChunkStore(store_url) as store:
+        plan = load_plan(store, table)
+    committed = _parquet_snapshots(output, table)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(CHUNK_READER_ENV, "python")
+        for chunk in plan.chunks:
+            batches = list(ChunkRead(settings, schema, plan, chunk).batches())
+            want = [{k: v for k, v in r.items() if k not in METADATA_NAMES}
+                    for r in values.canonical_pylist(pa.Table.from_batches(batches))]
+            assert committed[chunk.chunk_id] == want, chunk
+    texts = [r[c] for rows in committed.values() for r in rows for c in ("d", "dt") if isinstance(r[c], str)]
+    assert sorted(texts) == ["0000-00-00 00:00:00.000", "0000-01-01", "2024-02-31"], texts
 
 
 def test_the_spark_app_runs_a_group_of_tables_with_their_exclusions(spark, mysql_server, mysql_db, tmp_path,

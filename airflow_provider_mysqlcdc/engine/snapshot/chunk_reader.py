@@ -44,6 +44,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
+from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeReadFailed, NativeSelect
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
@@ -240,13 +241,38 @@ class ChunkRead:
         why = reader_choice.why_not_native(self.settings, mode, info.flavor, rate_limited)
         planned = None
         if why is None:
-            planned, why = native_columns.plan_columns(self.schema)
+            planned, why = self._plan_native()
         if planned is None:
             reader_choice.say_once(self.schema.table, why or "")
         return planned
 
+    def _plan_native(self) -> tuple[list[native_columns.NativeColumn], None] | tuple[None, str]:
+        """The columns' expressions, the dates guarded once the table showed a zero date (``date_guard``)."""
+        return native_columns.plan_columns(self.schema, guard_dates=date_guard.guarded(str(self.schema.table)))
+
     def _read_native(self, conn: Any, info: Any, started: float, planned: list[native_columns.NativeColumn],
                      binlog_file: str) -> Iterator[pa.RecordBatch]:
+        """``_read_native_views``; if its dates were read as they are and one is unfit for connectorx, the
+        table's dates are guarded from now on, and the chunk read again with the guard when nothing was handed
+        out yet (else ``ZeroDateSeen``: the consumer reads it again, ``date_guard.read_again_if_zero_date``)."""
+        try:
+            yield from self._read_native_views(conn, info, started, planned, binlog_file)
+        except date_guard.UnfitDate as unfit:
+            what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
+            date_guard.guard(str(self.schema.table), str(unfit))
+            if self.result.rows:
+                raise date_guard.ZeroDateSeen(
+                    f"{what}: {unfit} after {self.result.rows} rows were handed out; the table's dates are "
+                    "guarded from now on: read the chunk again") from None
+            guarded, why = self._plan_native()
+            if guarded is None:
+                reader_choice.say_once(self.schema.table, why or "")
+                yield from self._read_consistent(conn, started)
+                return
+            yield from self._read_native_views(conn, info, started, guarded, binlog_file)
+
+    def _read_native_views(self, conn: Any, info: Any, started: float,
+                           planned: list[native_columns.NativeColumn], binlog_file: str) -> Iterator[pa.RecordBatch]:
         """As ``_read_consistent``, with connectorx reading the rows in a read view it opens itself. The view's
         point (HW) is known when the first rows arrive: the columns are checked then, before anything is
         yielded (the running SELECT holds DDL off from there on). An empty chunk carries no point: it is read
@@ -257,14 +283,15 @@ class ChunkRead:
             if stale:
                 self._adopt(schema_changed(conn, self.schema))
                 stale = False
-                planned, why = native_columns.plan_columns(self.schema)
+                planned, why = self._plan_native()
                 if planned is None:
                     reader_choice.say_once(self.schema.table, why or "")
                     yield from self._read_consistent(conn, started)
                     return
             select = self._native_select(conn, info, planned, binlog_file)
+            unguarded = any(c.unguarded_date for c in planned)
             try:
-                first = self._native_open(select)
+                first = self._native_open(select, unguarded)
                 if first is None:
                     select.close(conn)
                     yield from self._read_consistent(conn, started)
@@ -275,7 +302,7 @@ class ChunkRead:
                 if self._adopt(schema_changed(conn, self.schema)):
                     select.close(conn)
                     self._reread(attempt, COLUMNS_CHANGED)
-                    replanned, why = native_columns.plan_columns(self.schema)
+                    replanned, why = self._plan_native()
                     if replanned is None:
                         reader_choice.say_once(self.schema.table, why or "")
                         yield from self._read_consistent(conn, started)
@@ -290,7 +317,7 @@ class ChunkRead:
                     self.result.rows += data.num_rows
                     yield snapshot_data_batch(self.schema, data, position, self.chunk.chunk_id, self.plan.generation)
                     limiter.take(data.num_rows)
-                    batch = self._native_next(rest)
+                    batch = self._native_next(rest, unguarded)
                 break
             except TableChangedDuringRead:
                 if self.result.rows or attempt == DDL_REREADS:
@@ -312,17 +339,27 @@ class ChunkRead:
                                                          self.options.limits.query_timeout_s)
         return NativeSelect(self.settings, sql, statements, self.options.batch_rows, binlog_file)
 
-    def _native_open(self, select: NativeSelect) -> Any:
+    def _native_open(self, select: NativeSelect, unguarded: bool) -> Any:
         try:
             return select.open()
         except NativeReadFailed as exc:
-            raise self._select_error(exc.code, exc.text, exc.lost, native=True) from None
+            raise self._native_error(exc, unguarded) from None
 
-    def _native_next(self, rest: Iterator[pa.RecordBatch]) -> pa.RecordBatch | None:
+    def _native_next(self, rest: Iterator[pa.RecordBatch], unguarded: bool) -> pa.RecordBatch | None:
         try:
             return next(rest, None)
         except NativeReadFailed as exc:
-            raise self._select_error(exc.code, exc.text, exc.lost, native=True) from None
+            raise self._native_error(exc, unguarded) from None
+
+    def _native_error(self, exc: NativeReadFailed, unguarded: bool) -> Exception:
+        """connectorx's failure; with unguarded dates, one that is no MySQL error and no lost connection is
+        taken for a date it cannot return (``date_guard``: the read goes again with the guard, which also
+        shows whether it was)."""
+        if unguarded and exc.code is None and not exc.lost:
+            return date_guard.UnfitDate(f"connectorx could not read a date as it is ({exc.text})")
+        error = self._select_error(exc.code, exc.text, exc.lost, native=True)
+        assert error is not None
+        return error
 
     # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
 

@@ -17,6 +17,7 @@ from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE, 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.date_guard import read_again_if_zero_date
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
     ChunkRead,
     ChunkReadOptions,
@@ -161,15 +162,21 @@ def snapshot_chunk(
     schema: TableSchema | None = None,
     run_id: str | None = None,
 ) -> ChunkReadResult:
-    """Read one chunk and commit it: the store's HW changes only after ``write`` committed the output."""
+    """Read one chunk and commit it: the store's HW changes only after ``write`` committed the output.
+    ``write`` consumes the batches and returns the output's version; if they raise, it keeps nothing of them
+    (the chunk may be read again: ``date_guard``)."""
     table = str(plan.table)
     if schema is None:
         with connect(settings) as conn:
             schema = load_schema(conn, plan.table)
     state = store.start_chunk(table, plan.generation, chunk_id, run_id=run_id)
-    read = ChunkRead(settings, schema, plan, plan.chunk(chunk_id), options)
+
+    def read_and_write() -> tuple[ChunkRead, str]:
+        read = ChunkRead(settings, schema, plan, plan.chunk(chunk_id), options)
+        return read, write(read.batches())
+
     try:
-        output_version = write(read.batches())
+        read, output_version = read_again_if_zero_date(read_and_write)
     except Exception as exc:
         store.fail_chunk(table, plan.generation, chunk_id, f"{type(exc).__name__}: {exc}", run_id=run_id,
                          attempt=state.attempts)

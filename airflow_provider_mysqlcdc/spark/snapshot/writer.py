@@ -46,6 +46,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import delete_dir, filesystem,
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import publish_snapshot_manifest
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.date_guard import read_again_if_zero_date
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 
 log = logging.getLogger(__name__)
@@ -87,8 +88,13 @@ class SnapshotCommitMessage:
 
 
 def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int, sessions: ReadSessions | None = None) -> WrittenChunk:
-    """Read one chunk and write it to a fresh version directory; on any error the directory is removed.
-    ``sessions``: the task's MySQL sessions, shared with its other reads (``read_session.py``)."""
+    """Read one chunk and write it to a fresh version directory; on any error the directory is removed (and
+    a read that met a zero date after handing out rows goes again: ``date_guard``). ``sessions``: the task's
+    MySQL sessions, shared with its other reads (``read_session.py``)."""
+    return read_again_if_zero_date(lambda: _write_chunk(job, chunk_id, slot, sessions))
+
+
+def _write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int, sessions: ReadSessions | None) -> WrittenChunk:
     options = job.options
     directory = snapshot_dir(options.output, job.plan.table, job.plan.generation, chunk_id, new_version())
     fault = _fault(options.test_fault, chunk_id)

@@ -20,25 +20,32 @@ import pyarrow.compute as pc
 
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.date_guard import UnfitDate, before_year_one
 
 # connectorx reads DECIMAL as decimal128(38, 10): exact up to these (research: fast-reads.md)
 NATIVE_DECIMAL_PRECISION, NATIVE_DECIMAL_SCALE = 28, 10
 # A DATE/DATETIME/TIMESTAMP no calendar type holds: year 0, a zero month or day, or an invalid day
-# (ALLOW_INVALID_DATES): date arithmetic on the last two gives NULL.
-_ZERO_DATE_TEST = "(YEAR({q}) = 0 OR DATE_ADD({q}, INTERVAL 0 DAY) IS NULL)"
+# (ALLOW_INVALID_DATES): date arithmetic on the last two gives NULL. Only for tables that hold one
+# (``date_guard.py``): the server evaluates it for every value.
+ZERO_DATE_TEST = "(YEAR({q}) = 0 OR DATE_ADD({q}, INTERVAL 0 DAY) IS NULL)"
 
 
 @dataclass(frozen=True)
 class NativeColumn:
-    """One column's SELECT expression, and its zero-date text expression for DATE/DATETIME/TIMESTAMP."""
+    """One column's SELECT expression, and its zero-date text expression for a guarded DATE/DATETIME/TIMESTAMP
+    (unguarded: the column as it is, its zero-date companion all NULL, checked for year 0)."""
 
     column: Column
     kind: str  # values.value_kind
     expression: str
     zero_text: str | None = None
 
+    @property
+    def unguarded_date(self) -> bool:
+        return self.kind in values.ZERO_DATE_TYPES and self.zero_text is None
 
-def _native_column(column: Column) -> NativeColumn | str:
+
+def _native_column(column: Column, guard_dates: bool) -> NativeColumn | str:
     """The column's expressions, or why the native reader cannot read it exactly."""
     kind = values.value_kind(column)
     q = column.quoted
@@ -51,8 +58,10 @@ def _native_column(column: Column) -> NativeColumn | str:
         precise = ((column.numeric_precision or 10) <= NATIVE_DECIMAL_PRECISION
                    and (column.numeric_scale or 0) <= NATIVE_DECIMAL_SCALE)
         return NativeColumn(column, kind, q if precise else f"CAST({q} AS CHAR)")
+    if kind in values.ZERO_DATE_TYPES and not guard_dates:
+        return NativeColumn(column, kind, q)
     if kind in values.ZERO_DATE_TYPES:
-        zero = _ZERO_DATE_TEST.format(q=q)
+        zero = ZERO_DATE_TEST.format(q=q)
         return NativeColumn(column, kind, f"IF({zero}, NULL, {q})", f"IF({zero}, CAST({q} AS CHAR), NULL)")
     if kind == "time":
         return NativeColumn(column, kind, f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)")
@@ -65,11 +74,12 @@ def _native_column(column: Column) -> NativeColumn | str:
     return NativeColumn(column, kind, q)
 
 
-def plan_columns(schema: TableSchema) -> tuple[list[NativeColumn], None] | tuple[None, str]:
-    """Every column's expressions, or (None, why the table needs the pure-Python reader)."""
+def plan_columns(schema: TableSchema, guard_dates: bool = True) -> tuple[list[NativeColumn], None] | tuple[None, str]:
+    """Every column's expressions, or (None, why the table needs the pure-Python reader). ``guard_dates``:
+    read DATE/DATETIME/TIMESTAMP behind the zero-date guard (``date_guard.py``)."""
     planned = []
     for column in schema.columns:
-        native = _native_column(column)
+        native = _native_column(column, guard_dates)
         if isinstance(native, str):
             return None, native
         planned.append(native)
@@ -109,9 +119,14 @@ def to_canonical(schema: TableSchema, columns: list[NativeColumn], batch: pa.Rec
     at = first
     for native in columns:
         field = target.field(native.column.name)
-        arrays.append(_canonical(native, batch.column(at), field.type))
+        raw = batch.column(at)
+        if native.unguarded_date and before_year_one(raw):
+            raise UnfitDate(f"column {native.column.name!r} holds a date of year 0")
+        arrays.append(_canonical(native, raw, field.type))
         at += 1
         if native.zero_text is not None:
             arrays.append(pc.cast(batch.column(at), pa.string()))
             at += 1
+        elif native.kind in values.ZERO_DATE_TYPES:
+            arrays.append(pa.nulls(batch.num_rows, pa.string()))
     return pa.RecordBatch.from_arrays(arrays, schema=target)
