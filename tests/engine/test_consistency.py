@@ -262,8 +262,9 @@ def _tables_with_watermark_table(mysql_server, mysql_db, specs, seed: int) -> Ta
 
 
 def test_watermark_table_mode_with_backfill(mysql_server, mysql_db, tmp_path):
-    """The DBLog mode (what Oracle MySQL uses) on this server: markers, backfill of (LW, HW], exact mirror
-    for tables with a primary key, at-least-once for the table without one."""
+    """The DBLog mode (what Oracle MySQL uses) on this server: markers, the native SELECT between them,
+    backfill of (LW, HW], exact mirror for tables with a primary key, at-least-once for the table without
+    one."""
     specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ubig", "t_nopk")]
     wm = _tables_with_watermark_table(mysql_server, mysql_db, specs, seed=5)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5450)
@@ -289,6 +290,11 @@ def test_watermark_table_mode_with_backfill(mysql_server, mysql_db, tmp_path):
     assert all(r.mode == "watermark_table" and r.low_watermark < r.high_watermark for r in results)
     # the writers were busy: some chunks must have been corrected from the binlog, or this proved nothing
     assert sum(r.backfill_events for r in results) > 0
+    # connectorx SELECTs between the markers where the table has a primary key (ArrowChunkBuffer corrects
+    # them); the table without one is corrected as a multiset by the pure-Python reader
+    readers = {(r.table.split(".")[1], r.reader) for r in results}
+    assert readers == {("t_int", "native"), ("t_ubig", "native"), ("t_nopk", "python")}, readers
+    assert sum(r.backfill_events for r in results if r.reader == "native") > 0
 
 
 def test_skip_backfill_is_at_least_once_filtered_at_low_watermark(mysql_server, mysql_db, tmp_path):

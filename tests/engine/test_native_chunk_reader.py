@@ -17,11 +17,13 @@ import pytest
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard, session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeSelect
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
+from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
@@ -235,6 +237,81 @@ def test_dates_are_read_as_they_are_until_an_unfit_one_shows(mysql_server, mysql
         cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%%mysqlcdc-read-%%' "
                     "AND ID <> CONNECTION_ID()")
         assert cur.fetchone()[0] == 0
+
+
+def test_watermark_mode_selects_natively_and_corrects_the_rows_by_key(mysql_server, mysql_db, monkeypatch):
+    """Watermark-table mode (what Oracle MySQL uses): connectorx SELECTs the chunk between the two markers,
+    and the binlog events between them replace, by primary key, the rows they touched: an update, a delete, an
+    insert, a key moved within the chunk and one moved out of it, a zero date written between the markers. The
+    chunk equals the source as of its HW (nothing else writes), value by value, as the pure-Python reader's
+    watermark read does; a table without a primary key stays with the pure-Python reader."""
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("CREATE TABLE wmk (id INT PRIMARY KEY, v VARCHAR(20), d DATETIME(3), n DECIMAL(10, 2))")
+        cur.executemany("INSERT INTO wmk VALUES (%s, %s, %s, %s)",
+                        [(i, f"v{i}", f"2024-01-02 03:04:05.{i % 1000:03d}", i / 4) for i in range(0, 900, 3)])
+        cur.execute("CREATE TABLE nopk (id INT, v INT, KEY (id))")
+        cur.executemany("INSERT INTO nopk VALUES (%s, %s)", [(i % 50, i) for i in range(120)])
+        conn.commit()
+    wm = TableId(mysql_db, "mysqlcdc_watermark")
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(WATERMARK_DDL.format(table=wm.quoted))
+        cur.execute(f"GRANT INSERT, UPDATE ON {wm.quoted} TO 'cdc'@'%'")
+    settings, table = MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "wmk")
+    schema, plan = _plan(settings, table, chunk_size=100)
+    chunk = plan.chunks[1]  # ids in [start, end): the writes below stay in it, but for the key moved out
+    low, high = chunk.start[0], chunk.end[0]
+    ids = [i for i in range(0, 900, 3) if low <= i < high]
+    assert len(plan.chunks) == 3 and len(ids) > 20
+    options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460)
+    real_read_all = NativeSelect.read_all
+    writes = [
+        ("UPDATE wmk SET v = 'changed' WHERE id = %s", (ids[0],)),
+        ("DELETE FROM wmk WHERE id = %s", (ids[1],)),
+        ("INSERT INTO wmk VALUES (%s, 'new', '0000-00-00 00:00:00', 1.5)", (ids[0] + 1,)),
+        ("UPDATE wmk SET id = %s WHERE id = %s", (ids[2] + 1, ids[3])),  # a key moved within the chunk
+        ("UPDATE wmk SET id = %s WHERE id = %s", (10_000, ids[4])),  # ... and out of it
+    ]
+
+    def select_then_write(self):
+        batches = real_read_all(self)
+        if "wmk" in self.sql:  # between the LW marker and the HW marker
+            with mysql_server.admin(mysql_db) as admin, admin.cursor() as cur:
+                cur.execute("SET SESSION sql_mode = ''")
+                for sql, args in writes:
+                    cur.execute(sql, args)
+                admin.commit()
+        return batches
+
+    monkeypatch.setattr(NativeSelect, "read_all", select_then_write)
+    monkeypatch.setenv(CHUNK_READER_ENV, "native")
+    read = ChunkRead(settings, schema, plan, chunk, options)
+    got = pa.Table.from_batches(list(read.batches()))
+    assert read.result.reader == "native" and read.result.mode == "watermark_table"
+    assert read.result.backfill_events >= len(writes) and read.result.low_watermark < read.result.high_watermark
+    monkeypatch.setenv(CHUNK_READER_ENV, "python")
+    writes.clear()
+    want = pa.Table.from_batches(list(ChunkRead(settings, schema, plan, chunk, options).batches()))
+    assert got.schema == want.schema
+
+    def rows(t: pa.Table) -> list[tuple]:
+        return sorted(values.python_rows(t, schema, schema.column_names))
+
+    assert rows(got) == rows(want)
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id FROM wmk WHERE id >= %s AND id < %s ORDER BY id", (low, high))
+        assert [r[0] for r in rows(got)] == [r[0] for r in cur.fetchall()]
+    by_id = {r[0]: r for r in rows(got)}
+    assert by_id[ids[0]][1] == "changed" and ids[1] not in by_id and ids[4] not in by_id
+    assert by_id[ids[0] + 1][2] == "0000-00-00 00:00:00.000" and ids[2] + 1 in by_id and ids[3] not in by_id
+
+    monkeypatch.setenv(CHUNK_READER_ENV, "native")
+    nopk_table = TableId(mysql_db, "nopk")
+    with connect(settings) as conn:
+        nopk_schema = load_schema(conn, nopk_table)
+    nopk_plan = plan_table(lambda: connect(settings), nopk_table, 1, chunk_size=1000, chunk_key="id")
+    nopk = ChunkRead(settings, nopk_schema, nopk_plan, nopk_plan.chunks[0], options)
+    assert sum(b.num_rows for b in nopk.batches()) == 120 and nopk.result.reader == "python"
 
 
 def test_a_column_added_before_the_native_view_is_in_every_record(wide, mysql_server, monkeypatch):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -36,11 +35,11 @@ from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch, snapshot_data_batch
-from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
+from airflow_provider_mysqlcdc.engine.model.records import INSERT, UPDATE_AFTER
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.snapshot.chunk_buffer import ArrowChunkBuffer, ChunkBuffer
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
@@ -218,12 +217,12 @@ class ChunkRead:
                 self.result.timings["slot_wait_s"] = waited - started
                 session.query_timeout(self.options.limits.query_timeout_s)
                 native = self._native_columns(info, mode)
-                if native is not None:
+                if mode != "consistent_snapshot":
+                    yield from self._read_with_watermarks(conn, info, waited, native is not None)
+                elif native is not None:
                     yield from self._read_native(conn, info, waited, native, session.binlog_file())
-                elif mode == "consistent_snapshot":
-                    yield from self._read_consistent(conn, waited)
                 else:
-                    yield from self._read_with_watermarks(conn, info, waited)
+                    yield from self._read_consistent(conn, waited)
                 assert self.result.high_watermark is not None
                 server = session.hw_server(self.result.high_watermark)  # the session that fixed the HW
                 self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
@@ -239,6 +238,9 @@ class ChunkRead:
         """The native reader's column plan for this read, or None: the pure-Python reader reads (said once)."""
         rate_limited = bool(self.options.limits.per_read_rows_per_second)
         why = reader_choice.why_not_native(self.settings, mode, info.flavor, rate_limited)
+        if why is None and mode != "consistent_snapshot" and not self.schema.primary_key:
+            why = ("watermark-table mode corrects a chunk without a primary key as a multiset of whole rows, "
+                   "which only the pure-Python reader does")
         planned = None
         if why is None:
             planned, why = self._plan_native()
@@ -489,7 +491,10 @@ class ChunkRead:
 
     # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
 
-    def _read_with_watermarks(self, conn: Any, info: Any, started: float) -> Iterator[pa.RecordBatch]:
+    def _read_with_watermarks(self, conn: Any, info: Any, started: float,
+                              native: bool) -> Iterator[pa.RecordBatch]:
+        """DBLog: a LW marker, the chunk's SELECT (``native``: by connectorx, into Arrow), a HW marker, then the
+        binlog events between the markers applied to what was read. Nothing is yielded before the end."""
         table = self.options.watermark_table
         assert table is not None
         stale = False  # the previous view was refused after DDL: reload the schema before the next one
@@ -497,12 +502,18 @@ class ChunkRead:
             if stale:
                 self._adopt(schema_changed(conn, self.schema))
                 stale = False
+            planned = self._plan_native()[0] if native else None  # the schema may have changed since
             low = write_marker(conn, info, table, self.options.marker_slot)
-            open_plain_snapshot(conn)
             try:
-                buffer = ChunkBuffer(self.schema)
-                for rows in self._select(conn):
-                    buffer.load(rows)
+                if planned is not None:
+                    buffer: ChunkBuffer | ArrowChunkBuffer = self._select_native_whole(conn, info, planned)
+                else:
+                    if native:  # the table took a column the native reader cannot read exactly
+                        reader_choice.say_once(self.schema.table, self._plan_native()[1] or "")
+                    open_plain_snapshot(conn)
+                    buffer = ChunkBuffer(self.schema)
+                    for rows in self._select(conn):
+                        buffer.load(rows)
             except TableChangedDuringRead:
                 if attempt == DDL_REREADS:
                     raise
@@ -540,12 +551,50 @@ class ChunkRead:
             break
         hw_position = self.result.high_watermark
         assert hw_position is not None
+        if isinstance(buffer, ArrowChunkBuffer):
+            self.result.reader = "native"
+            data = buffer.batches() or [values.to_arrow_batch(self.schema, [])]
+            self.result.rows = sum(b.num_rows for b in data)
+            for batch in data:
+                yield snapshot_data_batch(self.schema, batch, hw_position, self.chunk.chunk_id, self.plan.generation)
+            return
+        self.result.reader = "python"
         rows = buffer.rows()
         self.result.rows = len(rows)
         for start in range(0, max(len(rows), 1), self.options.batch_rows):
             part = rows[start : start + self.options.batch_rows]
             if part or start == 0:
                 yield snapshot_batch(self.schema, part, hw_position, self.chunk.chunk_id, self.plan.generation)
+
+    def _select_native_whole(self, conn: Any, info: Any,
+                             planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:
+        """The chunk's SELECT between the markers by connectorx, whole, in canonical Arrow. Dates unfit for
+        connectorx (``date_guard``) make the table guarded and the SELECT run again: still between the markers,
+        and nothing was handed out."""
+        try:
+            return self._select_native_once(conn, info, planned)
+        except date_guard.UnfitDate as unfit:
+            date_guard.guard(str(self.schema.table), str(unfit))
+            guarded, _ = self._plan_native()
+            assert guarded is not None  # the same columns, their dates guarded
+            return self._select_native_once(conn, info, guarded)
+
+    def _select_native_once(self, conn: Any, info: Any,
+                            planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:
+        where, params = plan_predicate(self.plan, self.schema, self.chunk)
+        with conn.cursor() as cur:  # the predicate's values escaped by pymysql, exactly as the Python reader sends them
+            where_sql = cur.mogrify(where, params)
+        sql = f"SELECT {native_columns.select_list(planned)} FROM {self.schema.table.quoted} WHERE {where_sql}"
+        statements = native_session.session_statements(info.flavor, self.options.limits.query_timeout_s)
+        select = NativeSelect(self.settings, sql, statements, self.options.batch_rows, "")
+        try:
+            batches = select.read_all()
+        except NativeReadFailed as exc:
+            raise self._native_error(exc, any(c.unguarded_date for c in planned)) from None
+        finally:
+            select.close(conn)
+        return ArrowChunkBuffer(self.schema, [native_columns.to_canonical(self.schema, planned, b, 0)
+                                              for b in batches])
 
     def _locate_markers(
         self, low: Any, high: Any, table: TableId, apply_to: "ChunkBuffer | None"
@@ -597,53 +646,3 @@ class ChunkRead:
             f"the binlog within {self.options.backfill_timeout:.0f}s: check that the watermark table {table} is "
             "not excluded by binlog-ignore-db/replicate filters and that binlog_format=ROW"
         )
-
-
-class ChunkBuffer:
-    """The chunk's rows keyed by primary key (a multiset of whole rows for tables without one)."""
-
-    def __init__(self, schema: TableSchema) -> None:
-        self.schema = schema
-        names = schema.column_names
-        self._pk_index = [names.index(c) for c in schema.primary_key]
-        self._names = names
-        self._by_key: dict[tuple, tuple] = {}
-        self._multiset: Counter[tuple] = Counter()
-
-    def load(self, rows: list[tuple]) -> None:
-        if self._pk_index:
-            for row in rows:
-                self._by_key[tuple(row[i] for i in self._pk_index)] = row
-        else:
-            self._multiset.update(rows)
-
-    def rows(self) -> list[tuple]:
-        if self._pk_index:
-            return list(self._by_key.values())
-        return list(self._multiset.elements())
-
-    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int, key_columns: tuple[str, ...]) -> int:
-        """Replay (LW, HW] in order: insert/update replace, delete remove, each image filtered by its own chunk."""
-        images = split_key_changes(changes, identity_columns(self.schema.primary_key, key_columns))
-        keys = [tuple(img.values.get(c) for c in key_columns) for img in images]
-        chunk_ids = locator.locate(keys) if keys else []
-        applied = 0
-        for image, owner in zip(images, chunk_ids):
-            if owner != chunk_id:
-                continue
-            row = tuple(image.values.get(n) for n in self._names)
-            applied += 1
-            if self._pk_index:
-                pk = tuple(row[i] for i in self._pk_index)
-                if image.op in (DELETE, UPDATE_BEFORE):
-                    self._by_key.pop(pk, None)
-                else:
-                    self._by_key[pk] = row
-            elif image.op in (DELETE, UPDATE_BEFORE):
-                if self._multiset[row] > 0:
-                    self._multiset[row] -= 1
-                    if not self._multiset[row]:
-                        del self._multiset[row]
-            else:
-                self._multiset[row] += 1
-        return applied

@@ -31,7 +31,6 @@ from pyspark import InheritableThread
 from pyspark.accumulators import AccumulatorParam
 
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotCommitMessage, SnapshotWriter
 

@@ -3,11 +3,13 @@
 
 ``$MYSQLCDC_CHUNK_READER`` chooses: ``native`` (the default) reads with connectorx wherever it keeps every
 guarantee, ``python`` always with pymysql (the reference, and the way out). Where the native reader cannot
-serve, the pure-Python one reads, and the log says why once per table (per process): connectorx not installed; a server without a consistent
-snapshot in one session (Oracle MySQL's watermark-table mode: its SELECT between the markers stays pymysql
-for now; Percona: no ``@@in_transaction`` to prove the session); a ``rows_per_second`` budget (connectorx
-reads the whole chunk ahead of its consumer, so pacing the consumer would not pace the server); TLS
-(connectorx's MySQL driver takes no CA file); a column it cannot read exactly (``columns.plan_columns``).
+serve, the pure-Python one reads, and the log says why once per table (per process): connectorx not
+installed; consistent-snapshot mode on a server other than MariaDB (Percona: no ``@@in_transaction`` to prove
+the session; Oracle MySQL reads in watermark-table mode, where connectorx SELECTs between the markers on any
+server and ``chunk_buffer.ArrowChunkBuffer`` applies the events between them); watermark-table mode on a table
+without a primary key (corrected as a multiset of whole rows); a ``rows_per_second`` budget (connectorx reads
+the whole chunk ahead of its consumer, so pacing the consumer would not pace the server); TLS (connectorx's
+MySQL driver takes no CA file); a column it cannot read exactly (``columns.plan_columns``).
 """
 from __future__ import annotations
 
@@ -51,9 +53,7 @@ def why_not_native(settings: MySQLSettings, mode: str, flavor: str, rate_limited
         return ""  # asked for: nothing to say
     if not connectorx_available():
         return "connectorx is not installed"
-    if mode != "consistent_snapshot":
-        return f"the read view mode is {mode} (the native reader needs consistent_snapshot)"
-    if flavor != "mariadb":
+    if mode == "consistent_snapshot" and flavor != "mariadb":
         return "the server is not MariaDB (the native reader proves its read view with @@in_transaction)"
     if rate_limited:
         return ("rows_per_second is set: connectorx reads a chunk ahead of its consumer, so only the "

@@ -43,7 +43,8 @@ class FirstRows:
 
 
 class NativeSelect:
-    """``SELECT hw, <columns> FROM ...`` after the read-view statements, on one connectorx connection."""
+    """``SELECT hw, <columns> FROM ...`` after the read-view statements, on one connectorx connection
+    (``open``, ``rest``); or ``SELECT <columns>`` between two watermarks, read whole (``read_all``)."""
 
     def __init__(self, settings: MySQLSettings, select_sql: str, statements: list[str], batch_rows: int,
                  binlog_file: str) -> None:
@@ -79,6 +80,24 @@ class NativeSelect:
             raise self._failed(exc) from None
         self._finished = True
         return None
+
+    def read_all(self) -> list[pa.RecordBatch]:
+        """Run the statements and the SELECT (no position column: watermark-table mode) to its end."""
+        import connectorx
+
+        try:
+            self._reader = connectorx.read_sql(
+                session.connectorx_url(self.settings), self.sql, return_type="arrow_stream",
+                batch_size=self.batch_rows, pre_execution_query=self.statements,
+            )
+            batches = [batch for batch in self._reader if batch.num_rows]
+        except BaseException as exc:
+            if not _is_connectorx_error(exc):
+                raise  # the read may still run: ``close`` KILLs it
+            self._finished = True
+            raise self._failed(exc) from None
+        self._finished = True
+        return batches
 
     def _position(self, hw: pa.Array) -> BinlogPosition:
         low, high = pc.min_max(hw).values()

@@ -41,13 +41,19 @@ def connectorx_url(settings: MySQLSettings) -> str:
             f"?tcp_keepalive_time_ms={keepalive_ms}&tcp_user_timeout_ms={timeout_ms}")
 
 
-def read_view_statements(flavor: str, server_id: int, query_timeout_s: float | None) -> list[str]:
-    """Run before the SELECT on its connection: UTF-8 and UTC as the pure-Python reader's sessions, the
-    per-statement limit, a fresh REPEATABLE READ read view and its binlog point in ``HW_VARIABLE``."""
+def session_statements(flavor: str, query_timeout_s: float | None) -> list[str]:
+    """UTF-8 and UTC as the pure-Python reader's sessions, and the per-statement limit. Enough for a SELECT
+    between two watermarks (watermark-table mode: its read view is the statement's own)."""
     if flavor == "mariadb":
         limit = f"SET SESSION max_statement_time = {float(query_timeout_s or 0)!r}"
     else:
         limit = f"SET SESSION max_execution_time = {int((query_timeout_s or 0) * 1000)}"
+    return ["SET NAMES utf8mb4", "SET time_zone = '+00:00'", limit]
+
+
+def read_view_statements(flavor: str, server_id: int, query_timeout_s: float | None) -> list[str]:
+    """Run before the SELECT on its connection: ``session_statements``, a fresh REPEATABLE READ read view and
+    its binlog point in ``HW_VARIABLE``."""
     packed = (
         "SELECT CAST(SUBSTRING_INDEX(f.VARIABLE_VALUE, '.', -1) AS UNSIGNED) << 40 "
         "| CAST(p.VARIABLE_VALUE AS UNSIGNED) FROM information_schema.SESSION_STATUS f "
@@ -55,9 +61,7 @@ def read_view_statements(flavor: str, server_id: int, query_timeout_s: float | N
         "WHERE f.VARIABLE_NAME = 'BINLOG_SNAPSHOT_FILE'"
     )
     return [
-        "SET NAMES utf8mb4",
-        "SET time_zone = '+00:00'",
-        limit,
+        *session_statements(flavor, query_timeout_s),
         "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
         "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
         f"SET {HW_VARIABLE} = IF(@@in_transaction = 1 AND @@server_id = {int(server_id)}, ({packed}), NULL)",
