@@ -101,7 +101,6 @@ class ArrowChunkBuffer:
         """The corrected rows: the batches without the touched keys' rows, then the touched keys' final rows."""
         if not self._final:
             return self._batches
-        target = values.arrow_schema(self.schema)
         pk = list(self.schema.primary_key)
         keys_only = TableSchema(self.schema.table, tuple(self.schema.column(c) for c in pk), tuple(pk))
         # both sides through Arrow and back, so equal keys compare equal whatever their Python types
@@ -114,4 +113,4 @@ class ArrowChunkBuffer:
         final = [row for row in self._final.values() if row is not None]
         if final:
             kept.append(values.to_arrow_batch(self.schema, final))
-        return [batch.cast(target) if batch.schema != target else batch for batch in kept if batch.num_rows]
+        return [batch for batch in kept if batch.num_rows]

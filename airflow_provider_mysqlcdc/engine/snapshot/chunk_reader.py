@@ -502,14 +502,14 @@ class ChunkRead:
             if stale:
                 self._adopt(schema_changed(conn, self.schema))
                 stale = False
-            planned = self._plan_native()[0] if native else None  # the schema may have changed since
+            planned, why = self._plan_native() if native else (None, "")  # the schema may have changed since
+            if planned is None:  # the table took a column the native reader cannot read exactly
+                reader_choice.say_once(self.schema.table, why or "")
             low = write_marker(conn, info, table, self.options.marker_slot)
             try:
                 if planned is not None:
                     buffer: ChunkBuffer | ArrowChunkBuffer = self._select_native_whole(conn, info, planned)
                 else:
-                    if native:  # the table took a column the native reader cannot read exactly
-                        reader_choice.say_once(self.schema.table, self._plan_native()[1] or "")
                     open_plain_snapshot(conn)
                     buffer = ChunkBuffer(self.schema)
                     for rows in self._select(conn):

@@ -63,13 +63,8 @@ class NativeSelect:
     def open(self) -> FirstRows | None:
         """Run the statements and the SELECT; the first rows and the view's binlog point, or None for an
         empty result (which carries no position)."""
-        import connectorx
-
         try:
-            self._reader = connectorx.read_sql(
-                session.connectorx_url(self.settings), self.sql, return_type="arrow_stream",
-                batch_size=self.batch_rows, pre_execution_query=self.statements,
-            )
+            self._start()
             for batch in self._reader:
                 if batch.num_rows:
                     return FirstRows(self._position(batch.column(0)), batch.drop_columns(["hw"]))
@@ -83,13 +78,8 @@ class NativeSelect:
 
     def read_all(self) -> list[pa.RecordBatch]:
         """Run the statements and the SELECT (no position column: watermark-table mode) to its end."""
-        import connectorx
-
         try:
-            self._reader = connectorx.read_sql(
-                session.connectorx_url(self.settings), self.sql, return_type="arrow_stream",
-                batch_size=self.batch_rows, pre_execution_query=self.statements,
-            )
+            self._start()
             batches = [batch for batch in self._reader if batch.num_rows]
         except BaseException as exc:
             if not _is_connectorx_error(exc):
@@ -98,6 +88,15 @@ class NativeSelect:
             raise self._failed(exc) from None
         self._finished = True
         return batches
+
+    def _start(self) -> None:
+        """connectorx runs the statements, then the SELECT, on one connection, streaming from a thread of its own."""
+        import connectorx
+
+        self._reader = connectorx.read_sql(
+            session.connectorx_url(self.settings), self.sql, return_type="arrow_stream",
+            batch_size=self.batch_rows, pre_execution_query=self.statements,
+        )
 
     def _position(self, hw: pa.Array) -> BinlogPosition:
         low, high = pc.min_max(hw).values()
