@@ -52,11 +52,14 @@ setup(
         # the native chunk reader (engine/snapshot/native_read): Arrow from the wire in the chunk's read view
         "connectorx>=0.4.6,<0.5",
         "sqlalchemy>=2.0,<2.2",
+        # the lake's Delta tables (engine/lake/delta_changelog): written by delta-rs, no JVM needed
+        "deltalake==1.6.6",
     ],
     extras_require={
         "postgres": ["psycopg[binary]>=3.2,<4"],
         "bench": ["psutil>=5.9", "matplotlib>=3.9,<4"],
         "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4", "duckdb>=1.1",
+                 "polars==2.1.0",
                  "selenium>=4.20,<5",
                  "import-linter==2.16", "hypothesis==6.140.0"],
     },

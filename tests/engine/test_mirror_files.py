@@ -17,12 +17,14 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
+from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
     changelog_marker,
@@ -43,6 +45,7 @@ from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, Binl
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from tests.support.delta_reads import assert_delta_mirror_matches_manifest, delta_mirror
 from tests.support.engine_harness import assert_same_rows
 from tests.support.layout_pipeline import LayoutPipeline
 from tests.support.reference_mirror import materialize
@@ -357,6 +360,7 @@ def test_refresh_rewrites_only_changed_chunks_and_reruns_rebuild_exactly(mysql_s
     def exact() -> None:
         names = pipe.schemas[table].column_names
         assert_same_rows(_rows(read_mirror(pipe.root, table), names), pipe.source(table), table)
+        assert_delta_mirror_matches_manifest(pipe.root, table)  # the Delta table follows each refresh
 
     pipe.open_stream([table])
     a, b, c = plan.chunks[1].chunk_id, plan.chunks[2].chunk_id, plan.chunks[3].chunk_id
@@ -392,6 +396,12 @@ def test_refresh_rewrites_only_changed_chunks_and_reruns_rebuild_exactly(mysql_s
     assert rerun.rewritten == (c,) and rerun.rebuilt == (c,)
     assert ghost not in read_mirror(pipe.root, table).column("id").to_pylist()
     exact()
+    # one Delta commit per refresh that changed files, tagged with where the mirror stands; the version
+    # before the rerun's refresh still reads (time travel), ghost included
+    history = DeltaTable(mirror_table_uri(pipe.root, table)).history()
+    assert history[0]["mysqlcdc.throughBatch"] == str(batch_id) and history[0]["mysqlcdc.streamPosition"]
+    assert ghost in delta_mirror(pipe.root, table, version=history[0]["version"] - 1).column("id").to_pylist()
+    assert ghost not in delta_mirror(pipe.root, table).column("id").to_pylist()
 
     # a rerun in progress: the mirror keeps the committed snapshot; changes stream in; then the rerun commits
     commit = pipe.read_uncommitted(plan, a)
@@ -404,6 +414,17 @@ def test_refresh_rewrites_only_changed_chunks_and_reruns_rebuild_exactly(mysql_s
     assert later.rewritten == (a,) and later.rebuilt == (a,)
     exact()
     assert _versions(pipe.root, table)[plan.chunks[0].chunk_id] == v0[plan.chunks[0].chunk_id]
+
+    # a refresh killed between its manifest and its Delta commit: the next refresh makes the Delta table good
+    rows_now = delta_mirror(pipe.root, table).num_rows
+    last = DeltaTable(mirror_table_uri(pipe.root, table)).version()
+    os.remove(os.path.join(mirror_table_uri(pipe.root, table), "_delta_log", f"{last:020d}.json"))
+    assert DeltaTable(mirror_table_uri(pipe.root, table)).version() == last - 1
+    refresher = MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings)  # a new process
+    assert refresher.refresh(table).rewritten == ()
+    assert DeltaTable(mirror_table_uri(pipe.root, table)).version() == last
+    assert_delta_mirror_matches_manifest(pipe.root, table)
+    assert delta_mirror(pipe.root, table).num_rows == rows_now
 
     # readers: one file per chunk, only table columns, pyarrow directly (no partition columns)
     files = mirror_files(pipe.root, table)

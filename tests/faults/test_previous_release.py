@@ -64,6 +64,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.status.table_status import STREAM
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import KEY_SPACE, TABLE_SPECS, _values, create_tables, insert_sql, seed_rows
@@ -405,7 +406,8 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             last_end = read_batch(output, table, batches[-1]).end_offset
             assert mirror.consistent and mirror.as_of == last_end.position, mirror.describe()
             old_mirror[table] = (raw, pq.read_schema(mirror_files(output, table)[0]))
-        assert_mirror_equals_source(settings, output, tables, min_rows=ROWS)
+            assert not Path(changelog_table_uri(output, table), "_delta_log").exists()  # written before Delta
+        assert_mirror_equals_source(settings, output, tables, min_rows=ROWS, delta=False)
 
     # 3. more writes, then this code's stream resumes from the old checkpoint
     expected_new = _write_changes(mysql_server, mysql_db, rng, fresh=2 * KEY_SPACE)
@@ -460,6 +462,7 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             assert (t.table, t.phase, t.stream_position) == (table, STREAM, new_end.position), t
             assert t.consistent and t.consistent_as_of == new_end.position, t
             assert {c.chunk_id: c.hw for c in store.chunks(table)} == old_hws[table], "the snapshot changed"
+        # this code's stream made the old changelog and mirror Delta tables, earlier batches included
         assert_mirror_equals_source(settings, output, tables, min_rows=ROWS)
 
     # 4. a new stream over the old store, whose HWs record no server: it starts at min(HW), saying once that it

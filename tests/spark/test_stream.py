@@ -21,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cli import stream as cli_stream
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat
@@ -31,6 +32,7 @@ from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_E
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import APP_ID, DeltaChangelog, changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.layout import changelog_dir, changelog_marker, read_json
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock, StreamLocked
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
@@ -46,6 +48,7 @@ from airflow_provider_mysqlcdc.engine.stream.transport import STREAM_ARROW_SCHEM
 from airflow_provider_mysqlcdc.spark.stream.changelog_sink import ChangelogSink, PartitionWriter
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream, start_stream
+from tests.support.delta_reads import assert_delta_changelog_matches_markers, delta_changelog
 from tests.support.engine_harness import Pipeline, assert_same_rows, password_file
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
@@ -405,7 +408,7 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
         replace(app, trigger="hourly").trigger_kwargs()
 
 
-def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db, tmp_path, spark):
+def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db, tmp_path, spark, monkeypatch):
     specs = [s for s in SPECS if s.name in ("t_int", "t_dt")]
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, specs)
@@ -442,22 +445,47 @@ def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db
     sink(frame(records[t_int] + records[t_dt]), 5)
     first = {t: changelog_records(root, schemas[t]) for t in schemas}
     assert [r.values for r in first[t_int]] == [r.values for r in records[t_int]]
+    for t in schemas:
+        assert_delta_changelog_matches_markers(root, schemas[t])
+    delta_log = sorted(p.name for p in Path(changelog_table_uri(root, t_int), "_delta_log").iterdir())
     # a later attempt of batch 5 that died before its markers left files behind ...
     writer = PartitionWriter(root, 5, "dead-attempt", {str(t): s for t, s in schemas.items()})
     list(writer(iter(stream_batches(records[t_int], table_schemas=by_name))))
-    # ... and the replay of batch 5 now holds fewer changes (a chunk rerun committed in between)
+    # ... and the replay of batch 5 now holds fewer changes (a chunk rerun committed in between): the Delta
+    # changelog holds batch 5 already, so the replay writes nothing; the committed attempt stays, whole
     sink(frame(records[t_int][:3]), 5)
-    assert [r.values for r in changelog_records(root, schemas[t_int])] == [
-        r.values for r in records[t_int][:3]
-    ]
-    assert changelog_records(root, schemas[t_dt]) == []
-    assert (
-        not Path(changelog_marker(root, t_dt, 5)).exists() and not Path(changelog_dir(root, t_dt, 5)).exists()
-    )
-    files = [p.name for p in Path(changelog_dir(root, t_int, 5)).iterdir()]
-    attempt = read_json(changelog_marker(root, t_int, 5))["attempt"]
-    assert files and all(attempt in name for name in files), files
+    assert sorted(p.name for p in Path(changelog_table_uri(root, t_int), "_delta_log").iterdir()) == delta_log
+    assert {t: changelog_records(root, schemas[t]) for t in schemas} == first
+    for t in schemas:
+        assert_delta_changelog_matches_markers(root, schemas[t])
+        attempt = read_json(changelog_marker(root, t, 5))["attempt"]
+        files = [p.name for p in Path(changelog_dir(root, t, 5)).iterdir()]
+        assert files and all(attempt in name for name in files), files  # this and the dead attempt: gone
     assert read_json(str(Path(checkpoint) / "mysqlcdc/batches/batch=000000000005.json"))["replay"] is True
+
+    # batch 6 is killed after its markers, before its Delta commits: the replay, with fewer changes, replaces
+    # it in the markers and commits only the replay's records to Delta
+    with monkeypatch.context() as patch:
+        patch.setattr(DeltaChangelog, "commit", _killed)
+        with pytest.raises(KeyboardInterrupt):
+            sink(frame(records[t_int] + records[t_dt]), 6)
+    assert len(changelog_records(root, schemas[t_int])) == 40  # the markers of the killed attempt
+    sink(frame(records[t_int][:3]), 6)
+    assert [r.values for r in changelog_records(root, schemas[t_int])] == [
+        r.values for r in records[t_int] + records[t_int][:3]
+    ]
+    assert [r.values for r in changelog_records(root, schemas[t_dt])] == [r.values for r in records[t_dt]]
+    assert not Path(changelog_marker(root, t_dt, 6)).exists() and not Path(changelog_dir(root, t_dt, 6)).exists()
+    for t in schemas:
+        assert_delta_changelog_matches_markers(root, schemas[t])
+    assert delta_changelog(root, schemas[t_int]).num_rows == 23
+    assert DeltaTable(changelog_table_uri(root, t_dt)).transaction_version(APP_ID) == 5
+    history = DeltaTable(changelog_table_uri(root, t_int)).history()
+    assert [h.get("mysqlcdc.batchId") for h in history] == ["6", "5"]  # newest first, one commit per batch
+
+
+def _killed(*args, **kwargs):
+    raise KeyboardInterrupt("killed between the markers and the Delta commit")
 
 
 def test_admission_ends_batches_at_transaction_boundaries(mysql_server, mysql_db):

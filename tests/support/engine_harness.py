@@ -188,10 +188,17 @@ def assert_same_rows(got: list[tuple], want: list[tuple], table: object) -> None
         )
 
 
-def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: list[TableId], min_rows: int = 1) -> None:
+def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: list[TableId], min_rows: int = 1,
+                                delta: bool = True) -> None:
     """The materialized mirror under ``output`` (read as consumers do, through its manifest) equals
-    ``SELECT`` of each table, row by row and typed, over the mirror's columns (excluded ones are absent)."""
+    ``SELECT`` of each table, row by row and typed, over the mirror's columns (excluded ones are absent); the
+    Delta tables, read with delta-rs, hold the same: the changelog exactly the committed batches' records, the
+    mirror the manifest's files (``delta=False``: an output a release before the Delta tables wrote)."""
     from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+    from tests.support.delta_reads import (
+        assert_delta_changelog_matches_markers,
+        assert_delta_mirror_matches_manifest,
+    )
 
     with connect(settings) as conn:
         for table in tables:
@@ -207,6 +214,9 @@ def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: li
             got = [tuple(r[c] for c in names) for r in got_rows]
             assert len(source) >= min_rows, f"{table}: only {len(source)} rows in the source"
             assert_same_rows(got, source, table)
+            if delta:
+                assert_delta_changelog_matches_markers(output, schema)
+                assert_delta_mirror_matches_manifest(output, table)
 
 
 def password_file(folder, settings: MySQLSettings) -> str:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
+from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema
 from airflow_provider_mysqlcdc.engine.model.position_text import parse_row_key
@@ -37,7 +38,7 @@ def read_changelog(root: str, schema: TableSchema, *, after_batch: int | None = 
             tables.append(pq.read_table(inner, filesystem=fs))
     if not tables:
         return record_schema(schema).empty_table()
-    return pa.concat_tables(tables, promote_options="permissive")
+    return pa.concat_tables([engine_types(t) for t in tables], promote_options="permissive")
 
 
 def changelog_records(root: str, schema: TableSchema, *, after_batch: int | None = None) -> list[Record]:

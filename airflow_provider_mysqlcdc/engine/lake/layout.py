@@ -7,9 +7,13 @@ only when a small manifest names it (written last, atomically: temp file + renam
       snapshot/generation=<g>/chunk=<id>/version=<v>/part-*.parquet   one directory per committed chunk read
       changelog/batch=<batch id>/part-*.parquet                        one directory per stream micro-batch
       changelog/_committed/batch=<batch id>.json                       marker: that batch is complete
+      changelog/_delta_log/                                            the changelog as a Delta table
+                                                                       (``delta_changelog``)
       changelog-json/batch=<batch id>/part-*.json                      optional Flink changelog-json
       mirror/chunk=<id>/version=<v>/part-*.parquet                     materialized current state, per chunk
       mirror/_manifest.json                                            the mirror files readers should read
+      mirror/_delta_log/                                               the mirror as a Delta table
+                                                                       (``delta_mirror``)
       _snapshot_manifest.json                                          committed chunk versions (export of the
                                                                        chunk store, for readers without it)
 
@@ -19,7 +23,8 @@ unreferenced directory behind. Stream batches are written per batch id: a replay
 directory with the same records, and its marker, so nothing is duplicated.
 
 Paths are strings understood by ``pyarrow.fs.FileSystem.from_uri`` (local paths, file://, s3://, gs://,
-hdfs://, abfs:// ...). Identifiers are percent-encoded into path segments.
+hdfs://, abfs:// ...). Identifiers are hex-escaped into path segments with ``@`` (not ``%``: delta-rs decodes a
+``%xx`` in a table's own path, so a percent-encoded directory could not hold a Delta table).
 """
 from __future__ import annotations
 
@@ -43,9 +48,10 @@ STREAM_OWNER = "_mysqlcdc_stream.json"  # in the output root: the stream whose c
 
 
 def segment(name: str) -> str:
-    """An identifier as one safe path segment (``shop`` stays ``shop``; ``a b/c`` becomes ``a%20b%2Fc``)."""
-    encoded = quote(name, safe="")
-    return encoded.replace(".", "%2E") if encoded in (".", "..") else encoded
+    """An identifier as one safe path segment: ``shop`` stays ``shop``, ``a b/c`` becomes ``a@20b@2Fc`` (each
+    UTF-8 byte outside ``A-Z a-z 0-9 _ . - ~`` as ``@`` and two hex digits; ``@`` itself is ``@40``)."""
+    encoded = quote(name, safe="").replace("%", "@")
+    return encoded.replace(".", "@2E") if encoded in (".", "..") else encoded
 
 
 def table_dir(root: str, table: TableId) -> str:

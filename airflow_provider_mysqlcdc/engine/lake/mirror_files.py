@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorChunk
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import parquet_files
+from airflow_provider_mysqlcdc.engine.lake.delta_types import to_file_types
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     MIRROR,
     filesystem,
@@ -76,7 +77,7 @@ def write_chunk(
     directory = mirror_dir(root, table, chunk.chunk_id, version)
     fs, inner = filesystem(directory)
     fs.create_dir(inner, recursive=True)
-    pq.write_table(state, posixpath.join(inner, PART_FILE), filesystem=fs)
+    pq.write_table(to_file_types(state), posixpath.join(inner, PART_FILE), filesystem=fs)
     relative = posixpath.join(directory[len(table_dir(root, table)) + 1 :], PART_FILE)
     return MirrorChunkEntry(
         chunk.chunk_id, version, (relative,), state.num_rows, chunk.hw, chunk.output_version, through

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     MIRROR,
     MIRROR_MANIFEST,
@@ -250,4 +251,6 @@ def read_mirror(root: str, table: TableId | str, columns: list[str] | None = Non
     """The current state of a table as one Arrow table (files named by the manifest, no partition columns)."""
     files = mirror_files(root, table)
     fs, _ = filesystem(files[0])
-    return pq.read_table([filesystem(f)[1] for f in files], filesystem=fs, columns=columns, partitioning=None)
+    return engine_types(
+        pq.read_table([filesystem(f)[1] for f in files], filesystem=fs, columns=columns, partitioning=None)
+    )

@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import MirrorView
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.lake.changelog import BatchMarker, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
+from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import parquet_dataset
 from airflow_provider_mysqlcdc.engine.lake.schema_history import SchemaEvent, conform
@@ -96,9 +97,9 @@ def read_changes(
         parts = []
         for f in files:
             fs, inner = filesystem(f)
-            part = ds.dataset(inner, format="parquet", filesystem=fs).to_table(
+            part = engine_types(ds.dataset(inner, format="parquet", filesystem=fs).to_table(
                 filter=pc.field(POSITION) > after_bound(after)
-            )
+            ))
             if part.num_rows:
                 parts.extend(_conformed_changes(part, history, data_schema, name))
         return pa.concat_tables(parts).cast(schema) if parts else schema.empty_table()

@@ -43,6 +43,7 @@ from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import BatchMarker, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
+from airflow_provider_mysqlcdc.engine.lake.delta_mirror import DeltaMirror
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import (
@@ -113,6 +114,7 @@ class MirrorRefresher:
     _assigners: dict[tuple[TableId, int], ChunkAssigner] = field(default_factory=dict, repr=False)
     _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
     _snapshot_marks: dict[str, tuple[int, int, str]] = field(default_factory=dict, repr=False)
+    _deltas: dict[TableId, DeltaMirror] = field(default_factory=dict, repr=False)
     outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
 
     def __post_init__(self) -> None:
@@ -229,11 +231,13 @@ class MirrorRefresher:
         manifest = build.manifest(entries, batches.through, position, exact)
         if rewritten or old is None or _header_changed(old, manifest):
             write_manifest(self.root, table, manifest)
+            self._delta(table).sync(manifest)  # after the manifest: a Delta reader never sees less
             collect_garbage(
                 self.root, table, keep=[*manifest.files, *(old.files if old is not None else [])]
             )
         else:
             manifest = old
+            self._delta(table).sync(manifest)  # nothing new; catches up a sync a killed refresh missed
         return MirrorRefresh(
             str(table),
             manifest,
@@ -242,6 +246,12 @@ class MirrorRefresher:
             batches=tuple(batches.new_ids),
             records=changes.read,
         )
+
+    def _delta(self, table: TableId) -> DeltaMirror:
+        found = self._deltas.get(table)
+        if found is None:
+            found = self._deltas[table] = DeltaMirror(self.root, table)
+        return found
 
     def _build(self, table: TableId, view: MirrorView, old: MirrorManifest | None) -> _Build:
         """The plan, the columns, and which chunks are rebuilt from their snapshot (new snapshot, new plan,

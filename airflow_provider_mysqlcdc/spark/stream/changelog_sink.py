@@ -10,8 +10,15 @@ Per batch id and table (``output_layout``):
    duplicated batch), ``rows``, ``first_position``/``last_position`` and the binlog range the batch covered,
    ``start_offset``/``end_offset`` (``BinlogOffset`` dicts, from the source's range rows);
 3. on a replay of the batch id (the run was killed after planning it), files and markers of earlier attempts
-   are removed after the new markers are in place: a replayed batch overwrites, it never duplicates;
-4. ``on_batch_committed(batch_id, tables_changed)`` is called (the mirror refresh hooks in here).
+   are removed after the new markers are in place: a replayed batch overwrites, it never duplicates; but a
+   table whose Delta changelog already holds the batch keeps that attempt's marker and files, and only the
+   other attempts' files go;
+4. one Delta commit per table adds the batch's files to ``changelog/_delta_log`` with the application
+   transaction ``("mysqlcdc-changelog", batch id)`` (``engine.lake.delta_changelog``): what every reader that
+   is not ours sees;
+5. ``on_batch_committed(batch_id, tables_changed)`` is called (the mirror refresh hooks in here).
+
+TIME columns are written as int64 microseconds (``engine.lake.delta_types``): Delta has no TIME type.
 
 A replay is recognised by the batch ledger in the stream's checkpoint (``mysqlcdc/batches/batch=<id>.json``),
 written before the batch's files. Files of an attempt killed before its markers are unreferenced until the
@@ -41,6 +48,8 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
+from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     CHANGELOG,
     CHANGELOG_JSON,
@@ -112,7 +121,8 @@ class _TableFiles:
         self.parquet_path, self.json_path = parquet_path, json_path
         fs, inner = filesystem(parquet_path)
         fs.create_dir(posixpath.dirname(inner), recursive=True)
-        self.parquet = pq.ParquetWriter(inner, self.arrow_schema, filesystem=fs)
+        self.file_schema = file_schema(self.arrow_schema)  # TIME as int64 microseconds: Delta has no TIME
+        self.parquet = pq.ParquetWriter(inner, self.file_schema, filesystem=fs)
         self.json: Any = None
         if json_path is not None:
             jfs, jinner = filesystem(json_path)
@@ -128,7 +138,7 @@ class _TableFiles:
             return
         data = pa.RecordBatch.from_arrays([batch.column(n) for n in self.arrow_schema.names],
                                           schema=self.arrow_schema)
-        self.parquet.write_batch(data)
+        self.parquet.write_batch(data.cast(self.file_schema))
         if self.json is not None:
             records = arrow_records(pa.Table.from_batches([data]), self.schema)
             self.json.write("".join(flink_json_line(r) + "\n" for r in records).encode("utf-8"))
@@ -224,6 +234,8 @@ class ChangelogSink:
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
     zero_dates: ZeroDateLayouts | None = None  # by table, from its plan; refreshed before each batch
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
+    _deltas: dict[TableId, DeltaChangelog] = field(init=False, repr=False, default_factory=dict)
+    _adopted: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
         self._by_name = {str(t): s for t, s in self.schemas.items()}
@@ -234,6 +246,10 @@ class ChangelogSink:
         ledger = self.ledger_path(batch_id)
         replay = read_json(ledger) is not None
         write_json_atomic(ledger, {"batch_id": batch_id, "state": "writing", "attempt": attempt})
+        if not self._adopted:  # an output root from before the Delta changelog: every table readable as Delta
+            for table in sorted(self._by_name):
+                self._delta(TableId.parse(table)).adopt(batch_id)
+            self._adopted = True
         layouts = self.zero_dates.refresh(self._by_name) if self.zero_dates is not None else None
         writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude,
                                  layouts)
@@ -262,6 +278,16 @@ class ChangelogSink:
         if self.on_progress is not None:
             self.on_progress(batch)
 
+    def _delta(self, table: TableId) -> DeltaChangelog:
+        found = self._deltas.get(table)
+        if found is None:
+            found = self._deltas[table] = DeltaChangelog(self.root, table)
+        return found
+
+    def _delta_holds(self, batch_id: int, tables: set[str]) -> set[str]:
+        """The tables whose Delta changelog already holds ``batch_id`` (an earlier attempt committed it there)."""
+        return {t for t in tables if self._delta(TableId.parse(t)).holds(batch_id)}
+
     def ledger_path(self, batch_id: int) -> str:
         return posixpath.join(self.checkpoint.rstrip("/"), LEDGER_DIR, f"batch={batch_id:012d}.json")
 
@@ -280,10 +306,14 @@ class ChangelogSink:
         for table, changes in sorted(ddl.items()):  # before the markers: a reader never sees data ahead of it
             record_schema_changes(self.root, TableId.parse(table), changes, batch_id)
         start_offset, end_offset = _batch_range(ranges)
+        # on a replay, tables whose Delta changelog already holds this batch keep that attempt's files
+        settled = self._delta_holds(batch_id, {*self._by_name, *by_table}) if replay else set()
         rows: dict[str, int] = {}
         for table, kinds in sorted(by_table.items()):
             parquet = sorted(kinds.get(CHANGELOG, []), key=lambda r: r[2])
             rows[table] = sum(r[3] for r in parquet)
+            if table in settled:
+                continue
             firsts = [r[4] for r in parquet if r[4]]
             lasts = [r[5] for r in parquet if r[5]]
             write_json_atomic(
@@ -303,7 +333,9 @@ class ChangelogSink:
                 },
             )
         if replay:
-            for table in sorted({*self._by_name, *by_table}):
+            for table in sorted(settled):
+                _keep_committed_attempt(self.root, TableId.parse(table), batch_id)
+            for table in sorted({*self._by_name, *by_table} - settled):
                 tid = TableId.parse(table)
                 kinds = by_table.get(table)
                 if kinds is None:  # an earlier attempt may have written this table: drop its marker first
@@ -311,6 +343,11 @@ class ChangelogSink:
                 for kind in (CHANGELOG, CHANGELOG_JSON):
                     keep = {r[2] for r in (kinds or {}).get(kind, [])}
                     _delete_other_files(changelog_dir(self.root, tid, batch_id, kind), keep)
+        for table, kinds in sorted(by_table.items()):  # after the markers: Delta readers see whole batches
+            if table not in settled:
+                tid = TableId.parse(table)
+                names = sorted(r[2] for r in kinds.get(CHANGELOG, []))
+                self._delta(tid).commit(batch_id, batch_files(self.root, tid, batch_id, names), end_offset)
         if end_offset is not None:  # after the markers: idle tables' position advances with the stream
             write_json_atomic(
                 stream_progress_path(self.root),
@@ -350,6 +387,17 @@ def _delete_file(path: str) -> None:
         fs.delete_file(inner)
     except FileNotFoundError:
         pass
+
+
+def _keep_committed_attempt(root: str, table: TableId, batch_id: int) -> None:
+    """A batch an earlier attempt committed to the Delta changelog keeps that attempt's marker and files; the
+    files of any other attempt (this one, killed ones) are deleted."""
+    marker = read_json(changelog_marker(root, table, batch_id))
+    if marker is None:  # never the case (markers come first); keep everything rather than guess
+        return
+    for kind, listed in ((CHANGELOG, "files"), (CHANGELOG_JSON, "changelog_json_files")):
+        keep = set(map(str, marker.get(listed) or ()))
+        _delete_other_files(changelog_dir(root, table, batch_id, kind), keep)
 
 
 def _delete_other_files(directory: str, keep: set[str]) -> None:
