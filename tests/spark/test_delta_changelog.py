@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.lake.delta_changelog import (
     APP_ID,
     BATCH_ID,
     END_OFFSET,
+    DeltaChangelog,
     changelog_table_uri,
 )
 from airflow_provider_mysqlcdc.engine.model.records import Record
@@ -86,6 +87,12 @@ def test_the_changelog_is_a_delta_table_every_reader_reads(mysql_server, mysql_d
     _commit(spark, root, checkpoint, schema, first, 0)
     uri = changelog_table_uri(root, table)
     assert "%" not in uri and Path(uri, "_delta_log").is_dir()
+    assert_delta_changelog_matches_markers(root, schema)
+    # batch 0 again, by the sink (a replay) and by a direct commit: the Delta log stays as it is
+    _commit(spark, root, checkpoint, schema, first, 0)
+    files = [p.relative_to(uri).as_posix() for p in Path(uri).glob("batch=*/*.parquet")]
+    assert not DeltaChangelog(root, table).commit(0, files)
+    assert DeltaTable(uri).version() == 0
     assert_delta_changelog_matches_markers(root, schema)
 
     # the readers a data team already has, each in one line, give the same rows

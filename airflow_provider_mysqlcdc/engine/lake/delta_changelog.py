@@ -102,7 +102,8 @@ class DeltaChangelog:
         from deltalake import CommitProperties, Schema, Transaction
 
         table = self.log.load()
-        if table is not None and (table.transaction_version(APP_ID) or -1) >= batch_id:
+        last = None if table is None else table.transaction_version(APP_ID)
+        if last is not None and last >= batch_id:  # batch 0 is a batch too: never ``last or -1``
             return False
         if table is None:
             earlier = committed_batches(self.root, self.table, batch_id + (0 if files else 1))
