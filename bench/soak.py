@@ -10,6 +10,13 @@ nothing invented, nothing missing past each table's largest HW, values right. Re
 stream runs, so the exact per-chunk check of the tests is off here; the last round therefore only streams
 (with restarts and replays), so that its changes all lie past the final HWs and are checked for completeness.
 
+The engine writes its output as files in the documented layout (``tests/support/layout_pipeline.py``): after
+each round the round's changes are committed as one changelog batch per table (marker, Delta commit, stream
+progress) and every table's lake mirror is refreshed and compared with ``SELECT`` as well. At the end garbage
+collection (``engine/lake/gc``) runs with a retention of one second (the test-only override of the 15 minute
+grace) and the summary says what it reclaimed: superseded snapshot versions of reruns and re-plans, and the
+mirror files the refreshes replaced.
+
 Prints a markdown summary; exits 1 if a mirror differs or the audit is not clean.
 Usage: ``python bench/soak.py [--minutes 5] [--seed 1] [--tables t_int,t_ci,...] [--round-seconds 30]``.
 """
@@ -17,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import random
 import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests/ holds the harness
@@ -30,6 +39,20 @@ from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_i
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
+from airflow_provider_mysqlcdc.engine.lake.gc.collector import collect_garbage
+from airflow_provider_mysqlcdc.engine.lake.gc.report import GcRun, bytes_text
+from airflow_provider_mysqlcdc.engine.lake.gc.retention import Retention, utc_now
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    changelog_dir,
+    changelog_marker,
+    read_json,
+    stream_progress_path,
+    write_json_atomic,
+)
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
@@ -41,6 +64,7 @@ from tests.support.binlog_audit import (
     read_binlog,
 )
 from tests.support.engine_harness import Pipeline
+from tests.support.layout_pipeline import LayoutPipeline
 from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 
 STEPS = {"pump": 10, "rerun_behind": 3, "rerun_ahead": 2, "replan": 1, "restart": 1, "replay": 2}
@@ -59,6 +83,35 @@ class Soak:
     chunk_reads: int = 0
     mirror_checks: dict[TableId, list[bool]] = dataclasses.field(default_factory=dict)
     mismatches: list[str] = dataclasses.field(default_factory=list)
+    refresher: MirrorRefresher | None = None
+    written: int = 0  # changelog records committed to the lake so far
+    batch_id: int = 0
+    lake_checks: dict[TableId, list[bool]] = dataclasses.field(default_factory=dict)
+
+    def commit_lake(self) -> None:
+        """The round's changes as one changelog batch per table (files, marker, Delta commit, stream
+        progress), then every table's lake mirror refreshed and compared with the source."""
+        pipe = self.pipe
+        assert isinstance(pipe, LayoutPipeline) and pipe.offset is not None and self.refresher is not None
+        records, self.written = pipe.changelog[self.written:], len(pipe.changelog)
+        end = pipe.offset.to_dict()
+        batch_id, self.batch_id = self.batch_id, self.batch_id + 1
+        for table in self.tables:
+            mine = [r for r in records if r.table == str(table)]
+            if not mine:
+                continue
+            pipe.write_batch(table, batch_id, mine, end)
+            marker_path = changelog_marker(pipe.root, table, batch_id)
+            marker = read_json(marker_path) or {}
+            names = sorted(os.listdir(changelog_dir(pipe.root, table, batch_id)))
+            write_json_atomic(marker_path, {**marker, "files": names, "changelog_json_files": []})
+            files = batch_files(pipe.root, table, batch_id, names)
+            DeltaChangelog(pipe.root, table).commit(batch_id, files, end)
+        write_json_atomic(stream_progress_path(pipe.root),
+                          {"batch_id": batch_id, "end_offset": end, "tables": [str(t) for t in self.tables]})
+        for table in self.tables:
+            self.refresher.refresh(table, [batch_id])
+            self.lake_checks.setdefault(table, []).append(lake_rows(pipe, table) == Counter(pipe.source(table)))
 
     def plan(self, tables: list[TableId]) -> list[ChunkPlan]:
         keys = {f"{self.database}.t_nopk": "ck"}
@@ -141,9 +194,11 @@ def run(minutes: float, seed: int, table_names: list[str], round_seconds: float)
             create_tables(conn, database, specs)
             seed_rows(conn, database, rows_per_table=700, seed=seed, specs=specs)
         settings = MySQLSettings.from_url(server.cdc_url)
-        pipe = Pipeline(settings, ChunkStore(str(Path(tmp) / "chunks.db")), database)
+        pipe = LayoutPipeline(settings, ChunkStore(str(Path(tmp) / "chunks.db")), database,
+                              root=str(Path(tmp) / "out"))
         tables = [TableId(database, s.name) for s in specs]
-        soak = Soak(pipe, server, database, tables, random.Random(seed))
+        soak = Soak(pipe, server, database, tables, random.Random(seed),
+                    refresher=MirrorRefresher(pipe.root, pipe.store, settings=settings))
         rounds, last = 0, False
         while not last:
             workload = Workload(server.admin, database, seed=seed * 1000 + rounds, writers=2, specs=specs)
@@ -166,6 +221,7 @@ def run(minutes: float, seed: int, table_names: list[str], round_seconds: float)
                 setattr(totals, name, getattr(totals, name) + getattr(stats, name))
             pipe.catch_up()
             soak.check_mirrors()
+            soak.commit_lake()
             rounds += 1
         assert pipe.started is not None and pipe.offset is not None
         audit_started = time.monotonic()
@@ -174,12 +230,32 @@ def run(minutes: float, seed: int, table_names: list[str], round_seconds: float)
         report = audit_changelog(text, entries_from_records(pipe.changelog), expectations,
                                  start=pipe.started.position, end=pipe.offset.position)
         audit_seconds = time.monotonic() - audit_started
-        print(summary(soak, totals, report, rounds, time.monotonic() - started, audit_seconds, seed))
-    return 0 if report.clean and not soak.mismatches else 1
+        before = _disk_bytes(pipe.root)
+        # garbage collection with a retention of one second (test-only: no 15 minute grace), a moment later
+        gc = collect_garbage(pipe.root, pipe.store, Retention(timedelta(seconds=1), min_grace=timedelta(0)),
+                             now=utc_now() + timedelta(seconds=2))
+        soak.refresher.close()
+        for table in soak.tables:  # the lake mirror reads the same after GC
+            if lake_rows(pipe, table) != Counter(pipe.source(table)):
+                soak.mismatches.append(f"{table}: the lake mirror differs from the source after GC")
+        print(summary(soak, totals, report, rounds, time.monotonic() - started, audit_seconds, seed,
+                      gc, before, _disk_bytes(pipe.root)))
+    lake_equal = all(all(checks) for checks in soak.lake_checks.values())
+    return 0 if report.clean and not soak.mismatches and lake_equal else 1
+
+
+def lake_rows(pipe: LayoutPipeline, table: TableId) -> Counter:
+    """The table's lake mirror as ``read_mirror`` gives it, rows as the source's."""
+    names = pipe.schemas[table].column_names
+    return Counter(tuple(r[c] for c in names) for r in values.canonical_pylist(read_mirror(pipe.root, table)))
+
+
+def _disk_bytes(root: str) -> int:
+    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
 
 
 def summary(soak: Soak, stats: WorkloadStats, report: AuditReport, rounds: int, seconds: float,
-            audit_seconds: float, seed: int) -> str:
+            audit_seconds: float, seed: int, gc: GcRun | None = None, before: int = 0, after: int = 0) -> str:
     steps = ", ".join(f"{k} {soak.steps[k]}" for k in STEPS)
     lines = [
         f"## Soak: seed {seed}, {seconds / 60:.1f} min, {len(soak.tables)} tables, {rounds} rounds",
@@ -193,17 +269,28 @@ def summary(soak: Soak, stats: WorkloadStats, report: AuditReport, rounds: int, 
         f"| chunk reads | {soak.chunk_reads} |",
         f"| driver steps | {steps} |",
         f"| audit (mariadb-binlog read + compare) | {audit_seconds:.1f} s |",
+    ]
+    if gc is not None:
+        kinds = ", ".join(f"{k} {a.files} files {bytes_text(a.bytes)}" for k, a in gc.by_kind.items())
+        errors = "; errors: " + "; ".join(gc.errors) if gc.errors else ""
+        lines.append(f"| garbage collection (retention 1 s) | {gc.total.files} files, "
+                     f"{bytes_text(gc.total.bytes)} reclaimed ({kinds or 'nothing'}) in {gc.seconds:.1f} s; "
+                     f"output root {bytes_text(before)} -> {bytes_text(after)}{errors} |")
+    lines += [
         "",
-        ("| table | mirror equal (rounds) | binlog changes | records | checked past max HW | missing "
-         "| duplicates | invented | wrong values |"),
-        "|---|---|---|---|---|---|---|---|---|",
+        ("| table | mirror equal (rounds) | lake mirror equal (rounds) | binlog changes | records "
+         "| checked past max HW | missing | duplicates | invented | wrong values |"),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for table in soak.tables:
         checks = soak.mirror_checks.get(table, [])
         counts = report.by_table.get(str(table), Counter())
         verdict = "yes" if checks and all(checks) else "NO"
+        lake = soak.lake_checks.get(table, [])
+        lake_verdict = f"{'yes' if lake and all(lake) else 'NO'} ({sum(lake)}/{len(lake)})"
         lines.append(
-            f"| {table.table} | {verdict} ({sum(checks)}/{len(checks)}) | {counts['binlog_changes']} "
+            f"| {table.table} | {verdict} ({sum(checks)}/{len(checks)}) | {lake_verdict} "
+            f"| {counts['binlog_changes']} "
             f"| {counts['records']} | {counts['checked_after_max_hw']} | {counts['missing']} "
             f"| {counts['duplicates']} | {counts['invented']} | {counts['wrong_values']} |"
         )

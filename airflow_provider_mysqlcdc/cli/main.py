@@ -1,7 +1,7 @@
-"""``mysqlcdc``: the engine without Airflow: check, plan, remove-table, snapshot, stream, status, mirror.
+"""``mysqlcdc``: the engine without Airflow: check, plan, remove-table, snapshot, stream, status, mirror, gc.
 
 This module builds the parser and dispatches; each command group lives in its own module (``check``, ``plan``,
-``snapshot``, ``stream``, ``status``) and the options they share in ``options``.
+``snapshot``, ``stream``, ``status``, ``gc``) and the options they share in ``options``.
 
 Exit codes: 0 success, 1 a check failed (or a snapshot chunk), 2 bad input (an argument, found before any
 work; ``cli/validation.py``) or an error the message explains, 130 a stream stopped with Ctrl-C.
@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.pipeline.arguments import redacted
 def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_mysqlcdc.cli import (  # here: stream loads pyspark
         check,
+        gc,
         plan,
         snapshot,
         status,
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_parser(sub)
     stream.add_parser(sub)
     status.add_parsers(sub)  # status, mirror
+    gc.add_parser(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ from airflow_provider_mysqlcdc.cli.snapshot_options import add_source_limit_opti
 from airflow_provider_mysqlcdc.cli.validation import checked, decimal, whole
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.lake.gc.retention import DEFAULT_INTERVAL_MINUTES, DEFAULT_RETENTION
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
@@ -80,6 +81,14 @@ def add_stream_arguments(parser: argparse.ArgumentParser, *, local_files: bool =
                         help="the checkpoint lock expires this long after its holder's last heartbeat")
     parser.add_argument("--break-lock", action="store_true",
                         help="take the checkpoint lock even if another stream seems to hold it")
+    parser.add_argument("--gc-retention", default=DEFAULT_RETENTION, type=checked(arguments.retention),
+                        help="garbage collection deletes superseded snapshot versions, killed attempts' "
+                        "files and old mirror files this long after they stopped being needed: 72h, 3d, "
+                        "30m (default %(default)s; never below a 15 minute grace)")
+    parser.add_argument("--gc-interval-minutes", default=DEFAULT_INTERVAL_MINUTES,
+                        type=checked(arguments.gc_interval_minutes),
+                        help="run garbage collection after a batch at most every this many minutes "
+                        "(0: never; default %(default)g)")
 
 
 def _startup_mode_text(value: str) -> str:
@@ -121,5 +130,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         lock_lease_seconds=args.lock_lease_seconds,
         break_lock=args.break_lock,
         exclude_columns=parse_exclude_columns(args.exclude_columns or []),
+        gc_retention=args.gc_retention,
+        gc_interval_minutes=args.gc_interval_minutes,
         **extra,
     )

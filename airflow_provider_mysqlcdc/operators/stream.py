@@ -79,6 +79,8 @@ _CHECKS = {
                                    maximum=arguments.MAX_CATCHUP_PARTITIONS),
     "catchup_partition_bytes": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_BATCH_BYTES),
     "rows_per_read": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_ROWS_PER_READ),
+    "gc_retention": optional(arguments.retention),
+    "gc_interval_minutes": optional(arguments.gc_interval_minutes),
     **SOURCE_LIMIT_CHECKS,
 }
 _LITERAL_CHECKS = {
@@ -114,6 +116,11 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         on the source (default 4).
     :param rows_per_second: as for the snapshot operator (default: no limit).
     :param query_timeout: as for the snapshot operator (default 600 s; 0: none).
+    :param gc_retention: garbage collection deletes superseded snapshot versions, killed attempts' files and
+        old mirror files (Delta VACUUM) this long after they stopped being needed: ``72h``, ``3d``, ``30m``
+        (default ``3d``; never below a 15 minute grace). Delta time travel on the mirror reaches this far.
+    :param gc_interval_minutes: the stream runs garbage collection after a batch at most every this many
+        minutes (default 60; 0: never, e.g. when ``mysqlcdc gc`` runs on a schedule instead).
     :param application: the Spark app (default ``spark_apps/binlog_stream.py``).
     :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
         ``outlets=[ASSET_ALIAS]`` is set by default.
@@ -124,7 +131,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         "output_path", "checkpoint",
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
         "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes", "rows_per_read",
-        "max_concurrent_reads", "rows_per_second", "query_timeout",
+        "max_concurrent_reads", "rows_per_second", "query_timeout", "gc_retention", "gc_interval_minutes",
     )
     ui_color = "#e6f5ea"
 
@@ -150,6 +157,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         max_concurrent_reads: int | str | None = None,
         rows_per_second: float | str | None = None,
         query_timeout: float | str | None = None,
+        gc_retention: str | None = None,
+        gc_interval_minutes: float | str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -178,6 +187,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.max_concurrent_reads = max_concurrent_reads
         self.rows_per_second = rows_per_second
         self.query_timeout = query_timeout
+        self.gc_retention = gc_retention  # garbage is deleted this long after no reader needs it (default 3d)
+        self.gc_interval_minutes = gc_interval_minutes  # GC after a batch at most this often (default 60; 0 off)
         check_literals(vars(self), _LITERAL_CHECKS)
 
     def checked_arguments(self) -> dict[str, Any]:
@@ -222,7 +233,9 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                            ("--reconnect-timeout", "reconnect_timeout"),
                            ("--max-concurrent-reads", "max_concurrent_reads"),
                            ("--rows-per-second", "rows_per_second"),
-                           ("--query-timeout", "query_timeout")):
+                           ("--query-timeout", "query_timeout"),
+                           ("--gc-retention", "gc_retention"),
+                           ("--gc-interval-minutes", "gc_interval_minutes")):
             if args[name] is not None:
                 self.application_args += [flag, str(args[name])]
         if args["changelog_json"]:

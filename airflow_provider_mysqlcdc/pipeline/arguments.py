@@ -468,3 +468,22 @@ def flag(value: Any, *, default: bool) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise BadValue(f"give true or false, got {shown(value)}")
+
+
+def retention(value: Any) -> str:
+    """A garbage collection retention (``72h``, ``3d``, ``30m``), in its canonical spelling."""
+    from airflow_provider_mysqlcdc.engine.lake.gc.retention import duration_text, parse_duration
+
+    try:
+        return duration_text(parse_duration(text(value, what="a duration such as 3d"), "the retention"))
+    except BadValue:
+        raise
+    except ConfigurationError as exc:
+        raise BadValue(str(exc)) from None
+
+
+def gc_interval_minutes(value: Any) -> float:
+    """Minutes between the stream's garbage collection runs (0: off)."""
+    from airflow_provider_mysqlcdc.engine.lake.gc.retention import MAX_INTERVAL_MINUTES
+
+    return number(value, minimum=0, maximum=MAX_INTERVAL_MINUTES, unit="minutes", zero="0: off")

@@ -203,6 +203,7 @@ BASE = {
                "--output", "@ROOT@/lake", "--checkpoint", "@ROOT@/ckpt"],
     "status": ["status", "--chunk-store", "@STORE@", "--output", "@ROOT@/lake"],
     "mirror": ["mirror", "--chunk-store", "@STORE@", "--table", "@TABLE@", "--output", "@ROOT@/lake"],
+    "gc": ["gc", "--chunk-store", "@STORE@", "--output", "@ROOT@/lake", "--dry-run"],
 }
 
 # (command, what is added to its valid command line, the argument the error must name)
@@ -278,6 +279,10 @@ BAD_ARGUMENTS = [
     ("stream", ["--reconnect-timeout", "NaN", "--available-now"], "--reconnect-timeout"),
     ("stream", ["--lock-lease-seconds", "0", "--available-now"], "--lock-lease-seconds"),
     ("mirror", ["--limit", "-1"], "--limit"),
+    ("gc", ["--retention", "3"], "--retention"),
+    ("gc", ["--retention", "-1d"], "--retention"),
+    ("stream", ["--gc-retention", "forever", "--available-now"], "--gc-retention"),
+    ("stream", ["--gc-interval-minutes", "-1", "--available-now"], "--gc-interval-minutes"),
     # chunk ids, chunk keys, column exclusions, Spark settings: malformed and hostile
     ("snapshot", ["--chunks", "abc"], "--chunks"),
     ("snapshot", ["--chunks", "5-3"], "--chunks"),
@@ -631,6 +636,7 @@ OPERATOR_BAD_VALUES = [
     ("stream", "max_bytes_per_batch", -1),
     ("stream", "reconnect_timeout", "inf"), ("stream", "catchup_partitions", -1),
     ("stream", "catchup_partition_bytes", 0), ("stream", "rows_per_read", 0),
+    ("stream", "gc_retention", "3"), ("stream", "gc_retention", "0d"), ("stream", "gc_interval_minutes", -5),
     ("stream", "startup_mode", "specific-offset:x"), ("stream", "checkpoint", "s3:x"),
     ("stream", "exclude_columns", '{"a.b": "x", '), ("stream", "tables", None),
 ]

@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
 from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_history, schema_version
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables

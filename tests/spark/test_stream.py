@@ -389,6 +389,12 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
     assert (config.catchup_partitions, config.catchup_partition_bytes, config.rows_per_read) == (3, 500, 70)
     # the limits a re-snapshot's chunk reads keep: given, and the snapshot's defaults
     assert (config.source_limits.rows_per_second, config.source_limits.max_concurrent_reads) == (500, 4)
+    assert (config.gc_retention, config.gc_interval_minutes) == ("3d", 60)  # garbage collection's defaults
+    gc = cli_stream.config_from_args(parser.parse_args(["stream", *common, "--available-now", "--gc-retention",
+                                                        "36h", "--gc-interval-minutes", "0"]))
+    assert (gc.gc_retention, gc.gc_interval_minutes) == ("36h", 0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["stream", *common, "--gc-retention", "3 days"])
     continuous = cli_stream.config_from_args(
         parser.parse_args(["stream", *common, "--interval", "30 seconds"])
     )

@@ -7,8 +7,22 @@ batch's changes, or a chunk rerun's new snapshot, by rewriting the chunks they t
 after a batch is the mirror as of that batch. The sync compares with the Delta table's own file list, not with
 the previous manifest, so a refresh killed between its manifest and its Delta commit is made good by the next.
 
-When the columns change (DDL: the refresh rewrites every chunk in the new columns) the commit replaces the
-whole table, schema included. Each commit's ``commitInfo`` records where the mirror stands:
+Schema changes (the DDL the stream follows, ``mirror_refresh._rewrite_reason`` decides):
+
+- Columns added with NULL for existing rows (``ADD COLUMN`` without a default, or ``DEFAULT NULL``): Delta's
+  own schema evolution, ``ALTER TABLE ADD COLUMNS`` (``table.alter.add_columns``), no file rewritten. Files
+  written before lack the column and every Delta reader reads NULL there, which is the value the source gives
+  those rows. When the same refresh also rewrote chunks, their files follow in a second commit, which alone
+  carries the stream position (``mysqlcdc.schemaChange`` marks the first: it holds the previous rows).
+- Anything else that changes the columns (a default existing rows hold, a rename, a drop, a new Arrow type)
+  makes the refresh rewrite every chunk, and the commit replaces the whole table, schema and files in one.
+  Delta renames and drops columns without a rewrite only with column mapping, which delta-rs 1.6.6 neither
+  enables (``SET TBLPROPERTIES delta.columnMapping.mode`` is refused) nor reads with the readers we document:
+  ``to_pyarrow_table``/``to_pandas``/``to_pyarrow_dataset`` (so DuckDB over it) refuse the ``columnMapping``
+  reader feature, Polars refuses column mapping at any protocol version, and delta-rs reads a reader-version-2
+  column-mapped table as all NULL. Delta's type widening is not written by delta-rs either.
+
+Each commit's ``commitInfo`` records where the mirror stands:
 ``mysqlcdc.throughBatch``, ``mysqlcdc.streamPosition`` and, once the mirror is consistent,
 ``mysqlcdc.asOf`` (the binlog position the whole table is exact at): a Delta version is a binlog position.
 """
@@ -30,6 +44,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 log = logging.getLogger(__name__)
 
 THROUGH_BATCH, STREAM_POSITION, AS_OF = "mysqlcdc.throughBatch", "mysqlcdc.streamPosition", "mysqlcdc.asOf"
+SCHEMA_CHANGE = "mysqlcdc.schemaChange"  # an ADD COLUMN commit that precedes the files of its refresh
 
 
 def mirror_table_uri(root: str, table: TableId) -> str:
@@ -44,34 +59,65 @@ class DeltaMirror:
         self.table = table
         self.log = DeltaLog(mirror_table_uri(root, table), table, "mirror", storage_options)
 
-    def sync(self, manifest: MirrorManifest) -> bool:
-        """One Delta commit that makes the table hold exactly ``manifest``'s files; False when it already
-        does."""
+    def sync(self, manifest: MirrorManifest, data_schema: pa.Schema | None = None) -> bool:
+        """Make the table hold exactly ``manifest``'s files in ``data_schema``'s columns (the mirror's, in
+        engine types; None: the new files'): one commit, two when columns were added to kept files (the
+        ``ADD COLUMN`` first, then the files). False when it already does."""
         from deltalake import CommitProperties, Schema
 
         prefix = MIRROR + "/"
         wanted = [f[len(prefix):] if f.startswith(prefix) else f for f in manifest.files]
         table = self.log.load()
         current = self.log.files() if table is not None else {}
-        if table is not None and set(current) == set(wanted):
-            return False
         footers = {f: self.log.footer(f) for f in wanted if f not in current}
-        schema = delta_schema(next(iter(footers.values())).schema.to_arrow_schema()) if footers else None
+        if data_schema is not None:
+            schema = delta_schema(data_schema)
+        elif footers:
+            schema = delta_schema(next(iter(footers.values())).schema.to_arrow_schema())
+        else:
+            schema = None
         properties = CommitProperties(custom_metadata=_position_metadata(manifest))
         adds = [self.log.add_action(f, m.num_rows) for f, m in footers.items()]
         if table is None:
-            if schema is None:  # an empty mirror: no file to take the columns from
+            if not footers:  # an empty mirror: no file to take the columns from
                 return False
             self.log.create(schema, adds, properties)
-        elif schema is not None and not _same_columns(self.log.schema(), schema):
+            return True
+        have = self.log.schema()
+        same_files = set(current) == set(wanted)
+        kept = [f for f in wanted if f in current]
+        added = _added_columns(have, schema) if schema is not None else []
+        if added is None and kept:
+            # not a rewrite (a rewrite gives every chunk new files), so no column was renamed, dropped or
+            # retyped: the types only read differently (delta-rs reports some in other forms); add the new
+            added = [f for f in schema if f.name not in set(have.names)] if schema is not None else []
+        if same_files and not added:
+            return False
+        if added is None or (added and not kept):
+            # every file new and other columns (a rewrite: a column renamed, dropped or of a new type, or
+            # added with a default existing rows hold): the table is replaced, schema and files in one commit
             adds = [self.log.add_action(f, self.log.footer(f).num_rows) for f in wanted]
             table.create_write_transaction(adds, "overwrite", Schema.from_arrow(schema),
                                            commit_properties=properties)
             log.info("mirror Delta table of %s: columns changed, table replaced", self.table)
-        else:
-            removes = [self.log.remove_action(f, size) for f, size in current.items() if f not in set(wanted)]
-            table.create_write_transaction([*adds, *removes], "append", Schema.from_arrow(self.log.schema()),
-                                           commit_properties=properties)
+            return True
+        if added:
+            # columns added with NULL for existing rows: kept files lack them and read NULL there, the true
+            # value; no file is rewritten. When files change too, they follow in a second commit, which alone
+            # carries the stream position (the ADD COLUMN version holds the previous version's rows)
+            names = ", ".join(f.name for f in added)
+            table.alter.add_columns(
+                list(Schema.from_arrow(pa.schema(added)).fields),
+                commit_properties=properties if same_files else CommitProperties(
+                    custom_metadata={SCHEMA_CHANGE: f"added {names}"}),
+            )
+            log.info("mirror Delta table of %s: added column(s) %s, no file rewritten", self.table, names)
+            if same_files:
+                return True
+            table = self.log.load()
+        removes = [self.log.remove_action(f, size) for f, size in current.items() if f not in set(wanted)]
+        table.create_write_transaction([*adds, *removes], "append", Schema.from_arrow(self.log.schema()),
+                                       commit_properties=properties)
         return True
 
 
@@ -83,5 +129,12 @@ def _position_metadata(manifest: MirrorManifest) -> dict[str, Any]:
     return out
 
 
-def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
-    return a.names == b.names and all(same_type(x.type, y.type) for x, y in zip(a, b))
+def _added_columns(have: pa.Schema, want: pa.Schema) -> list[pa.Field] | None:
+    """The columns of ``want`` the Delta table (``have``) lacks, when it holds every other one with its type;
+    None when it does not (a column renamed, dropped or of a new type: the table must be replaced)."""
+    wanted = {f.name: f for f in want}
+    for f in have:
+        other = wanted.get(f.name)
+        if other is None or not same_type(f.type, other.type):
+            return None
+    return [f for f in want if f.name not in set(have.names)]

@@ -1,5 +1,6 @@
 """The mirror's files: a chunk's snapshot read in the mirror's columns, a chunk's new mirror version written,
-old versions collected, and the one-refresher-per-table lock."""
+and the one-refresher-per-table lock. Old versions are deleted by garbage collection (``lake.gc``), never here:
+readers of older Delta versions still need them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorChunk
@@ -90,6 +90,8 @@ def read_file(path: str) -> pa.Table:
 
 
 def read_files(files: list[str], schema: pa.Schema) -> pa.Table:
+    """``files`` in ``schema``: a column a file lacks (a mirror file written before an ADD COLUMN no chunk was
+    rewritten for) reads NULL, the value the source gives those rows."""
     if not files:
         return schema.empty_table()
     return parquet_dataset(files, schema).to_table().cast(schema)
@@ -101,29 +103,6 @@ def parquet_dataset(files: list[str], schema: pa.Schema) -> ds.Dataset:
     return ds.dataset(
         [filesystem(f)[1] for f in files], schema=schema, format="parquet", filesystem=fs, partitioning=None
     )
-
-
-def collect_garbage(root: str, table: TableId, keep: list[str]) -> None:
-    """Delete mirror version directories named by neither the new nor the previous manifest.
-
-    Works on the shape ``mirror/<chunk dir>/<version dir>/`` whatever the directories are called; names
-    starting with ``_`` or ``.`` (the manifest, the lock) are left alone."""
-    keep_dirs = {posixpath.dirname(f) for f in keep}
-    mirror_root = posixpath.join(table_dir(root, table), MIRROR)
-    fs, inner = filesystem(mirror_root)
-    for chunk_info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)):
-        if chunk_info.type != pafs.FileType.Directory or chunk_info.base_name.startswith(("_", ".")):
-            continue
-        remaining = 0
-        for version in fs.get_file_info(pafs.FileSelector(chunk_info.path, allow_not_found=True)):
-            if f"{MIRROR}/{chunk_info.base_name}/{version.base_name}" in keep_dirs:
-                remaining += 1
-            elif version.type == pafs.FileType.Directory:
-                fs.delete_dir(version.path)
-            else:
-                fs.delete_file(version.path)
-        if not remaining:
-            fs.delete_dir(chunk_info.path)
 
 
 @contextlib.contextmanager

@@ -11,18 +11,29 @@ their files. A chunk whose committed snapshot changed since the last refresh (a 
 a new plan generation) is rebuilt from the new snapshot and every committed batch's records after the new HW:
 records the new snapshot covers are ignored, never resurrected.
 
+DDL the stream followed (``schema_history``): a chunk's files stay valid when the DDL only added columns whose
+value for existing rows is NULL (no default, or ``DEFAULT NULL``), or changed a column without changing its
+Arrow type (INT to BIGINT, a longer VARCHAR): a file without the column reads NULL there (``read_files`` and
+every Delta reader), so no chunk is rewritten for it, and the mirror's Delta table adds the column
+(``delta_mirror``). Any other column change rewrites every chunk from its snapshot in the new columns: an
+added column with a default existing rows hold (no file holds it, and Delta has no per-file default), a
+rename or a drop (Delta does either without a rewrite only with column mapping, which delta-rs, Polars and
+pyarrow-based readers cannot read), a new Arrow type (FLOAT to DOUBLE, a DECIMAL's precision).
+
 Key-changing updates: each row image is located in the chunk of its *own* key and applied there (a before
 image retracts, an after image asserts), which is exactly what splitting ``-U``/``+U`` into ``-D``/``+I``
 (``engine/model/key_changes.py``) achieves, so no separate pass is needed.
 
 Commit protocol: new files go into fresh version directories, then the manifest is switched atomically, then
-version directories named by neither the new nor the previous manifest are deleted (readers of the previous
-manifest keep working for one more refresh). One refresher per table at a time: on a local file system a lock
-file enforces it; on object stores the caller must (the stream's driver is the natural single writer).
+the Delta table follows in one commit. Nothing is deleted here: superseded versions stay for readers of older
+versions (Delta time travel, an older manifest) until garbage collection (``engine/lake/gc``) deletes them
+once their Delta ``remove`` is older than the retention. One refresher per table at a time: on a local file
+system a lock file enforces it; on object stores the caller must (the stream's driver is the natural single
+writer).
 
 Here the refresher (which chunks to rebuild or update, which batches to apply, the manifest switch); the pieces:
 ``mirror_records`` (the records per chunk after its HW), ``chunk_assigner`` (each record's chunk),
-``mirror_apply`` (latest per key, or multiset), ``mirror_files`` (snapshot reads, chunk writes, garbage, lock).
+``mirror_apply`` (latest per key, or multiset), ``mirror_files`` (snapshot reads, chunk writes, lock).
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ import logging
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -44,10 +55,10 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import BatchMarker, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import DeltaMirror
+from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import (
-    collect_garbage,
     read_files,
     read_snapshot,
     refresh_lock,
@@ -66,6 +77,7 @@ from airflow_provider_mysqlcdc.engine.lake.schema_history import (
     SchemaEvent,
     columns_after,
     events_after,
+    excluded_after,
     read_schema_history,
     schema_version,
 )
@@ -231,13 +243,12 @@ class MirrorRefresher:
         manifest = build.manifest(entries, batches.through, position, exact)
         if rewritten or old is None or _header_changed(old, manifest):
             write_manifest(self.root, table, manifest)
-            self._delta(table).sync(manifest)  # after the manifest: a Delta reader never sees less
-            collect_garbage(
-                self.root, table, keep=[*manifest.files, *(old.files if old is not None else [])]
-            )
+            self._delta(table).sync(manifest, build.data_schema)  # after the manifest: readers never see less
+            # nothing is deleted here: readers of older versions (Delta time travel, an older manifest) keep
+            # their files until garbage collection (``lake.gc``) finds them unreferenced past the retention
         else:
             manifest = old
-            self._delta(table).sync(manifest)  # nothing new; catches up a sync a killed refresh missed
+            self._delta(table).sync(manifest, build.data_schema)  # nothing new; catches up a missed sync
         return MirrorRefresh(
             str(table),
             manifest,
@@ -263,15 +274,26 @@ class MirrorRefresher:
             self.schemas.pop(table, None)  # the stream followed DDL since: the table's newest columns
         self._schema_marks[table] = schema_mark
         schema = self._schema(table)
-        # the columns changed: every chunk is built again from its snapshot
-        columns_changed = old is not None and old.extra.get("schema_position") != schema_mark
-        previous = (
-            {c.chunk_id: c for c in old.chunks}
-            if old is not None and old.generation == view.generation and not columns_changed
-            else {}
-        )
+        # DDL the stream followed since the last refresh: the chunks keep their files when it only added
+        # columns whose value for existing rows is NULL (``_rewrite_reason``); otherwise every chunk is built
+        # again from its snapshot in the new columns
+        since = old.extra.get("schema_position") if old is not None else None
+        ddl = events_after(history, since or "") if old is not None and since != schema_mark else []
+        data_schema = None
+        keep = old is not None and old.generation == view.generation
+        if keep and old is not None and since != schema_mark:
+            data_schema = self._data_schema(table, schema, view, old, history, ddl)
+            why = (_rewrite_reason(ddl, old, data_schema, lambda names: self._file_types(table, old, names))
+                   if ddl else "the schema history no longer holds the DDL the mirror followed")
+            if why is None:
+                log.info("mirror %s: %s; no chunk rewritten for it", table, _describe_added(old, data_schema))
+            else:
+                keep, data_schema = False, None
+                log.info("mirror %s: every chunk is rebuilt from its snapshot: %s", table, why)
+        previous = {c.chunk_id: c for c in old.chunks} if keep and old is not None else {}
         rebuild = {c.chunk_id for c in view.chunks if _needs_rebuild(previous.get(c.chunk_id), c)}
-        data_schema = self._data_schema(table, schema, view, old if previous else None, history)
+        if data_schema is None:
+            data_schema = self._data_schema(table, schema, view, old if previous else None, history)
         missing = [c for c in (*schema.primary_key, *plan.key_columns) if c not in data_schema.names]
         if missing:
             raise CdcError(
@@ -331,14 +353,14 @@ class MirrorRefresher:
 
     def _data_schema(
         self, table: TableId, schema: TableSchema, view: MirrorView, old: MirrorManifest | None,
-        history: list[SchemaEvent],
+        history: list[SchemaEvent], since_old: list[SchemaEvent] | None = None,
     ) -> pa.Schema:
         """The mirror's columns: the table's, as far as the snapshot files hold them (some excluded), after
         the DDL the stream followed since (a column the source has but the stream has not reached yet is
-        left out until it does)."""
+        left out until it does). ``since_old``: the DDL followed since the ``old`` manifest."""
         full = values.arrow_schema(schema)
         if old is not None:
-            names = set(old.columns)
+            names = set(columns_after(list(old.columns), since_old or []))
         else:
             names = None
             for chunk in view.chunks:
@@ -348,7 +370,35 @@ class MirrorRefresher:
                     found = pq.read_schema(inner, filesystem=fs).names
                     names = set(columns_after(found, events_after(history, after_bound(chunk.hw))))
                     break
+        if names is not None and history and (old is None or since_old):
+            names -= self._excluded(table, view.generation, history)  # never added back by DDL
         return full if names is None else pa.schema([f for f in full if f.name in names])
+
+    def _excluded(self, table: TableId, generation: int, history: list[SchemaEvent]) -> set[str]:
+        """The columns the snapshot left out (``exclude_columns``, recorded with each chunk), under every name
+        DDL gave them since: a column added or renamed under such a name stays out of the mirror too, as the
+        changelog never holds it (``schema_history.excluded_after``)."""
+        recorded = {
+            str(name)
+            for chunk in self.store.chunks(str(table), generation)
+            for name in (chunk.extra or {}).get("excluded_columns") or ()
+        }
+        return excluded_after(recorded, history) if recorded else set()
+
+    def _file_types(self, table: TableId, old: MirrorManifest, names: set[str]) -> dict[str, pa.DataType]:
+        """The Arrow types the previous mirror files hold ``names`` in (file types: TIME as int64): a footer
+        is read until each has been seen (one, usually; every file of a mirror has the same types, as a type
+        change rewrites them all)."""
+        found: dict[str, pa.DataType] = {}
+        base = table_dir(self.root, table)
+        for path in old.files:
+            fs, inner = filesystem(posixpath.join(base, path))
+            for f in pq.read_schema(inner, filesystem=fs):
+                if f.name in names:
+                    found.setdefault(f.name, f.type)
+            if set(found) >= names:
+                break
+        return found
 
 
 @dataclass(frozen=True)
@@ -420,11 +470,65 @@ def _needs_rebuild(entry: MirrorChunkEntry | None, chunk: MirrorChunk) -> bool:
 
 
 def _header_changed(old: MirrorManifest, new: MirrorManifest) -> bool:
-    return (old.through_batch, old.stream_position, old.generation) != (
+    """Whether the manifest says something new though no chunk has new files: the stream moved on, or DDL
+    changed the columns (an ADD COLUMN no chunk is rewritten for) or the schema history."""
+    return (old.through_batch, old.stream_position, old.generation, old.columns, _schema_mark(old)) != (
         new.through_batch,
         new.stream_position,
         new.generation,
+        new.columns,
+        _schema_mark(new),
     )
+
+
+def _schema_mark(manifest: MirrorManifest) -> tuple[Any, Any]:
+    return manifest.extra.get("schema_position"), manifest.extra.get("schema_version")
+
+
+def _rewrite_reason(
+    ddl: list[SchemaEvent], old: MirrorManifest, data_schema: pa.Schema,
+    file_types: Callable[[set[str]], dict[str, pa.DataType]],
+) -> str | None:
+    """Why the DDL the stream followed since the ``old`` manifest makes every chunk's files wrong; None when
+    they stay right as they are: the DDL only added columns whose value for existing rows is NULL (a file
+    without the column reads NULL there, in our readers and every Delta reader), or changed a column in a way
+    the files do not show (INT to BIGINT, a longer VARCHAR: the same Arrow type).
+
+    Anything else rewrites the mirror: a non-NULL default (existing rows hold it, no file does), a rename or a
+    drop (Delta without column mapping can neither, and delta-rs 1.6 cannot read column mapping with
+    pyarrow, Polars or DuckDB), a new Arrow type (FLOAT to DOUBLE, a DECIMAL's precision), or DDL that needs a
+    new snapshot."""
+    had = set(old.columns)
+    new_names = set(data_schema.names)
+    target = file_schema(data_schema)
+    for event in ddl:
+        c = event.changes
+        if event.resnapshot:
+            return f"{event.verb} needs a new snapshot ({event.resnapshot})"
+        renamed = [f"{a} to {b}" for a, b in c.renamed.items() if a in had]
+        if renamed:
+            return f"column {renamed[0]} was renamed"
+        dropped = [n for n in c.dropped if n in had]
+        if dropped:
+            return f"column {dropped[0]} was dropped"
+        for name, literal in c.added.items():
+            if name in new_names and not (literal is None or literal.strip().upper() == "NULL"):
+                return f"column {name} was added with default {literal}, which existing rows hold"
+        changed = {n for n in c.modified if n in had and n in new_names}
+        if changed:
+            types = file_types(changed)
+            for name in sorted(changed):
+                kind = types.get(name)
+                if kind is not None and not same_type(kind, target.field(name).type):  # None: in no file
+                    return f"column {name} changed type ({kind} to {target.field(name).type})"
+    return None
+
+
+def _describe_added(old: MirrorManifest, data_schema: pa.Schema) -> str:
+    added = [n for n in data_schema.names if n not in set(old.columns)]
+    if not added:
+        return "the DDL changed nothing its files hold"
+    return f"column(s) {', '.join(added)} added, NULL in existing rows"
 
 
 def _stream_position(

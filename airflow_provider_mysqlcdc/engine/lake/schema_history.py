@@ -14,7 +14,7 @@ import posixpath
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 
@@ -110,6 +110,17 @@ def columns_after(names: list[str], events: list[SchemaEvent]) -> list[str]:
         c = event.changes
         out = [c.renamed.get(n, n) for n in out if n not in c.dropped]
         out += [n for n in c.added if n not in out]
+    return out
+
+
+def excluded_after(excluded: Iterable[str], changes: Iterable[SchemaEvent | ColumnChanges]) -> set[str]:
+    """The names excluded columns (``--exclude-columns``) have after ``changes``, in binlog order: an excluded
+    column renamed stays excluded under its new name (its values never reach a file), and the configured
+    names stay excluded too (a column added or renamed to one of them later is excluded as well)."""
+    out = set(excluded)
+    for change in changes:
+        c = change.changes if isinstance(change, SchemaEvent) else change
+        out.update(new for old, new in c.renamed.items() if old in out)
     return out
 
 

@@ -22,6 +22,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.gc.report import GcReport, read_gc_report
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json, stream_owner_path
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -40,6 +41,7 @@ class StatusReport:
     notes: tuple[str, ...] = field(default_factory=tuple)
     startup_mode: str | None = None  # of the stream writing the output root (engine.stream.startup)
     progress: SnapshotProgress = field(default_factory=SnapshotProgress)  # over all tables of the report
+    gc: GcReport | None = None  # what garbage collection reclaimed (``_mysqlcdc_gc.json``), if it ran
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class StatusReport:
             "tables": [t.as_dict() for t in self.tables],
             "notes": list(self.notes),
             "progress": self.progress.as_dict(),
+            "gc": None if self.gc is None else self.gc.as_dict(),
         }
 
     def render(self) -> str:
@@ -97,6 +100,8 @@ class StatusReport:
         for t in self.tables:
             lines.extend(f"{t.table}: {note}" for note in t.notes)
         lines.extend(self.notes)
+        if self.gc is not None:
+            lines.append(self.gc.describe())
         return "\n".join(lines)
 
 
@@ -127,6 +132,7 @@ def collect_status(
         start = startup.get("start")
         where = f"{start.get('file')}:{start.get('pos')}" if isinstance(start, dict) else "the smallest chunk HW"
         notes.append(f"stream startup mode {mode}: began at {where}")
+    gc = _gc_report(root, notes)  # before the notes are taken: an unreadable report adds one
     return StatusReport(
         statuses,
         server.position if server else None,
@@ -134,7 +140,19 @@ def collect_status(
         tuple(notes),
         mode,
         snapshot_progress(statuses),
+        gc,
     )
+
+
+def _gc_report(root: str | None, notes: list[str]) -> GcReport | None:
+    """The garbage collection report of the output root; an unreadable one is a note, not a failure."""
+    if not root:
+        return None
+    try:
+        return read_gc_report(root)
+    except (CdcError, OSError, ValueError) as exc:
+        notes.append(f"garbage collection report unreadable ({exc})")
+        return None
 
 
 def _primary_keys(conn: pymysql.connections.Connection, names: list[str]) -> dict[str, tuple[str, ...]]:

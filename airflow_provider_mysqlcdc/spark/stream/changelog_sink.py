@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from airflow_provider_mysqlcdc.engine.binlog.ddl import ColumnChanges
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
@@ -62,7 +63,11 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     stream_progress_path,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
+from airflow_provider_mysqlcdc.engine.lake.schema_history import (
+    excluded_after,
+    read_schema_history,
+    record_schema_changes,
+)
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.records import Record
@@ -184,7 +189,7 @@ class PartitionWriter:
                     key = (changes.table, changes.schema_id)
                     out = files.get(key)
                     if out is None:
-                        out = files[key] = self._open(*key, versions, partition, task)
+                        out = files[key] = self._open(*key, versions, partition, task, ddl)
                     out.write(changes.batch)
         finally:
             results = [row for out in files.values() for row in out.close()]
@@ -198,13 +203,16 @@ class PartitionWriter:
         )
 
     def _open(self, table: str, schema_id: str | None, versions: dict[str, TableSchema],
-              partition: int, task: int = 0) -> _TableFiles:
+              partition: int, task: int = 0, ddl: list[dict] | None = None) -> _TableFiles:
         schema = versions.get(schema_id) if schema_id is not None else None
         if schema is None:
             schema = self.schemas.get(table)
         if schema is None:
             raise CdcError(f"the stream delivered changes of {table} without their schema ({schema_id})")
-        schema = without_columns(schema, self.exclude.get(table, ()))
+        # an excluded column renamed by DDL this partition read (before these rows) stays excluded
+        renames = [ColumnChanges.from_dict(d.get("changes") or {})
+                   for d in ddl or () if d.get("table") == table]
+        schema = without_columns(schema, tuple(sorted(excluded_after(self.exclude.get(table, ()), renames))))
         tid = schema.table
         # the task attempt: a partition computed twice (a task retried) never shares a file with itself
         stem = f"part-{partition:05d}-{self.attempt}-t{task}" + (f"-{schema_id}" if schema_id else "")
@@ -251,8 +259,8 @@ class ChangelogSink:
                 self._delta(TableId.parse(table)).adopt(batch_id)
             self._adopted = True
         layouts = self.zero_dates.refresh(self._by_name) if self.zero_dates is not None else None
-        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json, self.exclude,
-                                 layouts)
+        writer = PartitionWriter(self.root, batch_id, attempt, self._by_name, self.changelog_json,
+                                 self._exclusions(), layouts)
         results = [tuple(r) for r in df.mapInArrow(writer, WRITE_RESULT_SCHEMA).collect()]
         batch = self.commit(batch_id, attempt, results, replay=replay)
         write_json_atomic(
@@ -291,6 +299,40 @@ class ChangelogSink:
     def ledger_path(self, batch_id: int) -> str:
         return posixpath.join(self.checkpoint.rstrip("/"), LEDGER_DIR, f"batch={batch_id:012d}.json")
 
+    def _exclusions(self) -> dict[str, tuple[str, ...]]:
+        """The excluded columns' names after the DDL followed so far (an excluded column renamed stays
+        excluded under its new name): what the executors leave out of this batch's files."""
+        return {
+            table: tuple(sorted(excluded_after(names, read_schema_history(self.root, TableId.parse(table)))))
+            for table, names in self.exclude.items() if names
+        }
+
+    def _check_exclusions(self, batch_id: int, ddl: dict[str, list[dict]],
+                          by_table: dict[str, dict[str, list[tuple]]]) -> None:
+        """Before the markers: when this batch renamed an excluded column, none of its files may hold the
+        column under its new name. A partition leaves it out when it read the rename itself; a partition of
+        a parallel catch-up that starts after the rename did not: the batch fails, and its replay (the rename
+        is in the schema history now) leaves it out everywhere. Costs footer reads only after such a
+        rename."""
+        for table, changes in sorted(ddl.items()):
+            excluded = self.exclude.get(table, ())
+            renamed = excluded_after(excluded, [ColumnChanges.from_dict(c.get("changes") or {})
+                                                for c in changes])
+            now = excluded_after(excluded, read_schema_history(self.root, TableId.parse(table)))
+            if renamed == set(excluded):
+                continue
+            tid = TableId.parse(table)
+            for row in by_table.get(table, {}).get(CHANGELOG, []):
+                path = posixpath.join(changelog_dir(self.root, tid, batch_id), row[2])
+                fs, inner = filesystem(path)
+                leaked = sorted(now & set(pq.read_schema(inner, filesystem=fs).names))
+                if leaked:
+                    raise CdcError(
+                        f"batch {batch_id}: {table} column(s) {leaked} are excluded columns renamed by DDL "
+                        "in this batch, and a partition read before the rename wrote them: the batch is not "
+                        "committed; restart the stream (its replay leaves them out)"
+                    )
+
     def commit(self, batch_id: int, attempt: str, results: list[tuple], *, replay: bool) -> BatchCommit:
         """Write the markers of this attempt; on a replay, then drop what earlier attempts left."""
         by_table: dict[str, dict[str, list[tuple]]] = defaultdict(lambda: defaultdict(list))
@@ -305,6 +347,7 @@ class ChangelogSink:
                 by_table[row[0]][row[1]].append(row)
         for table, changes in sorted(ddl.items()):  # before the markers: a reader never sees data ahead of it
             record_schema_changes(self.root, TableId.parse(table), changes, batch_id)
+        self._check_exclusions(batch_id, ddl, by_table)
         start_offset, end_offset = _batch_range(ranges)
         # on a replay, tables whose Delta changelog already holds this batch keep that attempt's files
         settled = self._delta_holds(batch_id, {*self._by_name, *by_table}) if replay else set()

@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
+from airflow_provider_mysqlcdc.engine.lake.gc.retention import DEFAULT_INTERVAL_MINUTES, DEFAULT_RETENTION
+from airflow_provider_mysqlcdc.engine.lake.schema_history import SchemaEvent, excluded_after
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
@@ -58,6 +60,10 @@ class StreamConfig:
     break_lock: bool = False
     # columns never written, per table ("db.table" -> names): the same exclusions as the snapshot's
     exclude_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # garbage collection (engine.lake.gc) in the driver after a batch's mirror refresh, at most every
+    # gc_interval_minutes (0: off), deleting what stopped being needed more than gc_retention ago
+    gc_retention: str = DEFAULT_RETENTION
+    gc_interval_minutes: float = DEFAULT_INTERVAL_MINUTES
 
     @property
     def available_now(self) -> bool:
@@ -96,17 +102,22 @@ def parse_exclude_columns(items: list[str]) -> dict[str, tuple[str, ...]]:
 
 
 def written_schemas(
-    schemas: dict[TableId, TableSchema], exclude: dict[str, tuple[str, ...]]
+    schemas: dict[TableId, TableSchema], exclude: dict[str, tuple[str, ...]],
+    history: Callable[[TableId], list[SchemaEvent]] | None = None,
 ) -> dict[TableId, TableSchema]:
-    """The schemas the changelog is written with: excluded columns (secrets, blobs) never reach a file."""
+    """The schemas the changelog is written with: excluded columns (secrets, blobs) never reach a file, under
+    any name DDL the stream followed gave them (``history``: the table's schema history)."""
     out = dict(schemas)
-    for name, columns in exclude.items():
+    for name, configured in exclude.items():
         table = TableId.parse(name)
         if table not in schemas:
             raise ConfigurationError(f"--exclude-columns names {name}, which this stream does not capture")
         schema = schemas[table]
-        unknown = [c for c in columns if c not in schema.column_by_name]
-        keys = [c for c in columns if c in schema.primary_key]
+        events = history(table) if history is not None else []
+        gone = {n for e in events for n in (*e.changes.renamed, *e.changes.dropped)}  # renamed, dropped
+        unknown = [c for c in configured if c not in schema.column_by_name and c not in gone]
+        columns = tuple(sorted(excluded_after(configured, events)))
+        keys = [c for c in configured if c in schema.primary_key]
         if unknown or keys:
             raise ConfigurationError(
                 f"{table}: cannot exclude {unknown or keys}: "

@@ -34,6 +34,11 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable, read_json
+from airflow_provider_mysqlcdc.engine.lake.schema_history import (
+    columns_after,
+    excluded_after,
+    read_schema_history,
+)
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
@@ -138,7 +143,8 @@ def start_stream(
         source = _source_options(spark, config, tables, starting)
         sink = ChangelogSink(
             root=config.output,
-            schemas=written_schemas(schemas, config.exclude_columns),
+            schemas=written_schemas(schemas, config.exclude_columns,
+                                    lambda table: read_schema_history(config.output, table)),
             checkpoint=config.checkpoint,
             changelog_json=config.changelog_json,
             on_batch_committed=on_batch_committed,
@@ -342,10 +348,21 @@ def snapshot_table(
         SnapshotOptions(
             mysql_url=config.mysql_url, table=str(table), output=config.output,
             chunk_store=config.chunk_store, password_file=config.password_file, chunk_ids=chunk_ids,
-            exclude_columns=config.exclude_columns.get(str(table), ()), limits=config.source_limits,
+            exclude_columns=_excluded_now(config, table), limits=config.source_limits,
         ),
         job_group=job_group, chunks_per_task=1,
     )
+
+
+def _excluded_now(config: StreamConfig, table: TableId) -> tuple[str, ...]:
+    """The table's excluded columns under the names they have after the DDL the stream followed (an excluded
+    column renamed is excluded under its new name; one dropped is gone): what a re-snapshot leaves out."""
+    configured = config.exclude_columns.get(str(table), ())
+    history = read_schema_history(config.output, table) if configured else []
+    if not history:
+        return configured
+    present = set(columns_after(list(configured), history)) & excluded_after(configured, history)
+    return tuple(sorted(present))
 
 
 _RESNAPSHOT = re.compile(r"\[resnapshot table=(\S+) position=(\S+)\]")
@@ -353,17 +370,27 @@ _RESNAPSHOT = re.compile(r"\[resnapshot table=(\S+) position=(\S+)\]")
 
 @contextlib.contextmanager
 def mirror_refresh(config: StreamConfig) -> Iterator[BatchHook]:
-    """The default batch hook: refresh each changed table's mirror right after its batch commits.
+    """The default batch hook: refresh each changed table's mirror right after its batch commits, then
+    collect garbage (``engine.lake.gc``) at most every ``gc_interval_minutes``.
 
-    Incremental: only chunks that received changes (or a new snapshot) are rewritten.
+    Incremental: only chunks that received changes (or a new snapshot) are rewritten. A GC failure is logged
+    and never fails the stream.
     """
+    from airflow_provider_mysqlcdc.engine.lake.gc.collector import PeriodicGc
+    from airflow_provider_mysqlcdc.engine.lake.gc.retention import Retention
     from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 
     store = ChunkStore(config.chunk_store)
     refresher = MirrorRefresher(config.output, store, settings=config.settings(),
                                 outage_budget_s=config.reconnect_timeout)
+    gc = PeriodicGc(config.output, store, Retention.parse(config.gc_retention), config.gc_interval_minutes)
+
+    def hook(batch_id: int, tables: list[TableId]) -> None:
+        refresher.on_batch_committed(batch_id, tables)
+        gc.maybe_run()
+
     try:
-        yield refresher.on_batch_committed
+        yield hook
     finally:
         refresher.close()
         store.close()
