@@ -4,11 +4,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+S3_VENV := .venv-s3
+S3_STAMP := $(S3_VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup system-deps test demo bench lock clean
 
-setup: system-deps $(STAMP)
+setup: system-deps $(STAMP) $(S3_STAMP)
 
 # Debian packages the project needs: a MariaDB server binary for the throwaway test/demo servers (and its
 # client's mariadb-binlog, the independent decoder of the binlog audit), Java 17 for Spark, Chromium with its
@@ -40,6 +42,14 @@ $(STAMP): setup.py constraints.txt pyproject.toml airflow_provider_mysqlcdc/engi
 	$(BIN)/python -m airflow_provider_mysqlcdc.testing.verify_install
 	touch $@
 
+# An S3-compatible server for the object store tests (moto), apart from the project's venv: its botocore needs
+# a python-dateutil older than the project's lock allows.
+$(S3_STAMP): constraints-s3-server.txt
+	@test -x $(S3_VENV)/bin/python || $(PYTHON) -m venv $(S3_VENV)
+	$(S3_VENV)/bin/python -m pip install -q --upgrade pip
+	$(S3_VENV)/bin/python -m pip install -q -r constraints-s3-server.txt
+	touch $@
+
 # pytest exits 5 when it collected no tests: that is a failure, not a pass.
 test: setup
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
@@ -61,4 +71,4 @@ lock: setup
 	{ head -2 constraints.txt; cat constraints.new; } > constraints.txt && rm constraints.new
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(S3_VENV) build *.egg-info .pytest_cache

@@ -10,7 +10,7 @@ from cpu import Measure
 
 @dataclass
 class Figure:
-    section: str  # "snapshot", "planning", "catch-up", "latency", "memory"
+    section: str  # "snapshot", "planning", "catch-up", "latency", "memory", "mirror"
     what: str  # the measurement, with its configuration
     value: float | None
     unit: str  # of value and baseline: "rows/s", "s", "events/s", "MB"
@@ -47,6 +47,7 @@ SECTION_TITLES = {
     "catch-up": "3. Catch-up",
     "latency": "4. Latency",
     "memory": "5. Chunk memory",
+    "mirror": "6. Mirror refresh",
 }
 
 

@@ -14,7 +14,10 @@ Sections (``--only`` picks some; each starts its own throwaway MariaDB with the 
 4. ``latency``: commit -> visible in the changelog under a constant write load, processing-time trigger, vs
    a raw binlog tailer on the same load (``bench/latency.py``);
 5. ``memory``: peak memory of one chunk read vs chunk size and table size, vs connectorx materializing the
-   same range (``bench/chunk_memory.py``).
+   same range (``bench/chunk_memory.py``);
+6. ``mirror``: the mirror refresh per stream micro-batch (rewrite the touched chunks, manifest, one Delta
+   commit), changes spread over the table and in a hot key range, vs the same refresh without the Delta
+   commit on a copy of the same snapshot and changelog, the sides alternating (``bench/mirror_refresh.py``).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
@@ -41,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import catchup
 import chunk_memory
 import latency
+import mirror_refresh
 import planning
 import snapshot_bench
 import snapshot_cases
@@ -48,7 +52,7 @@ from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
 from spark_runs import SparkSetup, say
 
-SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory")
+SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror")
 SPARK_SECTIONS = ("snapshot", "catchup", "latency")
 MiB = 2**20
 
@@ -69,6 +73,9 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "memory_small_rows": (1_000_000, 100_000),
     "memory_chunk_sizes": ("10000,100000,1000000", "1000,10000,100000"),
     "memory_independence_size": (100_000, 10_000),
+    "mirror_rows": (1_000_000, 100_000),
+    "mirror_batches": (30, 10),
+    "mirror_changes": (2000, 2000),
 }
 
 
@@ -87,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--types-rows", type=int, help="rows of each of the six wide tables of every type (100000)")
     sizes.add_argument("--many-tables", type=int, help="tables of the many-tables case (500)")
     sizes.add_argument("--many-rows", type=int, help="rows of each of them (2000)")
-    sizes.add_argument("--chunk-size", type=int, help="snapshot and planning chunk size (32768, the default)")
+    sizes.add_argument("--chunk-size", type=int, help="snapshot, planning and mirror chunk size (32768, the default)")
     sizes.add_argument("--planning-rows", type=int)
     sizes.add_argument("--catchup-changes", type=int, help="row changes in the binlog range (2M)")
     sizes.add_argument("--catchup-txn-rows", type=int, help="rows per transaction of that range (1000)")
@@ -104,6 +111,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--memory-chunk-sizes", help="comma-separated (10000,100000,1000000)")
     sizes.add_argument("--memory-independence-size", type=int,
                        help="chunk size also read on the small table (100000)")
+    sizes.add_argument("--mirror-rows", type=int, help="rows of the mirror refresh's table (1M)")
+    sizes.add_argument("--mirror-batches", type=int,
+                       help="stream batches of each mirror refresh variant, spread and hot (30)")
+    sizes.add_argument("--mirror-changes", type=int, help="row changes per batch (2000)")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
         if getattr(args, name) is None:
@@ -216,6 +227,11 @@ def planning_section(args: argparse.Namespace, work: Path) -> list[Figure]:
             for r in out]
 
 
+def mirror_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], list[str]]:
+    return mirror_refresh.run_section(work, rows=args.mirror_rows, batches=args.mirror_batches,
+                                      changes=args.mirror_changes, chunk_size=args.chunk_size, seed=args.seed)
+
+
 # --- the run --------------------------------------------------------------------------------------------------
 
 
@@ -283,7 +299,8 @@ def run(args: argparse.Namespace) -> Report:
             by_section[section], notes[section] = result if isinstance(result, tuple) else (result, [])
         except Exception as exc:  # noqa: BLE001 - one failed section must not hide the others' figures
             traceback.print_exc()
-            report.failures.append(f"{section}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            first = (str(exc).splitlines() or [""])[0]  # an assertion without a message has no line
+            report.failures.append(f"{section}: {type(exc).__name__}: {first[:300]}")
         timings[section] = time.perf_counter() - t0
         say(f"== {section}: {timings[section]:.0f}s ==")
 
@@ -309,6 +326,9 @@ def run(args: argparse.Namespace) -> Report:
             attempt("memory", work / "memory", lambda: chunk_memory.run_section(
                 work / "memory", table_rows=args.memory_rows, small_rows=args.memory_small_rows,
                 chunk_sizes=sizes, independence_size=args.memory_independence_size))
+        if "mirror" in args.sections:
+            # not work / "mirror": a "/mirror/" in the output root's path confuses the Delta checks
+            attempt("mirror", work / "refresh", lambda: mirror_section(args, work / "refresh"))
     finally:
         if setup is not None:
             setup.stop()

@@ -12,6 +12,7 @@ import argparse
 import base64
 import contextlib
 import json
+import re
 import sys
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
@@ -30,9 +31,13 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest, read_mirror
+from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import latest_mirror_version, mirror_version_at, read_mirror
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.pipeline import arguments
@@ -83,6 +88,14 @@ def add_parsers(subparsers: Any) -> None:
         action="store_true",
         help="read the mirror as last refreshed (e.g. while a running stream refreshes it)",
     )
+    mirror.add_argument(
+        "--as-of",
+        metavar="POSITION|TIME|VERSION",
+        type=checked(_as_of),
+        help="time travel (implies --no-refresh): the table as of a binlog position (mysql-bin.000003:1234, "
+        "exact at the positions the mirror recorded, else as of the latest one before), a time the mirror "
+        "version was written (ISO 8601, UTC unless it names a zone), or a Delta version number",
+    )
     mirror.add_argument("--json", action="store_true", help="print the summary as JSON")
     mirror.set_defaults(func=cmd_mirror)
 
@@ -109,6 +122,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         raise ConfigurationError("no output root given: pass --output")
     table = TablePattern.parse(args.table).exact  # db.table, or `db`.`any name`
     info = sys.stderr if args.print_rows else sys.stdout
+    if args.as_of is not None:
+        return _mirror_as_of(args, table, info)
     if args.no_refresh:
         manifest = read_manifest(args.output, table)
         changed = None
@@ -129,6 +144,9 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         return 2
     summary = {**manifest.to_dict(), "files": mirror_files(args.output, table)}
     summary.pop("chunks", None)
+    delta = latest_mirror_version(args.output, table)
+    summary["delta_table"] = mirror_table_uri(args.output, table)
+    summary["delta_version"] = None if delta is None else delta.as_dict()
     if changed is not None:
         summary["refresh"] = {
             "rewritten_chunks": list(changed.rewritten),
@@ -147,9 +165,48 @@ def cmd_mirror(args: argparse.Namespace) -> int:
                 f"applied batches {list(changed.batches)} in {changed.seconds:.2f}s",
                 file=info,
             )
+        if delta is not None:
+            print(f"Delta table {summary['delta_table']}: version {delta.version}"
+                  + (f", exact as of {delta.as_of}" if delta.as_of else ""), file=info)
         print("files:", *summary["files"], sep="\n  ", file=info)
-    if args.export or args.print_rows:
-        data = read_mirror(args.output, table)
+    _print_rows(args, read_mirror(args.output, table) if args.export or args.print_rows else None, info)
+    return 0
+
+
+def _mirror_as_of(args: argparse.Namespace, table: TableId, info: Any) -> int:
+    """``mirror --as-of``: the Delta version that shows the table then, its rows on request."""
+    version = mirror_version_at(args.output, table, args.as_of)
+    summary = {"table": str(table), "requested": str(args.as_of), **version.as_dict(),
+               "delta_table": mirror_table_uri(args.output, table)}
+    if args.json:
+        print(json.dumps(summary, indent=2), file=info)
+    else:
+        shown = f"as of binlog position {version.as_of}" if version.as_of else "NOT consistent (mixed chunk HWs)"
+        print(f"{table}: mirror version {version.version} (written {summary['written_at']}, through batch "
+              f"{version.through_batch}), {shown}", file=info)
+    data = read_mirror(args.output, table, as_of=version.version) if args.export or args.print_rows else None
+    _print_rows(args, data, info)
+    return 0
+
+
+def _as_of(text: str) -> BinlogPosition | datetime | int:
+    """``--as-of``: a Delta version (digits), a binlog position (``file.NNNNNN:pos``) or an ISO time."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if re.fullmatch(r"[^\s:]+\.\d+:\d+", text):
+        return BinlogPosition.parse(text)
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise arguments.BadValue(
+            f"{text!r} is neither a binlog position (mysql-bin.000003:1234), an ISO 8601 time "
+            "(2026-11-27T10:00:00) nor a Delta version number"
+        ) from None
+
+
+def _print_rows(args: argparse.Namespace, data: Any, info: Any) -> None:
+    if data is not None:
         if args.export:
             fs, inner = filesystem(args.export)
             pq.write_table(data, inner, filesystem=fs)
@@ -161,7 +218,6 @@ def cmd_mirror(args: argparse.Namespace) -> int:
                     sys.stdout.write(
                         json.dumps({k: _json_value(v) for k, v in row.items()}, ensure_ascii=False) + "\n"
                     )
-    return 0
 
 
 # --- helpers ------------------------------------------------------------------------------------------------

@@ -177,7 +177,13 @@ def _mirror_text(mirror: dict[str, Any] | None) -> str:
         f"{mirror.get('rows')} rows through batch {mirror.get('through_batch')}, "
         f"refreshed {mirror.get('refreshed_at')}"
     )
-    return text + (f", consistent as of {mirror.get('as_of')}" if mirror.get("consistent") else "")
+    text += f", consistent as of {mirror.get('as_of')}" if mirror.get("consistent") else ""
+    if mirror.get("delta_version") is not None:
+        text += f"; Delta table version {mirror['delta_version']}"
+        text += f" (exact as of {mirror['delta_as_of']})" if mirror.get("delta_as_of") else ""
+    if mirror.get("changelog_delta_batch") is not None:
+        text += f"; changelog Delta table through batch {mirror['changelog_delta_batch']}"
+    return text
 
 
 def _table_details(t: TableStatus) -> str:
@@ -192,7 +198,7 @@ def _table_details(t: TableStatus) -> str:
             ("schema version", "schema_version", t.schema_version),
             ("latest DDL followed", "last_ddl", t.last_ddl or "none"),
             ("latest stream batch", "stream_batch", t.stream_batch),
-            ("mirror files", "mirror", _mirror_text(t.mirror)),
+            ("mirror (Delta tables)", "mirror", _mirror_text(t.mirror)),
         ]),
     ]
     if t.failures:

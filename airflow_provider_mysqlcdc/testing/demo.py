@@ -158,7 +158,7 @@ def main() -> int:
         _run(["mirror", "--table", TABLE, "--output", lake], env)
 
         _step("comparing the mirror with the source, row by row")
-        from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+        from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
         from airflow_provider_mysqlcdc.engine.model import values
         from airflow_provider_mysqlcdc.engine.model.tables import TableId
         from airflow_provider_mysqlcdc.engine.source.catalog import load_schema

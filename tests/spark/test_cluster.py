@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings

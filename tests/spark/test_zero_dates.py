@@ -18,7 +18,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables

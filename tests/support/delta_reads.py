@@ -10,7 +10,7 @@ import pyarrow as pa
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import APP_ID, changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest, read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest, read_manifest_files
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 
 
@@ -60,14 +60,14 @@ def delta_mirror(root: str, table: TableId, version: int | None = None) -> pa.Ta
 
 
 def assert_delta_mirror_matches_manifest(root: str, table: TableId) -> None:
-    """The mirror's Delta table holds exactly the manifest's files, and reads as ``read_mirror`` does."""
+    """The mirror's Delta table holds exactly the manifest's files, and reads as the manifest's files do."""
     from deltalake import DeltaTable
 
     delta = delta_mirror(root, table)
     assert delta is not None, f"{table}: no mirror Delta table"
     files = {f.split("/mirror/", 1)[1] for f in DeltaTable(mirror_table_uri(root, table)).file_uris()}
     assert files == {f.split("mirror/", 1)[1] for f in read_manifest(root, table).files}
-    ours = read_mirror(root, table)
+    ours = read_manifest_files(root, table)
     assert Counter(_rows(delta, ours.column_names)) == Counter(_rows(ours, ours.column_names)), table
 
 

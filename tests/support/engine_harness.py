@@ -190,11 +190,11 @@ def assert_same_rows(got: list[tuple], want: list[tuple], table: object) -> None
 
 def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: list[TableId], min_rows: int = 1,
                                 delta: bool = True) -> None:
-    """The materialized mirror under ``output`` (read as consumers do, through its manifest) equals
+    """The materialized mirror under ``output`` (read as consumers do, through its Delta table) equals
     ``SELECT`` of each table, row by row and typed, over the mirror's columns (excluded ones are absent); the
     Delta tables, read with delta-rs, hold the same: the changelog exactly the committed batches' records, the
     mirror the manifest's files (``delta=False``: an output a release before the Delta tables wrote)."""
-    from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_mirror
+    from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
     from tests.support.delta_reads import (
         assert_delta_changelog_matches_markers,
         assert_delta_mirror_matches_manifest,

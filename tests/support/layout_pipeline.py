@@ -3,7 +3,7 @@
 Snapshot chunks go to ``snapshot/generation=<g>/chunk=<id>/version=<v>/`` (committed with the chunk store
 row);
 stream batches to ``changelog/batch=<id>/`` plus the marker ``changelog/_committed/batch=<id>.json`` carrying
-``end_offset``, as the Spark stream does. The in-memory snapshots and changelog of ``Pipeline`` are kept too,
+``end_offset``, then the batch's commit to the changelog's Delta table, as the Spark stream does. The in-memory snapshots and changelog of ``Pipeline`` are kept too,
 so tests can compare the file mirror with the engine's mirror rule (``tests/support/reference_mirror.py``).
 """
 
@@ -17,7 +17,11 @@ from typing import Callable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
+from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
     changelog_marker,
@@ -28,10 +32,12 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.records import Record
-from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
+from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadResult
 from airflow_provider_mysqlcdc.engine.snapshot.phase import snapshot_chunk
 from tests.support.engine_harness import Pipeline
+from tests.support.workload import Workload
 
 
 @dataclass
@@ -111,22 +117,37 @@ class LayoutPipeline(Pipeline):
         changed = {TableId.parse(r.table) for r in batch.records}
         for table in self.tables or sorted(changed):
             records = [r for r in batch.records if r.table == str(table)]
+            ddl = [_ddl_event(c) for c in batch.schema_changes if c.table == table]
+            if ddl:  # before the markers, as the Spark sink records them
+                record_schema_changes(self.root, table, ddl, batch_id)
             if records or self.empty_batches:
-                self.write_batch(table, batch_id, records, batch.end.to_dict() if self.end_offsets else None)
+                self.write_batch(table, batch_id, records, batch.end.to_dict() if self.end_offsets else None,
+                                 batch.schemas)
         return batch_id, changed
 
     def write_batch(
-        self, table: TableId, batch_id: int, records: list[Record], end_offset: dict | None
+        self, table: TableId, batch_id: int, records: list[Record], end_offset: dict | None,
+        versions: dict[str, TableSchema] | None = None,
     ) -> None:
+        """The batch's files: one per schema version of the records (``versions``: schema id -> schema, as
+        the stream read them; records without one are in ``self.schemas``), as the Spark sink writes them."""
         directory = changelog_dir(self.root, table, batch_id)
         os.makedirs(directory, exist_ok=True)
-        if records:
-            batch = records_batch(self.schemas[table], records)
-            pq.write_table(pa.Table.from_batches([batch]), os.path.join(directory, "part-00000.parquet"))
+        groups: dict[str | None, list[Record]] = {}
+        for record in records:
+            groups.setdefault(record.schema_id, []).append(record)
+        for n, (schema_id, group) in enumerate(groups.items()):
+            schema = (versions or {}).get(schema_id) if schema_id is not None else None
+            batch = records_batch(schema or self.schemas[table], group)
+            pq.write_table(pa.Table.from_batches([batch]), os.path.join(directory, f"part-{n:05d}.parquet"))
         marker = {"batch_id": batch_id, "rows": len(records)}
         if end_offset is not None:
             marker["end_offset"] = end_offset
         write_json_atomic(changelog_marker(self.root, table, batch_id), marker)
+        if records:  # then the Delta commit, as the stream's sink makes it
+            names = [f"part-{n:05d}.parquet" for n in range(len(groups))]
+            DeltaChangelog(self.root, table).commit(batch_id, batch_files(self.root, table, batch_id, names),
+                                                    end_offset)
 
     def stream_batches(self, rng: random.Random, count: int) -> list[tuple[int, set[TableId]]]:
         return [self.stream_batch(max_rows=rng.randint(20, 300)) for _ in range(count)]
@@ -140,6 +161,29 @@ class LayoutPipeline(Pipeline):
                 return out
 
 
+def _ddl_event(change: SchemaChange) -> dict:
+    """A DDL the stream followed, as the schema history records it."""
+    return {"position": format_row_key(change.key), "verb": change.ddl.verb,
+            "statement": change.ddl.statement, "changes": change.ddl.changes.to_dict(), "resnapshot": change.ddl.resnapshot,
+            "commit_ts": change.commit_ts.isoformat() if change.commit_ts else None}
+
+
 def _data_rows(data: pa.Table) -> list[dict]:
     names = [n for n in data.schema.names if n not in METADATA_NAMES]
     return values.canonical_pylist(data.select(names))
+
+
+def drain_and_refresh(pipe: LayoutPipeline, refresher: MirrorRefresher) -> None:
+    """Batches until the stream has caught up, each followed by the stream's mirror refresh hook."""
+    for batch_id, changed in pipe.drain(max_rows=300):
+        refresher.on_batch_committed(batch_id, sorted(changed, key=str))
+
+
+def stream_while_writing(pipe: LayoutPipeline, refresher: MirrorRefresher, rng: random.Random,
+                         workload: Workload, batches: int) -> None:
+    """``batches`` stream batches, the writers running before each, each followed by the refresh hook."""
+    for _ in range(batches):
+        workload.run_for(0.4)
+        batch_id, changed = pipe.stream_batch(max_rows=rng.randint(40, 300))
+        refresher.on_batch_committed(batch_id, sorted(changed, key=str))
+

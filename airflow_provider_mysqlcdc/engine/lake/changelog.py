@@ -53,10 +53,10 @@ class BatchMarker:
     marker: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def committed_batch_ids(root: str, table: TableId) -> list[int]:
+def committed_batch_ids(root: str, table: TableId, storage_options: dict[str, str] | None = None) -> list[int]:
     """Ids of the batches whose marker exists, ascending (one directory listing, no file read)."""
     marker_dir = posixpath.join(table_dir(root, table), CHANGELOG, COMMITTED)
-    fs, inner = filesystem(marker_dir)
+    fs, inner = filesystem(marker_dir, storage_options)
     ids = []
     for info in fs.get_file_info(pafs.FileSelector(inner, allow_not_found=True)):
         match = _MARKER.match(info.base_name)
@@ -136,9 +136,9 @@ class StreamProgress:
         }
 
 
-def read_stream_progress(root: str) -> StreamProgress | None:
+def read_stream_progress(root: str, storage_options: dict[str, str] | None = None) -> StreamProgress | None:
     """The stream's progress file, or None (no stream yet, or a file this release cannot read)."""
-    data = read_json(stream_progress_path(root))
+    data = read_json(stream_progress_path(root), storage_options)
     if not data:
         return None
     offset = parse_offset(data.get("end_offset"))

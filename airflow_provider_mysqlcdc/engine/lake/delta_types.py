@@ -45,7 +45,15 @@ def delta_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, nullable=True) for f in file_schema(schema)])
 
 
+_PLAIN = {pa.large_string(): pa.string(), pa.string_view(): pa.string(), pa.large_binary(): pa.binary(),
+          pa.binary_view(): pa.binary()}
+
+
+def plain_type(kind: pa.DataType) -> pa.DataType:
+    """A large or view string or binary as its plain form (delta-rs reports either; our files hold plain)."""
+    return _PLAIN.get(kind, kind)
+
+
 def same_type(a: pa.DataType, b: pa.DataType) -> bool:
-    """Equal types, reading a large or view string or binary as its plain form (delta-rs reports either)."""
-    plain = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary(), pa.string_view(): pa.string()}
-    return plain.get(a, a) == plain.get(b, b)
+    """Equal types, reading a large or view string or binary as its plain form."""
+    return plain_type(a) == plain_type(b)

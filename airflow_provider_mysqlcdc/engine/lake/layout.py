@@ -91,11 +91,29 @@ def mirror_dir(root: str, table: TableId, chunk_id: int, version: str) -> str:
     return posixpath.join(table_dir(root, table), MIRROR, f"chunk={chunk_id}", f"version={version}")
 
 
-def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem for a path or URI, and the path inside it."""
+def filesystem(path: str, storage_options: dict[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem for a path or URI, and the path inside it. ``storage_options``: delta-rs's
+    settings of a reader that does not use the environment (for ``s3://``: the ``AWS_*`` keys); without them,
+    or for other schemes, pyarrow takes its settings from the environment."""
     if "://" not in path:
         return pafs.LocalFileSystem(), path
+    if storage_options and path.startswith(("s3://", "s3a://")):
+        return _s3(storage_options), path.split("://", 1)[1]
     return pafs.FileSystem.from_uri(path)
+
+
+def _s3(options: dict[str, str]) -> pafs.S3FileSystem:
+    """An S3 filesystem from delta-rs-style storage options (keys as delta-rs spells them, any case)."""
+    o = {k.upper(): v for k, v in options.items()}
+    endpoint = o.get("AWS_ENDPOINT_URL") or o.get("AWS_ENDPOINT")
+    scheme = "https"
+    if endpoint and "://" in endpoint:
+        scheme, endpoint = endpoint.split("://", 1)
+    return pafs.S3FileSystem(
+        access_key=o.get("AWS_ACCESS_KEY_ID"), secret_key=o.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=o.get("AWS_SESSION_TOKEN"), region=o.get("AWS_REGION") or o.get("AWS_DEFAULT_REGION"),
+        endpoint_override=endpoint, scheme=scheme,
+    )
 
 
 def write_json_atomic(path: str, data: dict[str, Any]) -> None:
@@ -128,8 +146,8 @@ def ensure_writable(root: str, what: str = "output") -> None:
         ) from None
 
 
-def read_json(path: str) -> dict[str, Any] | None:
-    fs, inner = filesystem(path)
+def read_json(path: str, storage_options: dict[str, str] | None = None) -> dict[str, Any] | None:
+    fs, inner = filesystem(path, storage_options)
     try:
         with fs.open_input_stream(inner) as src:
             data = json.loads(src.read().decode())

@@ -7,8 +7,9 @@ the table's largest chunk HW. Until the stream has passed it, chunks reflect dif
 (each its own HW, or the stream position if later) and the mirror is not a state the table ever had as a
 whole; ``consistent`` says whether it is.
 
-Readers need no Spark, MySQL or chunk store: :func:`mirror_files` lists the files, :func:`read_mirror` reads
-them with pyarrow. The mirror files hold the table's columns only, one schema for all files.
+The refresh works from the manifest; consumers read the mirror's Delta table (``mirror_reader``). Without
+delta-rs: :func:`mirror_files` lists the files, :func:`read_manifest_files` reads them with pyarrow. The mirror files hold the table's columns only; a file written before an ADD COLUMN
+whose value for existing rows is NULL lacks that column (no chunk is rewritten for it): read it as NULL.
 
 Note for readers of the file list: the directories are named ``chunk=<id>/version=<v>``, which pyarrow and
 DuckDB take for Hive partitions and turn into two extra columns unless told otherwise: pass
@@ -24,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
@@ -224,9 +226,11 @@ def manifest_path(root: str, table: TableId) -> str:
     return posixpath.join(table_dir(root, table), MIRROR, MIRROR_MANIFEST)
 
 
-def read_manifest(root: str, table: TableId | str) -> MirrorManifest | None:
+def read_manifest(
+    root: str, table: TableId | str, storage_options: dict[str, str] | None = None
+) -> MirrorManifest | None:
     table = TableId.parse(table) if isinstance(table, str) else table
-    data = read_json(manifest_path(root, table))
+    data = read_json(manifest_path(root, table), storage_options)
     return None if data is None else MirrorManifest.from_dict(data)
 
 
@@ -247,10 +251,17 @@ def mirror_files(root: str, table: TableId | str) -> list[str]:
     return [posixpath.join(base, f) for f in manifest.files]
 
 
-def read_mirror(root: str, table: TableId | str, columns: list[str] | None = None) -> pa.Table:
-    """The current state of a table as one Arrow table (files named by the manifest, no partition columns)."""
+def read_manifest_files(root: str, table: TableId | str, columns: list[str] | None = None) -> pa.Table:
+    """The files the manifest names as one Arrow table, no partition columns: the mirror as of its last
+    refresh, for a mirror with no Delta table (consumers read ``mirror_reader.read_mirror``)."""
+    table = TableId.parse(table) if isinstance(table, str) else table
     files = mirror_files(root, table)
     fs, _ = filesystem(files[0])
-    return engine_types(
-        pq.read_table([filesystem(f)[1] for f in files], filesystem=fs, columns=columns, partitioning=None)
-    )
+    paths = [filesystem(f)[1] for f in files]
+    # files written before an ADD COLUMN no chunk was rewritten for lack the column: NULL there, the value
+    # the source gives those rows; the columns in the manifest's (the source's) order
+    schema = pa.unify_schemas([pq.read_schema(p, filesystem=fs) for p in paths])
+    order = [n for n in read_manifest(root, table).columns if n in schema.names]  # type: ignore[union-attr]
+    schema = pa.schema([schema.field(n) for n in [*order, *(n for n in schema.names if n not in order)]])
+    dataset = ds.dataset(paths, schema=schema, format="parquet", filesystem=fs, partitioning=None)
+    return engine_types(dataset.to_table(columns=columns))

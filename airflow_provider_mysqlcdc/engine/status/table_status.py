@@ -21,12 +21,14 @@ from airflow_provider_mysqlcdc.engine.chunk_store import (
     TableEntry,
     UnknownChunk,
 )
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorManifest,
     consistent_as_of,
     is_consistent,
     read_manifest,
 )
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import latest_mirror_version
 from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_history, schema_version
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -143,7 +145,7 @@ def table_status(
         primary_key=pk,
         schema_version=schema.version,
         last_ddl=schema.last_ddl,
-        mirror=_mirror_summary(manifest),
+        mirror=_mirror_summary(manifest, root, table),
         failures=chunks.failures,
         notes=tuple(notes),
         row_estimate=_row_estimate(store, name, chunks.generation),
@@ -316,10 +318,16 @@ def _primary_key_notes(pk: tuple[str, ...] | None) -> list[str]:
     ]
 
 
-def _mirror_summary(manifest: MirrorManifest | None) -> dict[str, Any] | None:
-    if manifest is None:
+def _mirror_summary(manifest: MirrorManifest | None, root: str | None, table: TableId) -> dict[str, Any] | None:
+    """The manifest's figures, and where the Delta tables readers open stand: the mirror's current version
+    (and the position it is exact at) and the last batch the changelog's Delta table holds."""
+    if manifest is None or root is None:
         return None
+    delta = latest_mirror_version(root, table)
     return {
+        "delta_version": None if delta is None else delta.version,
+        "delta_as_of": None if delta is None or delta.as_of is None else str(delta.as_of),
+        "changelog_delta_batch": DeltaChangelog(root, table).last_batch(),
         "rows": manifest.rows,
         "through_batch": manifest.through_batch,
         "refreshed_at": manifest.refreshed_at,

@@ -1,0 +1,474 @@
+"""The cost of refreshing a table's mirror per stream micro-batch, now that each refresh also makes a Delta Lake
+commit (issue 19), against the same refresh without the Delta commit, measured side by side in one run.
+
+Input (identical for both sides): a throwaway MariaDB with the binlog on; one table ``bench.items`` of
+``rows`` rows (``id BIGINT`` primary key; ``qty INT``, ``price DECIMAL(12,2)``, ``name VARCHAR(64)``,
+``updated DATETIME``), planned into chunks of ``chunk_size`` rows and snapshotted through the engine
+(``snapshot_chunk`` writing ``snapshot/generation=<g>/chunk=<id>/version=<v>/`` and committing the chunk store
+row, as ``tests/support/layout_pipeline.py`` does). Then a seeded write load of ``batches`` batches of
+``changes`` row changes in each of two variants, each batch read by the engine's stream (``ChangeStream``)
+and written as one changelog batch (files, marker, the changelog's Delta commit: ``LayoutPipeline``):
+
+- **spread**: 80% updates of keys drawn from the whole table, 10% inserts above the largest key, 10% deletes
+  of random keys: every batch touches (nearly) every chunk;
+- **hot**: 90% updates and 5% deletes within a hot range of 8,192 keys in a middle chunk, 5% inserts above
+  the largest key (an auto-increment's new rows): a batch touches two chunks, the common OLTP case.
+
+The snapshot and the changelog are copied to two output roots; each side builds its own mirror from the
+snapshot (the first refresh, reported as a note) and then refreshes per batch as the stream's hook does,
+``MirrorRefresher.refresh(table, [batch_id])``: the figure side as the package does it (rewrite the touched
+chunks, switch ``mirror/_manifest.json``, one Delta commit: ``DeltaMirror.sync``), the baseline with the Delta
+commit switched off (``_NoDeltaRefresher`` below: the refresh as it was before the mirror was a Delta table,
+manifest only). The sides alternate which goes first on every batch, so machine noise hits both alike. Per
+side: mean and p95 ms per batch, chunks rewritten per batch; on the figure side ``DeltaMirror.sync`` is timed
+on its own too (its share of the refresh). Ratio = figure / baseline (lower is better). CPU shares with
+``bench/cpu.py``'s ``measure`` around each refresh, summed per side (client = this process; the MySQL server
+is idle during the refreshes, the write load ran before).
+
+Checks (the section fails without them): each refresh applied exactly its batch; the baseline made no Delta
+table; the figure side's Delta table has one version per refresh; the final mirror read through delta-rs and
+through the manifest equals ``SELECT`` of the table (``tests.support.engine_harness.assert_mirror_equals_source``:
+row by row, typed, plus the Delta changelog against the markers), and the baseline's mirror (manifest) equals
+the figure side's, row by row.
+
+Through the suite (``python bench/suite.py --only mirror [--quick] [--mirror-rows N] [--mirror-batches B]
+[--mirror-changes K]``), or by hand: ``python bench/mirror_refresh.py [--rows N] [--batches B] [--changes K]
+[--seed S]`` prints the section's table.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.support drives the engine
+from cpu import Measure, measure, settle
+from report import Figure
+from spark_runs import say
+
+DATABASE, TABLE_NAME = "bench", "items"
+TABLE = f"{DATABASE}.{TABLE_NAME}"
+HOT_KEYS = 8192  # the hot variant's key range
+VARIANTS = ("spread", "hot")
+LABELS = {"spread": "changes spread over the table", "hot": "changes in a hot key range + appends"}
+
+
+# --- the table and its write load ----------------------------------------------------------------------------
+
+
+def load_table(server: Any, rows: int) -> None:
+    step = 500_000
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+        cur.execute(f"CREATE TABLE {TABLE} (id BIGINT PRIMARY KEY, qty INT NOT NULL, price DECIMAL(12,2) NOT NULL, "
+                    "name VARCHAR(64) NOT NULL, updated DATETIME NULL)")
+        for low in range(1, rows + 1, step):
+            high = min(rows, low + step - 1)
+            cur.execute(f"INSERT INTO {TABLE} SELECT seq, seq % 1000, (seq % 100000) / 100, CONCAT('item-', seq), "
+                        f"TIMESTAMP'2026-01-01 00:00:00' + INTERVAL seq SECOND FROM {DATABASE}.seq_{low}_to_{high}")
+        conn.commit()
+        cur.execute(f"ANALYZE TABLE {TABLE}")
+        cur.fetchall()
+
+
+@dataclass
+class Keys:
+    """The live keys of the table (for seeded draws), a hot range among them, the next key to insert."""
+
+    ids: list[int]
+    hot: list[int]
+    next_id: int
+    _where: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rows: int, hot_low: int, hot_high: int) -> Keys:
+        keys = cls(list(range(1, rows + 1)), list(range(hot_low, hot_high)), rows + 1)
+        keys._where = {k: i for i, k in enumerate(keys.ids)}
+        return keys
+
+    def insert(self, n: int) -> list[int]:
+        new = list(range(self.next_id, self.next_id + n))
+        self.next_id += n
+        for k in new:
+            self._where[k] = len(self.ids)
+            self.ids.append(k)
+        return new
+
+    def delete(self, keys: list[int]) -> None:
+        gone = set(keys)
+        for k in keys:  # swap-remove
+            i = self._where.pop(k)
+            last = self.ids.pop()
+            if last != k:
+                self.ids[i] = last
+                self._where[last] = i
+        self.hot = [k for k in self.hot if k not in gone]
+
+
+@dataclass(frozen=True)
+class BatchLoad:
+    updates: list[int]
+    inserts: int
+    deletes: list[int]
+
+    @property
+    def changes(self) -> int:
+        return len(self.updates) + self.inserts + len(self.deletes)
+
+    @property
+    def records(self) -> int:
+        """Changelog records the batch gives: an update is a ``-U`` and a ``+U``."""
+        return 2 * len(self.updates) + self.inserts + len(self.deletes)
+
+
+def draw(keys: Keys, rng: random.Random, variant: str, changes: int) -> BatchLoad:
+    if variant == "spread":
+        n_ins = n_del = changes // 10
+        picked = rng.sample(keys.ids, changes - n_ins)
+        return BatchLoad(sorted(picked[n_del:]), n_ins, sorted(picked[:n_del]))
+    n_ins = n_del = changes // 20
+    picked = rng.sample(keys.hot, min(len(keys.hot), changes - n_ins))
+    return BatchLoad(sorted(picked[n_del:]), n_ins, sorted(picked[:n_del]))
+
+
+def apply_load(server: Any, keys: Keys, load: BatchLoad, batch: int) -> None:
+    """The batch's row changes in the source, a transaction per statement of at most 500 keys."""
+    when = (datetime(2026, 6, 1) + timedelta(minutes=batch)).strftime("%Y-%m-%d %H:%M:%S")
+    with server.admin() as conn, conn.cursor() as cur:
+        for part in _parts(load.updates, 500):
+            cur.execute(f"UPDATE {TABLE} SET qty = qty + 1, price = price + 0.01, "
+                        f"name = CONCAT('b{batch}-', id), updated = %s WHERE id IN ({_in(part)})", (when,))
+            conn.commit()
+        new = keys.insert(load.inserts)
+        for part in _parts(new, 500):
+            cur.executemany(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s, %s)",
+                            [(k, k % 1000, f"{(k % 100000) / 100:.2f}", f"new-{batch}-{k}", when) for k in part])
+            conn.commit()
+        for part in _parts(load.deletes, 500):
+            cur.execute(f"DELETE FROM {TABLE} WHERE id IN ({_in(part)})")
+            conn.commit()
+    keys.delete(load.deletes)
+
+
+def _parts(items: list[int], size: int) -> Iterator[list[int]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _in(keys: list[int]) -> str:
+    return ",".join(str(int(k)) for k in keys)
+
+
+# --- the two refreshers --------------------------------------------------------------------------------------
+
+
+def _refresher_classes() -> tuple[type, type]:
+    """The refresher as the package has it, with ``DeltaMirror.sync`` timed; and the baseline, without it."""
+    from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+
+    if not callable(getattr(MirrorRefresher, "_delta", None)):
+        raise RuntimeError("MirrorRefresher._delta(table) is gone: adapt bench/mirror_refresh.py's refreshers")
+
+    class _TimedSync:
+        def __init__(self, delta: Any, times: list[float]) -> None:
+            self.delta, self.times = delta, times
+
+        def sync(self, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return self.delta.sync(*args, **kwargs)
+            finally:
+                self.times.append(time.perf_counter() - t0)
+
+    class _NoSync:
+        def sync(self, *args: Any, **kwargs: Any) -> bool:
+            return False
+
+    class TimedRefresher(MirrorRefresher):
+        """The package's refresh; the time of each ``DeltaMirror.sync`` goes to ``sync_times``."""
+
+        sync_times: list[float]
+
+        def _delta(self, table: Any) -> Any:
+            if not hasattr(self, "sync_times"):
+                self.sync_times = []
+            return _TimedSync(super()._delta(table), self.sync_times)
+
+    class NoDeltaRefresher(MirrorRefresher):
+        """The baseline: the refresh before the mirror was a Delta table (files and manifest, no Delta commit)."""
+
+        def _delta(self, table: Any) -> Any:
+            return _NoSync()
+
+    return TimedRefresher, NoDeltaRefresher
+
+
+@dataclass
+class Side:
+    name: str  # "delta" or "baseline"
+    root: Path
+    refresher: Any
+    ms: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    chunks: dict[str, list[int]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    cpu: dict[str, Measure] = field(default_factory=dict)
+    build: Measure | None = None
+
+    def refresh(self, pid: int, table: Any, batch_id: int | None) -> tuple[Any, Measure, float]:
+        with measure(pid) as m:
+            t0 = time.perf_counter()
+            result = self.refresher.refresh(table, None if batch_id is None else [batch_id])
+            seconds = time.perf_counter() - t0
+        if result.manifest is None:
+            raise AssertionError(f"{self.name}: the refresh built no mirror: {result.reason}")
+        return result, m, seconds
+
+
+# --- the section ---------------------------------------------------------------------------------------------
+
+
+def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size: int = 32768,
+                seed: int = 1) -> tuple[list[Figure], list[str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+    from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
+    from airflow_provider_mysqlcdc.engine.lake.layout import new_version, snapshot_dir, table_dir
+    from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
+    from airflow_provider_mysqlcdc.engine.model.tables import TableId
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+    from tests.support.layout_pipeline import LayoutPipeline
+
+    class Pipeline(LayoutPipeline):
+        """LayoutPipeline's chunk writer without its in-memory copy of every snapshot row."""
+
+        def _writer(self, plan: Any, chunk_id: int) -> Callable[[Iterator[pa.RecordBatch]], str]:
+            schema = self.schemas[plan.table]
+
+            def write(parts: Iterator[pa.RecordBatch]) -> str:
+                data = pa.Table.from_batches(list(parts), schema=record_schema(schema))
+                version = new_version()
+                directory = snapshot_dir(self.root, plan.table, plan.generation, chunk_id, version)
+                os.makedirs(directory)
+                pq.write_table(data, os.path.join(directory, "part-00000.parquet"))
+                return version
+
+            return write
+
+    Timed, NoDelta = _refresher_classes()
+    table = TableId.parse(TABLE)
+    rng = random.Random(seed)
+    notes: list[str] = []
+    src = work / "source"
+    with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
+        assert server.process is not None
+        pid = server.process.pid
+        settings = MySQLSettings.from_url(server.cdc_url)
+        say(f"mirror: loading {rows:,} rows ...")
+        load_table(server, rows)
+        settle(pid)
+        pipe = Pipeline(settings, ChunkStore(str(work / "chunks.db")), DATABASE, root=str(src), chunk_size=chunk_size)
+        (plan,) = pipe.plan([TABLE])
+        pipe.tables = [table]
+        say(f"mirror: snapshot, {len(plan.chunks)} chunks of {chunk_size:,} ...")
+        with measure(pid) as snap:
+            for chunk in plan.chunks:
+                pipe.snapshot(plan, chunk.chunk_id)
+        say(f"mirror: snapshot {snap.wall:.1f} s")
+        hot_chunk = plan.chunks[len(plan.chunks) // 2]
+        hot_low = max(1, _int_bound(hot_chunk.start, 1))
+        hot_high = min(_int_bound(hot_chunk.end, rows + 1), hot_low + HOT_KEYS, rows + 1)
+        keys = Keys.of(rows, hot_low, hot_high)
+
+        sides = [Side("delta", work / "delta", None), Side("baseline", work / "baseline", None)]
+        for side in sides:  # the snapshot only: each side builds its own mirror from it
+            shutil.copytree(src, side.root)
+        pipe.open_stream([table])
+        loads: dict[str, list[tuple[int, BatchLoad]]] = {v: [] for v in VARIANTS}
+        say(f"mirror: write load, {len(VARIANTS)} x {batches} batches of {changes:,} row changes, streamed ...")
+        for variant in VARIANTS:
+            for _ in range(batches):
+                load = draw(keys, rng, variant, changes)
+                apply_load(server, keys, load, pipe.next_batch)
+                batch_id, changed = pipe.stream_batch()
+                got = sum(1 for r in pipe.changelog if r.table == TABLE)
+                pipe.changelog.clear()
+                if got != load.records:
+                    raise AssertionError(f"batch {batch_id}: the stream read {got} records of {TABLE}, "
+                                         f"the load made {load.records}")
+                loads[variant].append((batch_id, load))
+        src_table, n_chunks = Path(table_dir(str(src), table)), len(plan.chunks)
+        settle(pid)
+
+        # the mirrors: each side builds its own from the snapshot, then the changelog arrives
+        sides[0].refresher = Timed(str(sides[0].root), pipe.store, settings=settings, schemas=dict(pipe.schemas))
+        sides[1].refresher = NoDelta(str(sides[1].root), pipe.store, settings=settings, schemas=dict(pipe.schemas))
+        for side in sides:
+            say(f"mirror: {side.name}: first build from the snapshot ...")
+            result, side.build, _ = side.refresh(pid, table, None)
+            assert len(result.rebuilt) == n_chunks, (side.name, result.rebuilt)
+        sides[0].refresher.sync_times.clear()
+        for side in sides:
+            shutil.copytree(src_table / "changelog", Path(table_dir(str(side.root), table)) / "changelog")
+        delta_builds: dict[str, list[float]] = {v: [] for v in VARIANTS}
+
+        say("mirror: refresh per batch, the sides alternating ...")
+        turn = 0
+        for variant in VARIANTS:
+            for batch_id, load in loads[variant]:
+                for side in (sides if turn % 2 == 0 else sides[::-1]):
+                    result, m, seconds = side.refresh(pid, table, batch_id)
+                    if tuple(result.batches) != (batch_id,):
+                        raise AssertionError(f"{side.name}: the refresh of batch {batch_id} applied "
+                                             f"{result.batches}")
+                    side.ms[variant].append(seconds * 1000)
+                    side.chunks[variant].append(len(result.rewritten))
+                    side.cpu[variant] = side.cpu[variant] + m if variant in side.cpu else m
+                turn += 1
+            delta_builds[variant] = [t * 1000 for t in sides[0].refresher.sync_times]
+            sides[0].refresher.sync_times.clear()
+        say("mirror: checking the mirrors ...")
+        check_mirrors(settings, sides, table, mirror_table_uri, expected_versions=1 + len(VARIANTS) * batches)
+        checkpointed = checkpoint_versions(mirror_table_uri(str(sides[0].root), table))
+    say(f"mirror: the mirror's Delta log has checkpoints at versions {sorted(checkpointed)}")
+    delta, base = sides
+    figures: list[Figure] = []
+    size = (f"{rows:,}-row table, {n_chunks} chunks of {chunk_size:,}; {batches} batches of {changes:,} row "
+            f"changes")
+    for variant in VARIANTS:
+        d_ms, b_ms, sync_ms = delta.ms[variant], base.ms[variant], delta_builds[variant]
+        records = statistics.mean(load.records for _, load in loads[variant])
+        chunks = statistics.mean(delta.chunks[variant])
+        if delta.chunks[variant] != base.chunks[variant]:
+            raise AssertionError(f"{variant}: the sides rewrote different chunks: {delta.chunks[variant]} vs "
+                                 f"{base.chunks[variant]}")
+        common = dict(baseline_what="the same refresh without the Delta commit (the mirror before issue 19: "
+                                    "chunk files + manifest)", higher_is_better=False)
+        label = LABELS[variant]
+        note = f"{size} ({records:,.0f} changelog records each); {chunks:.1f} of {n_chunks} chunks rewritten a batch"
+        figures.append(Figure(
+            "mirror", f"refresh per batch (rewrite chunks, manifest, Delta commit), **{label}**: mean",
+            statistics.mean(d_ms), "ms", f"median {statistics.median(d_ms):,.0f} ms; {chunks:.1f} chunks",
+            delta.cpu[variant], baseline=statistics.mean(b_ms),
+            baseline_detail=f"median {statistics.median(b_ms):,.0f} ms", baseline_cpu=base.cpu[variant],
+            note=note, short=f"{variant}: mean", **common))
+        figures.append(Figure(
+            "mirror", f"same, **{label}**: p95", p95(d_ms), "ms", f"max {max(d_ms):,.0f} ms", None,
+            baseline=p95(b_ms), baseline_detail=f"max {max(b_ms):,.0f} ms", note="", cpu_text="(row above)",
+            baseline_cpu_text="(row above)", short=f"{variant}: p95", **common))
+        d_cpu, b_cpu = delta.cpu[variant], base.cpu[variant]
+        figures.append(Figure(
+            "mirror", f"same, **{label}**: CPU time per batch (this process, delta-rs's threads included)",
+            d_cpu.client / len(d_ms) * 1000, "ms", "", None, baseline=b_cpu.client / len(b_ms) * 1000,
+            cpu_text="(row above)", baseline_cpu_text="(row above)",
+            note="less sensitive than wall time to other work on the cores", short=f"{variant}: CPU", **common))
+        share = statistics.mean(sync_ms) / statistics.mean(d_ms)
+        first = 1 + VARIANTS.index(variant) * batches  # the Delta version of the variant's first batch
+        checkpoints = [t for i, t in enumerate(sync_ms) if first + i in checkpointed]
+        plain = [t for i, t in enumerate(sync_ms) if first + i not in checkpointed]
+        figures.append(Figure(
+            "mirror", f"of which the Delta commit (`DeltaMirror.sync`), **{label}**: mean", statistics.mean(sync_ms),
+            "ms", f"{share:.0%} of the refresh; p95 {p95(sync_ms):,.0f} ms", None,
+            baseline=statistics.mean(b_ms), baseline_detail="(the whole refresh)", cpu_text="(in the refresh)",
+            baseline_cpu_text="(row above)",
+            note="ratio = what the commit adds to the refresh before; "
+                 + (f"the {len(checkpoints)} commits that wrote a checkpoint {statistics.mean(checkpoints):,.0f} ms, "
+                    f"the others {statistics.mean(plain):,.0f} ms" if checkpoints and plain
+                    else "no commit of these wrote a checkpoint"),
+            short=f"{variant}: Delta commit", **common))
+    for side in sides:
+        b = side.build
+        assert b is not None
+        notes.append(f"Mirror refresh: the first build of the mirror from the snapshot ({n_chunks} chunks), "
+                     f"{side.name}: {b.wall:,.2f} s ({b.compact()}).")
+    notes.append(f"Mirror refresh: the input, same for both sides: snapshot through the engine in {snap.wall:,.1f} s; "
+                 f"spread = 80% updates / 10% inserts / 10% deletes over the whole table, hot = 90% updates / 5% "
+                 f"deletes in keys {hot_low:,}..{hot_high - 1:,} + 5% inserts above the largest key; "
+                 f"per-batch times: delta {_series(delta.ms)}; baseline {_series(base.ms)}.")
+    return figures, notes
+
+
+def _int_bound(bound: Any, default: int) -> int:
+    """A chunk bound of the integer key as an int (None: unbounded)."""
+    if bound is None:
+        return default
+    value = bound[0] if isinstance(bound, (tuple, list)) else bound
+    return int(value) if value is not None else default
+
+
+def checkpoint_versions(uri: str) -> set[int]:
+    """The Delta versions whose commit wrote a checkpoint (``delta_log``: ``delta.checkpointInterval`` 10).
+    Version 0 is the first build, then one version per batch, the variants in order."""
+    log_dir = Path(uri) / "_delta_log"
+    return {int(p.name.split(".", 1)[0]) for p in log_dir.iterdir() if ".checkpoint." in p.name}
+
+
+def p95(xs: list[float]) -> float:
+    ordered = sorted(xs)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _series(ms: dict[str, list[float]]) -> str:
+    return "; ".join(f"{v} " + " ".join(f"{t:.0f}" for t in ms[v]) for v in VARIANTS)
+
+
+def check_mirrors(settings: Any, sides: list[Side], table: Any, mirror_table_uri: Callable[..., str],
+                  expected_versions: int) -> None:
+    """Both final mirrors equal the source, read through delta-rs and through the manifest."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest_files
+    from tests.support.engine_harness import assert_mirror_equals_source
+
+    delta, base = sides
+    if DeltaTable.is_deltatable(mirror_table_uri(str(base.root), table)):
+        raise AssertionError("the baseline made a Delta commit: its refresh was not without Delta")
+    versions = DeltaTable(mirror_table_uri(str(delta.root), table)).version() + 1
+    if versions != expected_versions:
+        raise AssertionError(f"the mirror's Delta table has {versions} versions, {expected_versions} refreshes")
+    # the figure side: read through delta-rs (read_mirror) row by row against SELECT, Delta == manifest,
+    # the Delta changelog == the markers
+    assert_mirror_equals_source(settings, str(delta.root), [table])
+    ours = read_manifest_files(str(delta.root), table).sort_by("id")
+    theirs = read_manifest_files(str(base.root), table).sort_by("id")
+    if ours.num_rows != theirs.num_rows or not ours.equals(theirs.cast(ours.schema)):
+        raise AssertionError(f"the baseline's mirror ({theirs.num_rows} rows) differs from the Delta side's "
+                             f"({ours.num_rows} rows)")
+    say(f"mirror: both mirrors equal the source ({ours.num_rows:,} rows)")
+
+
+def main() -> int:
+    import tempfile
+
+    from report import Report, markdown
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--batches", type=int, default=30, help="batches of each variant")
+    parser.add_argument("--changes", type=int, default=2000, help="row changes per batch")
+    parser.add_argument("--chunk-size", type=int, default=32768)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="mysqlcdc-mirror-"))
+    try:
+        figures, notes = run_section(work, rows=args.rows, batches=args.batches, changes=args.changes,
+                                     chunk_size=args.chunk_size, seed=args.seed)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(markdown(Report(header=["### Mirror refresh per batch"], figures=figures, notes=notes)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
