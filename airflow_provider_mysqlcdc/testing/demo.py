@@ -176,7 +176,8 @@ def main() -> int:
             return 1
         print(f"{sum(mirror.values())} rows in the mirror equal the source, value for value")
     print(f"\ndemo finished in {time.monotonic() - started:.0f}s; output in {out}")
-    print("read it with DuckDB: the file list is in demo-output/lake/demo/orders/mirror/_manifest.json")
+    print("read it as a Delta table: DeltaTable('demo-output/lake/demo/orders/mirror').to_pandas() (pip package "
+          "deltalake), or pl.read_delta(...) in Polars; the changes are in demo-output/lake/demo/orders/changelog")
     return 0
 
 
