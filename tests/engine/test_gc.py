@@ -158,20 +158,26 @@ def _mirror_files_on_disk(root: str, table: TableId) -> set[str]:
 # --- every kind, old and young -----------------------------------------------------------------------------
 
 
-def test_gc_deletes_each_kind_once_older_than_the_retention_and_keeps_what_readers_use(
-    mysql_server, mysql_db, tmp_path
-):
-    _sql(mysql_server, mysql_db, "CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL)")
-    _sql(mysql_server, mysql_db, "INSERT INTO acct VALUES " + ",".join(f"({i}, 0)" for i in range(1, 401)))
+def _streaming_table(mysql_server, mysql_db, tmp_path, name: str, rows: int):
+    """Table ``name`` (``rows`` rows, chunks of 100) snapshotted, its mirror built, the stream open on it."""
+    _sql(mysql_server, mysql_db, f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT NOT NULL)")
+    _sql(mysql_server, mysql_db, f"INSERT INTO {name} VALUES " + ",".join(f"({i}, 0)" for i in range(1, rows + 1)))
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, chunk_size=100)
-    plan = pipe.plan([f"{mysql_db}.acct"])[0]
-    table = plan.table
-    pipe.tables = [table]
+    plan = pipe.plan([f"{mysql_db}.{name}"])[0]
+    pipe.tables = [plan.table]
     for chunk in plan.chunks:
         pipe.snapshot(plan, chunk.chunk_id)
     refresher = MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings)
-    refresher.refresh(table)
-    pipe.open_stream([table])
+    refresher.refresh(plan.table)
+    pipe.open_stream([plan.table])
+    return pipe, plan, refresher
+
+
+def test_gc_deletes_each_kind_once_older_than_the_retention_and_keeps_what_readers_use(
+    mysql_server, mysql_db, tmp_path
+):
+    pipe, plan, refresher = _streaming_table(mysql_server, mysql_db, tmp_path, "acct", rows=400)
+    table = plan.table
     rng = random.Random(19)
     checkpoints: list[tuple[float, int]] = []  # (a moment between two refreshes, the Delta version before it)
     for step in range(4):
@@ -310,17 +316,8 @@ def test_gc_under_a_running_reader_never_breaks_the_reader(mysql_server, mysql_d
     """A reader thread opens the mirror's Delta table (and our reader) and reads, again and again, while
     batches refresh the mirror and GC runs after each with a retention of seconds: every read succeeds and is
     a state the table had."""
-    _sql(mysql_server, mysql_db, "CREATE TABLE hot (id INT PRIMARY KEY, v INT NOT NULL)")
-    _sql(mysql_server, mysql_db, "INSERT INTO hot VALUES " + ",".join(f"({i}, 0)" for i in range(1, 301)))
-    pipe = _pipeline(mysql_server, mysql_db, tmp_path, chunk_size=100)
-    plan = pipe.plan([f"{mysql_db}.hot"])[0]
+    pipe, plan, refresher = _streaming_table(mysql_server, mysql_db, tmp_path, "hot", rows=300)
     table = plan.table
-    pipe.tables = [table]
-    for chunk in plan.chunks:
-        pipe.snapshot(plan, chunk.chunk_id)
-    refresher = MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings)
-    refresher.refresh(table)
-    pipe.open_stream([table])
     uri = mirror_table_uri(pipe.root, table)
     states: dict[int, Counter] = {}  # Delta version -> its rows
     lock = threading.Lock()
