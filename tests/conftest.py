@@ -20,6 +20,9 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE
 from airflow_provider_mysqlcdc.engine.common.environment import ROWS_DECODER_ENV
+from tests.support.spark_jvm import jvm_environment
+
+pytest_plugins = ["tests.support.suite_timing"]
 
 REPO = Path(__file__).resolve().parents[1]
 # The process runs in a third zone (server: -07:00, sessions: UTC) so zone mistakes show up as wrong values.
@@ -55,6 +58,8 @@ def pytest_configure(config: pytest.Config) -> None:
             ROWS_DECODER_ENV: os.environ.get(ROWS_DECODER_ENV, COMPARE),
         }
     )
+    # every Spark JVM of the suite starts with less than half the CPU time (tests/support/spark_jvm.py)
+    os.environ.update(jvm_environment())
     # spark-submit and the mysqlcdc script live next to this interpreter.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
