@@ -8,7 +8,7 @@ S3_VENV := .venv-s3
 S3_STAMP := $(S3_VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test demo bench lock clean
+.PHONY: setup system-deps test lint demo bench lock clean
 
 setup: system-deps $(STAMP) $(S3_STAMP)
 
@@ -54,6 +54,11 @@ $(S3_STAMP): constraints-s3-server.txt
 test: setup
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# What tests/test_code_quality.py checks inside make test, alone: ruff over the tree, mypy over the package.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 demo: setup
 	$(BIN)/python -m airflow_provider_mysqlcdc.testing.demo

@@ -5,7 +5,8 @@ from setuptools import Extension, find_packages, setup
 
 ROOT = Path(__file__).parent
 version = {}
-exec((ROOT / "airflow_provider_mysqlcdc" / "__init__.py").read_text(), version)
+# our own __init__.py, read without importing the package (its dependencies may not be installed yet)
+exec((ROOT / "airflow_provider_mysqlcdc" / "__init__.py").read_text(), version)  # noqa: S102 - see above
 
 
 def compiled_extensions() -> list:
@@ -58,8 +59,8 @@ setup(
     extras_require={
         "postgres": ["psycopg[binary]>=3.2,<4"],
         "bench": ["psutil>=5.9", "matplotlib>=3.9,<4"],
-        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4", "duckdb>=1.1",
-                 "polars==2.1.0",
+        "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4",
+                 "duckdb>=1.1", "polars==2.1.0",
                  "selenium>=4.20,<5",
                  "import-linter==2.16", "hypothesis==6.140.0", "ruff==0.17.6", "mypy==2.4.1"],
     },

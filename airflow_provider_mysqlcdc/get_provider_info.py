@@ -34,7 +34,7 @@ def get_provider_info() -> dict[str, Any]:
                 "hook-class-name": "airflow_provider_mysqlcdc.hooks.mysqlcdc.MySqlCdcHook",
             },
         ],
-        # The UI plugin registers through the "airflow.plugins" entry point (setup.py); listing it here as well
-        # makes Airflow load it twice when providers are discovered eagerly.
+        # The UI plugin registers through the "airflow.plugins" entry point (setup.py); listing it here as
+        # well makes Airflow load it twice when providers are discovered eagerly.
         "plugins": [],
     }

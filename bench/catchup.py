@@ -83,7 +83,8 @@ def binlog_bytes(server: Any, start: BinlogPosition, end: BinlogPosition) -> int
     return sizes[start.file] - start.pos + sum(sizes[n] for n in names[first + 1:last]) + end.pos
 
 
-def commit_plan_at(settings: Any, store_path: Path, table: str, position: BinlogPosition, chunk_size: int) -> int:
+def commit_plan_at(settings: Any, store_path: Path, table: str, position: BinlogPosition,
+                   chunk_size: int) -> int:
     """Plan ``table`` and commit every chunk with LW = HW = ``position`` (no snapshot is written: the stream
     then starts there and emits every change after it). Returns the number of chunks."""
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
@@ -145,7 +146,8 @@ def write_changes(server: Any, changes: int, txn_rows: int) -> Changes:
                         (low, min(out.updates, low + txn_rows - 1)))
             out.transactions += 1
         for low in range(out.updates + 1, initial + 1, txn_rows):
-            cur.execute("DELETE FROM bench.t WHERE id BETWEEN %s AND %s", (low, min(initial, low + txn_rows - 1)))
+            cur.execute("DELETE FROM bench.t WHERE id BETWEEN %s AND %s",
+                        (low, min(initial, low + txn_rows - 1)))
             out.transactions += 1
     return out
 
@@ -176,11 +178,13 @@ def event_log_tasks(event_dir: Path, app_id: str) -> list[dict[str, Any]]:
                               "executor": str(info.get("Executor ID")), "failed": bool(info.get("Failed")),
                               "run_s": float(metrics.get("Executor Run Time", 0)) / 1000.0,
                               "wall_s": (info.get("Finish Time", 0) - info.get("Launch Time", 0)) / 1000.0})
-    return [{**t, "batch": stage_batch[t["stage"]]} for t in tasks if t["stage"] in stage_batch and not t["failed"]]
+    return [{**t, "batch": stage_batch[t["stage"]]} for t in tasks
+            if t["stage"] in stage_batch and not t["failed"]]
 
 
 def partition_rows(output: str, table: str) -> dict[tuple[int, int], int]:
-    """(batch id, partition) -> changelog records, from the committed batches' files (``part-<partition>-``)."""
+    """(batch id, partition) -> changelog records, from the
+    committed batches' files (``part-<partition>-``)."""
     from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
@@ -190,7 +194,9 @@ def partition_rows(output: str, table: str) -> dict[tuple[int, int], int]:
         for path in read_batch(output, tid, batch_id).files:
             match = re.match(r"part-(\d+)-", Path(path).name)
             if match is None:
-                raise RuntimeError(f"changelog file {path} does not name its partition (part-<partition>-...)")
+                raise RuntimeError(
+                    f"changelog file {path} does not name its partition (part-<partition>-...)"
+                )
             part = int(match.group(1))
             out[(batch_id, part)] = out.get((batch_id, part), 0) + pq.ParquetFile(path).metadata.num_rows
     return out
@@ -241,7 +247,7 @@ def child(cfg_path: str) -> int:
     return 0
 
 
-# --- the section ---------------------------------------------------------------------------------------------
+# --- the section --------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -259,7 +265,8 @@ class CatchupResult:
 
 
 def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, max_bytes: int,
-                partition_bytes: int | None, partitions: tuple[int, ...] = (1, 2)) -> tuple[list[Figure], list[str]]:
+                partition_bytes: int | None,
+                partitions: tuple[int, ...] = (1, 2)) -> tuple[list[Figure], list[str]]:
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
@@ -296,9 +303,10 @@ def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, m
             run_dir = work / f"catchup-{p}"
             run_dir.mkdir()
             shutil.copy(store, run_dir / "chunks.db")
-            cfg = {**setup.child_config(p), "executors": p, "partitions": p, "partition_bytes": partition_bytes,
-                   "max_bytes_per_batch": max_bytes, "mysql_url": settings.redacted_url(),
-                   "password_file": str(pw), "store": str(run_dir / "chunks.db"), "output": str(run_dir / "out"),
+            cfg = {**setup.child_config(p), "executors": p, "partitions": p,
+                   "partition_bytes": partition_bytes, "max_bytes_per_batch": max_bytes,
+                   "mysql_url": settings.redacted_url(), "password_file": str(pw),
+                   "store": str(run_dir / "chunks.db"), "output": str(run_dir / "out"),
                    "checkpoint": str(run_dir / "checkpoint"), "event_dir": str(run_dir / "events"),
                    "server_pid": pid}
             say(f"catch-up: stream, {p} partition(s), {setup.label(p)} ...")
@@ -332,18 +340,21 @@ def task_notes(results: list[CatchupResult]) -> list[str]:
         parts = []
         for t in sorted(r.tasks, key=lambda t: (t["batch"], t["partition"])):
             rate = t["rows"] / t["run_s"] if t["run_s"] else 0.0
-            parts.append(f"b{t['batch']}/p{t['partition']} {t['rows']:,} in {t['run_s']:.1f} s = {rate:,.0f}/s")
+            parts.append(f"b{t['batch']}/p{t['partition']} {t['rows']:,} in {t['run_s']:.1f} s "
+                         f"= {rate:,.0f}/s")
         lines.append(f"Catch-up tasks at {r.partitions} partition(s) (batch/partition: records in task run "
                      f"time): {'; '.join(parts) or 'none'}.")
     return lines
 
 
-def decode_figure(made: Changes, size: int, raw: Measure, n_raw: int, compiled: Measure, n_compiled: int) -> Figure:
+def decode_figure(made: Changes, size: int, raw: Measure, n_raw: int, compiled: Measure,
+                  n_compiled: int) -> Figure:
     """Decoding alone: the compiled decoder against mysql-replication, both over the whole range on one
     connection (framing by mysql-replication in both)."""
     return Figure(
-        "catch-up", "raw decode: the compiled rows decoder (`engine/binlog/rows_decoder`), columnar normalised "
-        "values", n_compiled / compiled.wall, "events/s", f"{made.rows / compiled.wall:,.0f} row changes/s",
+        "catch-up", "raw decode: the compiled rows decoder (`engine/binlog/rows_decoder`), columnar "
+        "normalised values", n_compiled / compiled.wall, "events/s",
+        f"{made.rows / compiled.wall:,.0f} row changes/s",
         compiled, baseline_what="raw mysql-replication `BinLogStreamReader`, every `event.rows` decoded",
         baseline=n_raw / raw.wall, baseline_detail=f"{made.rows / raw.wall:,.0f} row changes/s",
         baseline_cpu=raw, note=f"{made.images:,} row images, {size / MiB:,.0f} MiB binlog; target >= 10x",
@@ -354,7 +365,8 @@ def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure
             partition_bytes: int, txn_rows: int) -> list[Figure]:
     raw_rate = n_raw / raw.wall
     base: dict[str, Any] = {
-        "baseline_what": "raw mysql-replication `BinLogStreamReader`, 1 connection, every `event.rows` decoded",
+        "baseline_what": "raw mysql-replication `BinLogStreamReader`, 1 connection, "
+                         "every `event.rows` decoded",
         "baseline": raw_rate, "baseline_detail": f"{made.rows / raw.wall:,.0f} row changes/s",
         "baseline_cpu": raw}
     scope = (f"{made.rows:,} row changes = {made.images:,} row images ({made.transactions:,} txns of "
@@ -363,10 +375,12 @@ def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure
     for r in results:
         rate = r.rows / r.run.wall
         n_batches = len(r.batches)
-        split = (f"; {r.split_batches} of {n_batches} batches split (partition >= {partition_bytes / MiB:g} MiB)"
+        split = (f"; {r.split_batches} of {n_batches} batches split "
+                 f"(partition >= {partition_bytes / MiB:g} MiB)"
                  if r.partitions > 1 else f"; {n_batches} batches")
         out.append(Figure(
-            "catch-up", f"stream job, `available-now`, **{r.partitions} partition{'s' if r.partitions > 1 else ''}"
+            "catch-up", f"stream job, `available-now`, **{r.partitions} "
+                        f"partition{'s' if r.partitions > 1 else ''}"
             f"** ({r.label})", rate, "events/s", f"{made.rows / r.run.wall:,.0f} row changes/s", r.run,
             note=f"{scope}{split}; Spark start-up {r.startup.wall:.0f} s not included",
             short=f"stream, {r.partitions} partition(s)", **base))
@@ -374,8 +388,8 @@ def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure
         rates = sorted(r.task_rates)
         spread = f"tasks {rates[0]:,.0f} .. {rates[-1]:,.0f}/s" if rates else "no task figures"
         out.append(Figure(
-            "catch-up", f"per partition at {r.partitions} partition{'s' if r.partitions > 1 else ''}: records / "
-            "task run time (Spark event log)", r.per_partition_rate, "events/s",
+            "catch-up", f"per partition at {r.partitions} partition{'s' if r.partitions > 1 else ''}: "
+            "records / task run time (Spark event log)", r.per_partition_rate, "events/s",
             f"{len(r.task_rates)} tasks", cpu_text="(in the row above)", note=spread,
             short=f"per partition, at {r.partitions}", **base))
     one = next((r for r in results if r.partitions == 1), None)

@@ -32,7 +32,7 @@ WARM_TABLE = "bench.w"
 WARM_ROWS = 2000
 
 
-# --- peak RSS of this process --------------------------------------------------------------------------------
+# --- peak RSS of this process -------------------------------------------------------------------------------
 
 
 def _status_kb(name: str) -> int:
@@ -55,7 +55,7 @@ def peak_mb(reset: bool) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-# --- children ------------------------------------------------------------------------------------------------
+# --- children -----------------------------------------------------------------------------------------------
 
 
 def chunk_child(cfg: dict[str, Any]) -> int:
@@ -106,7 +106,7 @@ def raw_child(cfg: dict[str, Any]) -> int:
     return 0
 
 
-# --- the section ---------------------------------------------------------------------------------------------
+# --- the section --------------------------------------------------------------------------------------------
 
 
 def run_child(flag: str, cfg: dict[str, Any], run_dir: Path, name: str) -> dict[str, Any]:

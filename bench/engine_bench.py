@@ -89,7 +89,8 @@ def bench_select(settings: MySQLSettings, server: MariaDBServer) -> tuple[int, T
     return n, t
 
 
-def bench_chunk_read(settings: MySQLSettings, server: MariaDBServer, plan: ChunkPlan) -> tuple[int, Timer, float]:
+def bench_chunk_read(settings: MySQLSettings, server: MariaDBServer,
+                     plan: ChunkPlan) -> tuple[int, Timer, float]:
     with connect(settings) as conn:
         schema = load_schema(conn, plan.table)
     n = 0
@@ -219,7 +220,8 @@ def main() -> int:
         gen2 = store.create_plan("bench.t", {**plan.to_dict(), "generation": plan.generation + 1})
         for chunk in plan.chunks:
             store.start_chunk("bench.t", gen2, chunk.chunk_id)
-            store.commit_chunk("bench.t", gen2, chunk.chunk_id, rows=0, lw=start, hw=start, output_version="b")
+            store.commit_chunk("bench.t", gen2, chunk.chunk_id, rows=0, lw=start, hw=start,
+                               output_version="b")
         n_emit, emitted_emit, t_emit = bench_stream(settings, server, store, table, start, end)
         assert n_raw == n_drop == n_emit, (n_raw, n_drop, n_emit)
         assert emitted_emit == n_emit and emitted_drop == 0, (emitted_emit, emitted_drop)
@@ -229,19 +231,21 @@ def main() -> int:
     figures.update(select_rows_s=sel_rate, chunk_read_rows_s=one_rate, chunked_rows_s=chunk_rate,
                    raw_binlog_rows_s=raw_rate, stream_drop_rows_s=drop_rate, stream_emit_rows_s=emit_rate,
                    chunk_read_peak_rss_mb=mem_one)
-    print(f"\n### Engine throughput ({args.rows:,}-row table, {n_raw:,} binlog row images; {os.cpu_count()} cores)\n")
+    print(f"\n### Engine throughput ({args.rows:,}-row table, {n_raw:,} binlog row images; "
+          f"{os.cpu_count()} cores)\n")
     print("| measurement | figure | baseline (same run) | ratio | CPU share |")
     print("|---|---|---|---|---|")
-    print(f"| plain `SELECT *`, pymysql unbuffered, tuples | {sel_rate:,.0f} rows/s | - | 1.00 | {t_sel.shares()} |")
-    print(f"| chunk read, whole table as one chunk, Arrow batches | {one_rate:,.0f} rows/s | {sel_rate:,.0f} rows/s | "
-          f"{one_rate / sel_rate:.2f} | {t_one.shares()} |")
-    print(f"| chunk reads, {len(plan.chunks)} chunks of 8096 rows, one after another | {chunk_rate:,.0f} rows/s | "
-          f"{sel_rate:,.0f} rows/s | {chunk_rate / sel_rate:.2f} | {t_chunks.shares()} |")
+    print(f"| plain `SELECT *`, pymysql unbuffered, tuples | {sel_rate:,.0f} rows/s | - | 1.00 "
+          f"| {t_sel.shares()} |")
+    print(f"| chunk read, whole table as one chunk, Arrow batches | {one_rate:,.0f} rows/s | {sel_rate:,.0f} "
+          f"rows/s | {one_rate / sel_rate:.2f} | {t_one.shares()} |")
+    print(f"| chunk reads, {len(plan.chunks)} chunks of 8096 rows, one after another | {chunk_rate:,.0f} "
+          f"rows/s | {sel_rate:,.0f} rows/s | {chunk_rate / sel_rate:.2f} | {t_chunks.shares()} |")
     print(f"| raw mysql-replication iteration | {raw_rate:,.0f} rows/s | - | 1.00 | {t_raw.shares()} |")
-    print(f"| stream: reader + filter, every row located and dropped | {drop_rate:,.0f} rows/s | {raw_rate:,.0f} rows/s | "
-          f"{drop_rate / raw_rate:.2f} | {t_drop.shares()} |")
-    print(f"| stream: reader + filter, every row emitted | {emit_rate:,.0f} rows/s | {raw_rate:,.0f} rows/s | "
-          f"{emit_rate / raw_rate:.2f} | {t_emit.shares()} |")
+    print(f"| stream: reader + filter, every row located and dropped | {drop_rate:,.0f} rows/s | "
+          f"{raw_rate:,.0f} rows/s | {drop_rate / raw_rate:.2f} | {t_drop.shares()} |")
+    print(f"| stream: reader + filter, every row emitted | {emit_rate:,.0f} rows/s | {raw_rate:,.0f} rows/s "
+          f"| {emit_rate / raw_rate:.2f} | {t_emit.shares()} |")
     print(f"\npeak RSS of the benchmark process after the whole-table chunk read: {mem_one:,.0f} MB")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

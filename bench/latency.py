@@ -107,7 +107,8 @@ def tail_child(cfg: dict[str, Any]) -> int:
     from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
-    settings = MySQLSettings.from_url(cfg["mysql_url"], password=Path(cfg["password_file"]).read_text().strip())
+    settings = MySQLSettings.from_url(cfg["mysql_url"],
+                                      password=Path(cfg["password_file"]).read_text().strip())
     stream = BinLogStreamReader(
         connection_settings=settings.replication_kwargs(), server_id=allocate_server_id(settings, 7),
         log_file=cfg["start_file"], log_pos=cfg["start_pos"], resume_stream=True, blocking=True,
@@ -128,10 +129,11 @@ def tail_child(cfg: dict[str, Any]) -> int:
     return 0
 
 
-# --- the section ---------------------------------------------------------------------------------------------
+# --- the section --------------------------------------------------------------------------------------------
 
 
-def spawn(flag: str, cfg: dict[str, Any], run_dir: Path, name: str) -> tuple[subprocess.Popen, dict[str, Any]]:
+def spawn(flag: str, cfg: dict[str, Any], run_dir: Path,
+          name: str) -> tuple[subprocess.Popen, dict[str, Any]]:
     cfg = {**cfg, "ready": str(run_dir / f"{name}.ready"), "result": str(run_dir / f"{name}.json")}
     path = run_dir / f"{name}.config.json"
     path.write_text(json.dumps(cfg))
@@ -228,7 +230,8 @@ def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warm
         tail_proc = writer_proc = None
         try:
             wait_for(stream_cfg["ready"], stream_proc, 300, "the stream")
-            tail_proc, tail_cfg = spawn("--tail", {**common, "start_file": start.file, "start_pos": start.pos},
+            tail_proc, tail_cfg = spawn("--tail",
+                                        {**common, "start_file": start.file, "start_pos": start.pos},
                                         run_dir, "tail")
             wait_for(tail_cfg["ready"], tail_proc, 60, "the raw binlog tailer")
             writer_proc, writer_cfg = spawn("--write", {
@@ -262,7 +265,8 @@ def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warm
                     stop(proc, timeout=60)
         if stream_proc.returncode:
             raise RuntimeError(f"the stream failed ({stream_proc.returncode})")
-        arrivals = {int(k): float(at) for k, at in json.loads(Path(tail_cfg["result"]).read_text())["arrivals"]}
+        arrivals = {int(k): float(at)
+                    for k, at in json.loads(Path(tail_cfg["result"]).read_text())["arrivals"]}
     commits = {first + j: at for first, n, at in log if window_start <= at < window_end for j in range(n)}
     ours = latencies(commits, visible_times(stream_cfg["output"]))
     raw = latencies(commits, arrivals)
@@ -277,16 +281,18 @@ def figures(ours: Latencies, raw: Latencies, m: Measure, achieved: float, rate: 
     cpu = f"{client:.0%} / {server:.0%} shared ({m.share(m.other):.0%}); writer {writer:.0%}"
     base_cpu = f"tailer {tailer:.0%} / server {server:.0%} shared"
     note = (f"{ours.rows:,} rows committed in {seconds:.0f} s after {warmup:.0f} s warm-up; achieved "
-            f"{achieved:,.0f} rows/s of {rate:,} asked ({txn_rows} rows per txn); mean {ours.mean * 1000:,.0f} ms "
-            f"(raw {raw.mean * 1000:,.1f} ms)")
+            f"{achieved:,.0f} rows/s of {rate:,} asked ({txn_rows} rows per txn); mean "
+            f"{ours.mean * 1000:,.0f} ms (raw {raw.mean * 1000:,.1f} ms)")
     base = {"baseline_what": "raw blocking `BinLogStreamReader` tailing the same binlog at the same time: "
                              "commit -> row received"}
     return [
-        Figure("latency", f"commit -> visible in the changelog (batch marker), **p50**, `{trigger}` ({label})",
-               ours.p50 * 1000, "ms", cpu=m, cpu_text=cpu, baseline=raw.p50 * 1000, baseline_cpu_text=base_cpu,
-               higher_is_better=False, note=note, short="p50", **base),
-        Figure("latency", "same, **p99**", ours.p99 * 1000, "ms", cpu=m, cpu_text=cpu, baseline=raw.p99 * 1000,
-               baseline_cpu_text=base_cpu, higher_is_better=False, short="p99", **base),
+        Figure("latency",
+               f"commit -> visible in the changelog (batch marker), **p50**, `{trigger}` ({label})",
+               ours.p50 * 1000, "ms", cpu=m, cpu_text=cpu, baseline=raw.p50 * 1000,
+               baseline_cpu_text=base_cpu, higher_is_better=False, note=note, short="p50", **base),
+        Figure("latency", "same, **p99**", ours.p99 * 1000, "ms", cpu=m, cpu_text=cpu,
+               baseline=raw.p99 * 1000, baseline_cpu_text=base_cpu, higher_is_better=False, short="p99",
+               **base),
     ]
 
 

@@ -1,5 +1,5 @@
-"""The cost of refreshing a table's mirror per stream micro-batch, now that each refresh also makes a Delta Lake
-commit (issue 19), against the same refresh without the Delta commit, measured side by side in one run.
+"""The cost of refreshing a table's mirror per stream micro-batch, now that each refresh also makes a Delta
+Lake commit (issue 19), against the same refresh without the Delta commit, measured side by side in one run.
 
 Input (identical for both sides): a throwaway MariaDB with the binlog on; one table ``bench.items`` of
 ``rows`` rows (``id BIGINT`` primary key; ``qty INT``, ``price DECIMAL(12,2)``, ``name VARCHAR(64)``,
@@ -27,9 +27,9 @@ is idle during the refreshes, the write load ran before).
 
 Checks (the section fails without them): each refresh applied exactly its batch; the baseline made no Delta
 table; the figure side's Delta table has one version per refresh; the final mirror read through delta-rs and
-through the manifest equals ``SELECT`` of the table (``tests.support.engine_harness.assert_mirror_equals_source``:
-row by row, typed, plus the Delta changelog against the markers), and the baseline's mirror (manifest) equals
-the figure side's, row by row.
+through the manifest equals ``SELECT`` of the table
+(``tests.support.engine_harness.assert_mirror_equals_source``: row by row, typed, plus the Delta changelog
+against the markers), and the baseline's mirror (manifest) equals the figure side's, row by row.
 
 Through the suite (``python bench/suite.py --only mirror [--quick] [--mirror-rows N] [--mirror-batches B]
 [--mirror-changes K]``), or by hand: ``python bench/mirror_refresh.py [--rows N] [--batches B] [--changes K]
@@ -45,10 +45,11 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.support drives the engine
@@ -63,19 +64,20 @@ VARIANTS = ("spread", "hot")
 LABELS = {"spread": "changes spread over the table", "hot": "changes in a hot key range + appends"}
 
 
-# --- the table and its write load ----------------------------------------------------------------------------
+# --- the table and its write load ---------------------------------------------------------------------------
 
 
 def load_table(server: Any, rows: int) -> None:
     step = 500_000
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
-        cur.execute(f"CREATE TABLE {TABLE} (id BIGINT PRIMARY KEY, qty INT NOT NULL, price DECIMAL(12,2) NOT NULL, "
-                    "name VARCHAR(64) NOT NULL, updated DATETIME NULL)")
+        cur.execute(f"CREATE TABLE {TABLE} (id BIGINT PRIMARY KEY, qty INT NOT NULL, price DECIMAL(12,2) NOT "
+                    "NULL, name VARCHAR(64) NOT NULL, updated DATETIME NULL)")
         for low in range(1, rows + 1, step):
             high = min(rows, low + step - 1)
-            cur.execute(f"INSERT INTO {TABLE} SELECT seq, seq % 1000, (seq % 100000) / 100, CONCAT('item-', seq), "
-                        f"TIMESTAMP'2026-01-01 00:00:00' + INTERVAL seq SECOND FROM {DATABASE}.seq_{low}_to_{high}")
+            cur.execute(f"INSERT INTO {TABLE} SELECT seq, seq % 1000, (seq % 100000) / 100, CONCAT('item-', "
+                        "seq), TIMESTAMP'2026-01-01 00:00:00' + INTERVAL seq SECOND FROM "
+                        f"{DATABASE}.seq_{low}_to_{high}")
         conn.commit()
         cur.execute(f"ANALYZE TABLE {TABLE}")
         cur.fetchall()
@@ -152,7 +154,8 @@ def apply_load(server: Any, keys: Keys, load: BatchLoad, batch: int) -> None:
         new = keys.insert(load.inserts)
         for part in _parts(new, 500):
             cur.executemany(f"INSERT INTO {TABLE} VALUES (%s, %s, %s, %s, %s)",
-                            [(k, k % 1000, f"{(k % 100000) / 100:.2f}", f"new-{batch}-{k}", when) for k in part])
+                            [(k, k % 1000, f"{(k % 100000) / 100:.2f}", f"new-{batch}-{k}", when)
+                             for k in part])
             conn.commit()
         for part in _parts(load.deletes, 500):
             cur.execute(f"DELETE FROM {TABLE} WHERE id IN ({_in(part)})")
@@ -169,7 +172,7 @@ def _in(keys: list[int]) -> str:
     return ",".join(str(int(k)) for k in keys)
 
 
-# --- the two refreshers --------------------------------------------------------------------------------------
+# --- the two refreshers -------------------------------------------------------------------------------------
 
 
 def _refresher_classes() -> tuple[type, type]:
@@ -177,7 +180,9 @@ def _refresher_classes() -> tuple[type, type]:
     from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 
     if not callable(getattr(MirrorRefresher, "_delta", None)):
-        raise RuntimeError("MirrorRefresher._delta(table) is gone: adapt bench/mirror_refresh.py's refreshers")
+        raise RuntimeError(  # noqa: TRY004 - the package changed, not an argument's type
+            "MirrorRefresher._delta(table) is gone: adapt bench/mirror_refresh.py's refreshers"
+        )
 
     class _TimedSync:
         def __init__(self, delta: Any, times: list[float]) -> None:
@@ -205,7 +210,8 @@ def _refresher_classes() -> tuple[type, type]:
             return _TimedSync(super()._delta(table), self.sync_times)
 
     class NoDeltaRefresher(MirrorRefresher):
-        """The baseline: the refresh before the mirror was a Delta table (files and manifest, no Delta commit)."""
+        """The baseline: the refresh before the mirror was a
+        Delta table (files and manifest, no Delta commit)."""
 
         def _delta(self, table: Any) -> Any:
             return _NoSync()
@@ -233,7 +239,7 @@ class Side:
         return result, m, seconds
 
 
-# --- the section ---------------------------------------------------------------------------------------------
+# --- the section --------------------------------------------------------------------------------------------
 
 
 def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size: int = 32768,
@@ -278,7 +284,8 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         say(f"mirror: loading {rows:,} rows ...")
         load_table(server, rows)
         settle(pid)
-        pipe = Pipeline(settings, ChunkStore(str(work / "chunks.db")), DATABASE, root=str(src), chunk_size=chunk_size)
+        pipe = Pipeline(settings, ChunkStore(str(work / "chunks.db")), DATABASE, root=str(src),
+                        chunk_size=chunk_size)
         (plan,) = pipe.plan([TABLE])
         pipe.tables = [table]
         say(f"mirror: snapshot, {len(plan.chunks)} chunks of {chunk_size:,} ...")
@@ -296,12 +303,13 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
             shutil.copytree(src, side.root)
         pipe.open_stream([table])
         loads: dict[str, list[tuple[int, BatchLoad]]] = {v: [] for v in VARIANTS}
-        say(f"mirror: write load, {len(VARIANTS)} x {batches} batches of {changes:,} row changes, streamed ...")
+        say(f"mirror: write load, {len(VARIANTS)} x {batches} batches of {changes:,} row changes, "
+            "streamed ...")
         for variant in VARIANTS:
             for _ in range(batches):
                 load = draw(keys, rng, variant, changes)
                 apply_load(server, keys, load, pipe.next_batch)
-                batch_id, changed = pipe.stream_batch()
+                batch_id, _changed = pipe.stream_batch()
                 got = sum(1 for r in pipe.changelog if r.table == TABLE)
                 pipe.changelog.clear()
                 if got != load.records:
@@ -312,8 +320,10 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         settle(pid)
 
         # the mirrors: each side builds its own from the snapshot, then the changelog arrives
-        sides[0].refresher = Timed(str(sides[0].root), pipe.store, settings=settings, schemas=dict(pipe.schemas))
-        sides[1].refresher = NoDelta(str(sides[1].root), pipe.store, settings=settings, schemas=dict(pipe.schemas))
+        sides[0].refresher = Timed(str(sides[0].root), pipe.store, settings=settings,
+                                   schemas=dict(pipe.schemas))
+        sides[1].refresher = NoDelta(str(sides[1].root), pipe.store, settings=settings,
+                                     schemas=dict(pipe.schemas))
         for side in sides:
             say(f"mirror: {side.name}: first build from the snapshot ...")
             result, side.build, _ = side.refresh(pid, table, None)
@@ -353,10 +363,11 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         if delta.chunks[variant] != base.chunks[variant]:
             raise AssertionError(f"{variant}: the sides rewrote different chunks: {delta.chunks[variant]} vs "
                                  f"{base.chunks[variant]}")
-        common = dict(baseline_what="the same refresh without the Delta commit (the mirror before issue 19: "
-                                    "chunk files + manifest)", higher_is_better=False)
+        common = {"baseline_what": "the same refresh without the Delta commit (the mirror before issue 19: "
+                                   "chunk files + manifest)", "higher_is_better": False}
         label = LABELS[variant]
-        note = f"{size} ({records:,.0f} changelog records each); {chunks:.1f} of {n_chunks} chunks rewritten a batch"
+        note = (f"{size} ({records:,.0f} changelog records each); {chunks:.1f} of {n_chunks} chunks "
+                "rewritten a batch")
         figures.append(Figure(
             "mirror", f"refresh per batch (rewrite chunks, manifest, Delta commit), **{label}**: mean",
             statistics.mean(d_ms), "ms", f"median {statistics.median(d_ms):,.0f} ms; {chunks:.1f} chunks",
@@ -372,29 +383,31 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
             "mirror", f"same, **{label}**: CPU time per batch (this process, delta-rs's threads included)",
             d_cpu.client / len(d_ms) * 1000, "ms", "", None, baseline=b_cpu.client / len(b_ms) * 1000,
             cpu_text="(row above)", baseline_cpu_text="(row above)",
-            note="less sensitive than wall time to other work on the cores", short=f"{variant}: CPU", **common))
+            note="less sensitive than wall time to other work on the cores", short=f"{variant}: CPU",
+            **common))
         share = statistics.mean(sync_ms) / statistics.mean(d_ms)
         first = 1 + VARIANTS.index(variant) * batches  # the Delta version of the variant's first batch
         checkpoints = [t for i, t in enumerate(sync_ms) if first + i in checkpointed]
         plain = [t for i, t in enumerate(sync_ms) if first + i not in checkpointed]
         figures.append(Figure(
-            "mirror", f"of which the Delta commit (`DeltaMirror.sync`), **{label}**: mean", statistics.mean(sync_ms),
-            "ms", f"{share:.0%} of the refresh; p95 {p95(sync_ms):,.0f} ms", None,
-            baseline=statistics.mean(b_ms), baseline_detail="(the whole refresh)", cpu_text="(in the refresh)",
-            baseline_cpu_text="(row above)",
+            "mirror", f"of which the Delta commit (`DeltaMirror.sync`), **{label}**: mean",
+            statistics.mean(sync_ms), "ms", f"{share:.0%} of the refresh; p95 {p95(sync_ms):,.0f} ms", None,
+            baseline=statistics.mean(b_ms), baseline_detail="(the whole refresh)",
+            cpu_text="(in the refresh)", baseline_cpu_text="(row above)",
             note="ratio = what the commit adds to the refresh before; "
-                 + (f"the {len(checkpoints)} commits that wrote a checkpoint {statistics.mean(checkpoints):,.0f} ms, "
-                    f"the others {statistics.mean(plain):,.0f} ms" if checkpoints and plain
-                    else "no commit of these wrote a checkpoint"),
+                 + (f"the {len(checkpoints)} commits that wrote a checkpoint "
+                    f"{statistics.mean(checkpoints):,.0f} ms, the others {statistics.mean(plain):,.0f} ms"
+                    if checkpoints and plain else "no commit of these wrote a checkpoint"),
             short=f"{variant}: Delta commit", **common))
     for side in sides:
         b = side.build
         assert b is not None
         notes.append(f"Mirror refresh: the first build of the mirror from the snapshot ({n_chunks} chunks), "
                      f"{side.name}: {b.wall:,.2f} s ({b.compact()}).")
-    notes.append(f"Mirror refresh: the input, same for both sides: snapshot through the engine in {snap.wall:,.1f} s; "
-                 f"spread = 80% updates / 10% inserts / 10% deletes over the whole table, hot = 90% updates / 5% "
-                 f"deletes in keys {hot_low:,}..{hot_high - 1:,} + 5% inserts above the largest key; "
+    notes.append("Mirror refresh: the input, same for both sides: snapshot through the engine in "
+                 f"{snap.wall:,.1f} s; "
+                 "spread = 80% updates / 10% inserts / 10% deletes over the whole table, hot = 90% updates "
+                 f"/ 5% deletes in keys {hot_low:,}..{hot_high - 1:,} + 5% inserts above the largest key; "
                  f"per-batch times: delta {_series(delta.ms)}; baseline {_series(base.ms)}.")
     return figures, notes
 
@@ -436,7 +449,9 @@ def check_mirrors(settings: Any, sides: list[Side], table: Any, mirror_table_uri
         raise AssertionError("the baseline made a Delta commit: its refresh was not without Delta")
     versions = DeltaTable(mirror_table_uri(str(delta.root), table)).version() + 1
     if versions != expected_versions:
-        raise AssertionError(f"the mirror's Delta table has {versions} versions, {expected_versions} refreshes")
+        raise AssertionError(
+            f"the mirror's Delta table has {versions} versions, {expected_versions} refreshes"
+        )
     # the figure side: read through delta-rs (read_mirror) row by row against SELECT, Delta == manifest,
     # the Delta changelog == the markers
     assert_mirror_equals_source(settings, str(delta.root), [table])
@@ -453,7 +468,8 @@ def main() -> int:
 
     from report import Report, markdown
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--batches", type=int, default=30, help="batches of each variant")
     parser.add_argument("--changes", type=int, default=2000, help="row changes per batch")

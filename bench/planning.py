@@ -196,7 +196,8 @@ class Row:
 # the old algorithm, the one ordered pass forced), the one ordered pass on the unindexed key, and the old
 # algorithm on the small copy of that key (quadratic: extrapolated).
 VARIANTS = ("even", "uneven_index", "uneven_old", "uneven_forced", "unindexed", "unindexed_old")
-Meter = Callable[[int], AbstractContextManager[Any]]  # server pid -> context yielding a Measure filled at exit
+# server pid -> context yielding a Measure filled at exit
+Meter = Callable[[int], AbstractContextManager[Any]]
 
 
 def say(msg: str) -> None:

@@ -97,7 +97,8 @@ def chart(report: Report, path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    sections = [s for s in SECTION_TITLES if any(f.section == s and f.value is not None for f in report.figures)]
+    sections = [s for s in SECTION_TITLES
+                if any(f.section == s and f.value is not None for f in report.figures)]
     if not sections:
         return
     heights = [max(1.6, 0.55 * sum(1 for f in report.figures if f.section == s) + 0.9) for s in sections]
@@ -113,8 +114,8 @@ def chart(report: Report, path: Path, title: str) -> None:
         ax.barh([y - 0.2 for y in ys], base, height=0.38, color="#bbbbbb", label="baseline (same run)")
         top = max([*ours, *base, 1e-9])
         for y, f in zip(ys, rows):
-            ax.text((f.value or 0.0) + top * 0.01, y + 0.2, number(f.value, f.unit) + _cpu_label(f.cpu, f.cpu_text),
-                    va="center", fontsize=7)
+            ax.text((f.value or 0.0) + top * 0.01, y + 0.2,
+                    number(f.value, f.unit) + _cpu_label(f.cpu, f.cpu_text), va="center", fontsize=7)
             if f.baseline is not None:
                 ax.text(f.baseline + top * 0.01, y - 0.2,
                         number(f.baseline, f.unit) + _cpu_label(f.baseline_cpu, f.baseline_cpu_text),
@@ -123,9 +124,12 @@ def chart(report: Report, path: Path, title: str) -> None:
         ax.invert_yaxis()
         ax.set_xlim(0, top * 1.25)
         better = "higher" if rows[0].higher_is_better else "lower"
-        ax.set_title(f"{SECTION_TITLES[section]} ({rows[0].unit}, {better} is better)", fontsize=9, loc="left")
+        ax.set_title(f"{SECTION_TITLES[section]} ({rows[0].unit}, {better} is better)", fontsize=9,
+                     loc="left")
         ax.tick_params(axis="x", labelsize=7)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:,.0f}" if top >= 10 else "{x:,.2f}"))
+        ax.xaxis.set_major_formatter(
+            matplotlib.ticker.StrMethodFormatter("{x:,.0f}" if top >= 10 else "{x:,.2f}")
+        )
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, names, fontsize=7, loc="upper right", ncols=2)
     fig.suptitle(f"{title}; bar labels: figure (CPU client / server, 100% = one core)", fontsize=9, x=0.02,

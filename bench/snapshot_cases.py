@@ -1,8 +1,8 @@
 """Two more snapshot cases of the suite's snapshot section, each against connectorx reading the same tables:
 
 - ``types``: the conformance suite's six wide tables (every column type it has that the server takes, with
-  its edge values and zero dates), ``rows`` rows each. Baseline: connectorx, one connection, each table's ``SELECT``
-  into Parquet, one table after another; a column connectorx cannot read at all is read as text
+  its edge values and zero dates), ``rows`` rows each. Baseline: connectorx, one connection, each table's
+  ``SELECT`` into Parquet, one table after another; a column connectorx cannot read at all is read as text
   (``CAST(c AS CHAR)``), and, failing that, as hex text (connectorx is not exact on all of these: the figure
   is its speed, not its values).
 - ``many``: ``tables`` tables of ``rows`` rows (6 columns). Baseline: connectorx reading each table into
@@ -60,7 +60,8 @@ def load_types(server: Any, rows: int, seed: int) -> list[str]:
             seed_rows = min(rows, SEED_ROWS)
             for i in range(seed_rows):
                 values = [c.edges[i] if i < len(c.edges) else c.gen(rng) for c in writable]
-                cur.execute(f"INSERT IGNORE INTO {TYPES_DB}.{wide.name} ({names_sql}) "  # as the conformance writes
+                # as the conformance writes
+                cur.execute(f"INSERT IGNORE INTO {TYPES_DB}.{wide.name} ({names_sql}) "
                             f"VALUES ({i + 1}, {', '.join(values)})")
             have = seed_rows
             while have < rows:  # copies of the seed rows under new keys, server-side
@@ -81,8 +82,8 @@ def load_many(server: Any, tables: int, rows: int) -> list[str]:
         cur.execute(f"CREATE DATABASE {MANY_DB}")
         for i in range(tables):
             name = f"{MANY_DB}.t{i:04d}"
-            cur.execute(f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT NULL, "
-                        "c DECIMAL(12,2) NOT NULL, d DATETIME(6) NOT NULL, e TIMESTAMP(6) NULL)")
+            cur.execute(f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, a INT NOT NULL, b VARCHAR(32) NOT "
+                        "NULL, c DECIMAL(12,2) NOT NULL, d DATETIME(6) NOT NULL, e TIMESTAMP(6) NULL)")
             cur.execute(f"INSERT INTO {name} SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 100, "
                         "'2024-01-01' + INTERVAL seq SECOND, '2024-06-01' + INTERVAL seq SECOND "
                         f"FROM {MANY_DB}.seq_1_to_{rows}")
@@ -103,16 +104,18 @@ def readable_select(url: str, table: str) -> str:
 
     settings = MySQLSettings.from_url(url)
     db, name = table.split(".", 1)
-    with pymysql.connect(host=settings.host, port=settings.port, user=settings.user, password=settings.password,
-                         database=db) as conn, conn.cursor() as cur:
+    with pymysql.connect(host=settings.host, port=settings.port, user=settings.user,
+                         password=settings.password, database=db) as conn, conn.cursor() as cur:
         cur.execute(f"SHOW COLUMNS FROM `{name}`")
         columns = [r[0] for r in cur.fetchall()]
     exprs = []
     for column in columns:
-        for expr in (f"`{column}`", f"CAST(`{column}` AS CHAR) AS `{column}`", f"HEX(`{column}`) AS `{column}`"):
+        for expr in (f"`{column}`", f"CAST(`{column}` AS CHAR) AS `{column}`",
+                     f"HEX(`{column}`) AS `{column}`"):
             try:
-                cx.read_sql(f"{url.rstrip('/')}/{db}", f"SELECT {expr} FROM `{name}` LIMIT 50", return_type="arrow")
-            except BaseException as exc:  # noqa: BLE001 - connectorx raises pyo3 panics too
+                cx.read_sql(f"{url.rstrip('/')}/{db}", f"SELECT {expr} FROM `{name}` LIMIT 50",
+                            return_type="arrow")
+            except BaseException as exc:  # connectorx raises pyo3 panics too
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 continue

@@ -1,7 +1,7 @@
 """Soak: minutes of random writes while tables are planned, snapshotted, streamed, rerun and re-planned.
 
-Rounds of concurrent writers (tests/support/workload.py) on a throwaway MariaDB; during each round the driver picks
-random steps: stream micro-batches, chunk reruns the stream is behind or ahead of, re-plans whose chunks
+Rounds of concurrent writers (tests/support/workload.py) on a throwaway MariaDB; during each round the driver
+picks random steps: stream micro-batches, chunk reruns the stream is behind or ahead of, re-plans whose chunks
 commit while the stream runs, stream restarts from the committed offset, and replayed batches (read, thrown
 away, read again: the same records must come back). After each round the writers stop, the stream catches
 up and every table's mirror is compared with ``SELECT``. At the end the whole changelog is audited against the
@@ -111,7 +111,9 @@ class Soak:
                           {"batch_id": batch_id, "end_offset": end, "tables": [str(t) for t in self.tables]})
         for table in self.tables:
             self.refresher.refresh(table, [batch_id])
-            self.lake_checks.setdefault(table, []).append(lake_rows(pipe, table) == Counter(pipe.source(table)))
+            self.lake_checks.setdefault(table, []).append(
+                lake_rows(pipe, table) == Counter(pipe.source(table))
+            )
 
     def plan(self, tables: list[TableId]) -> list[ChunkPlan]:
         keys = {f"{self.database}.t_nopk": "ck"}

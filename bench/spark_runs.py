@@ -72,7 +72,8 @@ class SparkSetup:
         if self.mode == "cluster":
             return ("Spark standalone cluster on this machine (1 master, 1 worker; n executors of 1 core and "
                     f"{EXECUTOR_MEMORY} each; driver in its own process)")
-        return "Spark local[n] (driver and n task threads in one JVM)" + (f"; {self.note}" if self.note else "")
+        return ("Spark local[n] (driver and n task threads in one JVM)"
+                + (f"; {self.note}" if self.note else ""))
 
     def child_config(self, executors: int) -> dict[str, Any]:
         """What a driver process needs to build its session and measure the client tree."""

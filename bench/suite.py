@@ -80,7 +80,8 @@ SIZES: dict[str, tuple[Any, Any]] = {
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: checks the suite in a few minutes")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated: {','.join(SECTIONS)}")
     parser.add_argument("--spark", choices=("cluster", "local"), default="cluster",
@@ -91,16 +92,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where latest.md, latest.png and latest.json go")
     sizes = parser.add_argument_group("sizes (defaults: the full run; --quick: small)")
     sizes.add_argument("--snapshot-rows", type=int)
-    sizes.add_argument("--types-rows", type=int, help="rows of each of the six wide tables of every type (100000)")
+    sizes.add_argument("--types-rows", type=int,
+                       help="rows of each of the six wide tables of every type (100000)")
     sizes.add_argument("--many-tables", type=int, help="tables of the many-tables case (500)")
     sizes.add_argument("--many-rows", type=int, help="rows of each of them (2000)")
-    sizes.add_argument("--chunk-size", type=int, help="snapshot, planning and mirror chunk size (32768, the default)")
+    sizes.add_argument("--chunk-size", type=int,
+                       help="snapshot, planning and mirror chunk size (32768, the default)")
     sizes.add_argument("--planning-rows", type=int)
     sizes.add_argument("--catchup-changes", type=int, help="row changes in the binlog range (2M)")
     sizes.add_argument("--catchup-txn-rows", type=int, help="rows per transaction of that range (1000)")
     sizes.add_argument("--catchup-max-bytes", type=int, help="max_bytes_per_batch (64 MiB)")
     sizes.add_argument("--catchup-partition-bytes", type=int,
-                       help="catchup_partition_bytes (default: a quarter of the batch size, so batches split)")
+                       help="catchup_partition_bytes (default: a quarter of the batch size, so batches "
+                       "split)")
     sizes.add_argument("--latency-rate", type=int, default=1000, help="row changes per second")
     sizes.add_argument("--latency-txn-rows", type=int, default=5, help="rows per writer transaction")
     sizes.add_argument("--latency-interval", default="1 second", help="the processing-time trigger interval")
@@ -126,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# --- sections that reuse the older scripts -------------------------------------------------------------------
+# --- sections that reuse the older scripts ------------------------------------------------------------------
 
 
 def snapshot_section(args: argparse.Namespace, setup: SparkSetup, work: Path) -> list[Figure]:
@@ -156,15 +160,16 @@ def snapshot_section(args: argparse.Namespace, setup: SparkSetup, work: Path) ->
             runs.append((p, snapshot_bench.run_spark(work, {**cfg, **setup.child_config(p)}, p)))
     base: dict[str, Any] = {
         "baseline_what": "raw read: connectorx, 1 connection, `SELECT *` -> Parquet, type-exact",
-        "baseline": rows / raw.wall, "baseline_detail": f"{data_mb / raw.wall:,.1f} MB/s", "baseline_cpu": raw}
+        "baseline": rows / raw.wall, "baseline_detail": f"{data_mb / raw.wall:,.1f} MB/s",
+        "baseline_cpu": raw}
     for p, run in runs:
         phase: Measure = run["plan"] + run["job"]
         figures.append(Figure(
-            "snapshot", f"snapshot phase = plan + Spark job, **{setup.label(p)}**", rows / phase.wall, "rows/s",
-            f"{data_mb / phase.wall:,.1f} MB/s", phase,
+            "snapshot", f"snapshot phase = plan + Spark job, **{setup.label(p)}**", rows / phase.wall,
+            "rows/s", f"{data_mb / phase.wall:,.1f} MB/s", phase,
             note=f"{rows:,} rows, {data_mb:,.0f} MB as Arrow; {run['chunks']} chunks of {args.chunk_size:,}; "
-                 f"job alone {rows / run['job'].wall:,.0f} rows/s; Spark start-up {run['startup'].wall:.0f} s "
-                 "not included", short=setup.label(p), **base))
+                 f"job alone {rows / run['job'].wall:,.0f} rows/s; Spark start-up {run['startup'].wall:.0f} "
+                 "s not included", short=setup.label(p), **base))
     figures += snapshot_case_figures(args, setup, work)
     return figures
 
@@ -223,7 +228,8 @@ def planning_section(args: argparse.Namespace, work: Path) -> list[Figure]:
                                     meter=measure)
     return [Figure("planning", f"{r.what}, {r.rows:,} rows", r.m.wall, "s", f"{r.chunks:,} chunks", r.m,
                    "one full ordered key scan (pymysql, unbuffered)", r.baseline.wall if r.baseline else None,
-                   "", r.baseline, higher_is_better=False, note=r.note, short=SHORT_PLANNING.get(r.kind, r.kind))
+                   "", r.baseline, higher_is_better=False, note=r.note,
+                   short=SHORT_PLANNING.get(r.kind, r.kind))
             for r in out]
 
 
@@ -232,7 +238,7 @@ def mirror_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], 
                                       changes=args.mirror_changes, chunk_size=args.chunk_size, seed=args.seed)
 
 
-# --- the run --------------------------------------------------------------------------------------------------
+# --- the run ------------------------------------------------------------------------------------------------
 
 
 def versions() -> dict[str, str]:
@@ -341,7 +347,8 @@ def run(args: argparse.Namespace) -> Report:
         report.figures += by_section.get(section, [])
         report.notes += notes.get(section, [])
     total = sum(timings.values())
-    report.notes.append("Section wall times: " + ", ".join(f"{s} {t / 60:.1f} min" for s, t in timings.items())
+    report.notes.append("Section wall times: "
+                        + ", ".join(f"{s} {t / 60:.1f} min" for s, t in timings.items())
                         + f"; total {total / 60:.1f} min.")
     return report
 

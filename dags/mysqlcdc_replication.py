@@ -64,8 +64,8 @@ with DAG(
         "chunks_per_group": Param(512, type="integer", minimum=1, maximum=1_000_000,
                                   description="chunks per Spark application (one mapped task)"),
         "pack_tables": Param(True, type="boolean",
-                             description="tables smaller than chunks_per_group share Spark applications (false: "
-                                         "one table per mapped task)"),
+                             description="tables smaller than chunks_per_group share Spark applications "
+                                         "(false: one table per mapped task)"),
         "stream_trigger": Param("available-now", type="string", pattern=TRIGGER,
                                 description="available-now (catch up, finish), continuous, or "
                                             "processing-time=10 seconds"),
@@ -83,22 +83,27 @@ with DAG(
                                            "out of the pipeline; their output stays"),
         "zero_dates": Param("keep", type="string", enum=["keep", "null"],
                             description="zero dates (0000-00-00) written exactly in a <column>__zero_date "
-                                        "companion (keep) or as NULL only (null); applies to newly planned tables"),
+                                        "companion (keep) or as NULL only (null); applies to newly planned "
+                                        "tables"),
         "chunk_keys": Param({}, type="object", propertyNames=TABLE_KEY, additionalProperties=COLUMN,
-                            description='chunk by this column instead of the primary key, e.g. {"shop.events": '
-                                        '"id"}; required for a table without a primary key'),
+                            description='chunk by this column instead of the primary key, e.g. '
+                                        '{"shop.events": "id"}; required for a table without a primary key'),
         "exclude_columns": Param({}, type="object", propertyNames=TABLE_KEY,
                                  additionalProperties=COLUMNS,
                                  description='columns never written, e.g. {"shop.users": ["password_hash"]}'),
         "max_concurrent_reads": Param(4, type="integer", minimum=0, maximum=10_000,
-                                      description="chunk reads the source serves at once, over all groups (0: no cap)"),
+                                      description="chunk reads the source serves at once, over all groups "
+                                                  "(0: no cap)"),
         "rows_per_second": Param(0, type="number", minimum=0, maximum=1e12,
-                                 description="rows/s the source serves to all chunk reads together (0: no limit)"),
+                                 description="rows/s the source serves to all chunk reads together "
+                                             "(0: no limit)"),
         "query_timeout": Param(600, type="number", minimum=0, maximum=4_294_967,
-                               description="server-side time limit of each chunk SELECT, seconds (0: none)"),
+                               description="server-side time limit of each chunk SELECT, seconds "
+                                           "(0: none)"),
         "catchup_partitions": Param(0, type="integer", minimum=0, maximum=10_000,
-                                    description="Spark tasks decoding one binlog batch when the stream is far "
-                                    "behind (parallel catch-up; 0: Spark's default parallelism, 1: off)"),
+                                    description="Spark tasks decoding one binlog batch when the stream is "
+                                                "far behind (parallel catch-up; 0: Spark's default "
+                                                "parallelism, 1: off)"),
         "mysql_conn_id": Param("mysqlcdc_source", type="string", pattern=CONN_ID),
         "spark_conn_id": Param("spark_default", type="string", pattern=CONN_ID),
     },

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> StreamConfig:
-    return stream_config(args, trigger=args.trigger, read_timeout=args.read_timeout, query_name=args.query_name)
+    return stream_config(args, trigger=args.trigger, read_timeout=args.read_timeout,
+                         query_name=args.query_name)
 
 
 def run(
@@ -68,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)  # its settings, one line each, per connect
+    # its settings, one line each, per connect
+    logging.getLogger("pymysqlreplication").setLevel(logging.WARNING)
     from pyspark.sql import SparkSession
 
     spark = (

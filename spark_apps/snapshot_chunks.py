@@ -9,9 +9,9 @@ or, for one table, ``--table shop.orders --generation 3 --chunks 0-15``.
 
 The MySQL password comes from $MYSQLCDC_MYSQL_PASSWORD (driver and executors, e.g.
 ``--conf spark.executorEnv.MYSQLCDC_MYSQL_PASSWORD=...`` set by the scheduler, not typed) or from a file
-named by ``--password-file`` (ship it with ``--files``); never from the command line. Prints the result as JSON
-on one line (also to ``--result-file``): ``{"ok", "tables": [one table's result, ...]}``, and for one table
-that table's result's fields at the top level too. Argument parsing only: the work is in
+named by ``--password-file`` (ship it with ``--files``); never from the command line. Prints the result as
+JSON on one line (also to ``--result-file``): ``{"ok", "tables": [one table's result, ...]}``, and for one
+table that table's result's fields at the top level too. Argument parsing only: the work is in
 ``airflow_provider_mysqlcdc.spark.snapshot.chunk_group``.
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_mysqlcdc.cli.snapshot_options import (
     add_connection_arguments,

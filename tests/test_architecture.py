@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _lint_imports(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=300)
+                          check=False, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def test_every_import_contract_is_kept() -> None:
@@ -35,12 +35,13 @@ def test_a_broken_contract_fails(tmp_path: Path) -> None:
     bad = copy / "airflow_provider_mysqlcdc" / "engine" / "model" / "upward.py"
     bad.write_text("from airflow_provider_mysqlcdc.spark.session import build_session  # noqa: F401\n")
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"], cwd=copy, capture_output=True,
-        text=True, timeout=300, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache"], check=False, cwd=copy,
+        capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(copy), "PATH": "/usr/bin:/bin"},
     )
     if "Could not find package" in result.stdout + result.stderr:
         pytest.fail(f"lint-imports did not analyse the copy: {result.stdout}{result.stderr}")
     assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout + result.stderr
     report = " ".join(result.stdout.split())  # rich wraps long lines
-    assert "airflow_provider_mysqlcdc.engine.model.upward -> airflow_provider_mysqlcdc.spark.session (l.1)" in report
+    assert ("airflow_provider_mysqlcdc.engine.model.upward -> "
+            "airflow_provider_mysqlcdc.spark.session (l.1)") in report
     assert "Layers: the Airflow layer and the CLI above Spark above the engine" in report

@@ -9,7 +9,7 @@ from airflow_provider_mysqlcdc.cli.validation import decimal
 from airflow_provider_mysqlcdc.engine.source.readiness import DEFAULT_MIN_RETENTION_HOURS, check_server
 
 
-def add_parser(subparsers: "argparse._SubParsersAction") -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     check = subparsers.add_parser(
         "check", help="validate a MySQL/MariaDB server for CDC and print its binlog position"
     )

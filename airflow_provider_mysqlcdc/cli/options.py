@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_mysqlcdc.cli.validation import checked, free_text, mysql_url
 from airflow_provider_mysqlcdc.engine.common.environment import (

@@ -5,7 +5,8 @@ import argparse
 import contextlib
 import json
 import os
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
@@ -23,17 +24,19 @@ from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables, 
 from airflow_provider_mysqlcdc.pipeline import arguments
 
 
-def add_parsers(subparsers: "argparse._SubParsersAction") -> None:
+def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     """Add ``plan`` and ``remove-table`` to the ``mysqlcdc`` subcommands."""
     _add_plan_parser(subparsers)
     _add_remove_table_parser(subparsers)
 
 
-def _add_plan_parser(sub: "argparse._SubParsersAction") -> None:
+def _add_plan_parser(sub: argparse._SubParsersAction) -> None:
     from airflow_provider_mysqlcdc.engine.chunks.groups import DEFAULT_CHUNKS_PER_GROUP
     from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE
 
-    plan = sub.add_parser("plan", help="split tables into chunks (a new plan generation) and print the chunk groups")
+    plan = sub.add_parser(
+        "plan", help="split tables into chunks (a new plan generation) and print the chunk groups"
+    )
     add_mysql_options(plan)
     add_tables_option(plan)
     plan.add_argument("--chunk-size", type=whole(1, arguments.MAX_CHUNK_SIZE), default=DEFAULT_CHUNK_SIZE,
@@ -49,15 +52,15 @@ def _add_plan_parser(sub: "argparse._SubParsersAction") -> None:
                       help="plan only tables that are not in the pipeline yet (no plan, or removed); every "
                            "other table keeps its plan and snapshot")
     plan.add_argument("--zero-dates", choices=("keep", "null"), default="keep",
-                      help="zero dates (0000-00-00) written exactly in a <column>__zero_date companion (keep, "
-                           "the default) or as NULL only (null; key columns keep their companion); stored in "
-                           "the plan, so the snapshot and the stream agree")
+                      help="zero dates (0000-00-00) written exactly in a <column>__zero_date companion "
+                           "(keep, the default) or as NULL only (null; key columns keep their companion); "
+                           "stored in the plan, so the snapshot and the stream agree")
     add_run_id_option(plan, help="recorded with the plan in the chunk store")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(func=cmd_plan)
 
 
-def _add_remove_table_parser(sub: "argparse._SubParsersAction") -> None:
+def _add_remove_table_parser(sub: argparse._SubParsersAction) -> None:
     remove = sub.add_parser(
         "remove-table",
         help="take planned tables out of the pipeline: the stream stops capturing them, their output stays",
@@ -93,9 +96,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with _created_only_by_success(args.chunk_store), ChunkStore(args.chunk_store) as store:
         plans = plan_tables(settings, store, patterns, chunk_size=args.chunk_size, chunk_keys=chunk_keys,
                             run_id=args.run_id, only_new=args.only_new, zero_dates=args.zero_dates)
-    report = [
-        {"table": str(p.table), "generation": p.generation, "split": p.split, "key_columns": list(p.key_columns),
-         "chunk_size": p.chunk_size, "row_estimate": p.row_estimate, "chunk_count": len(p.chunks),
+    report: list[dict[str, Any]] = [
+        {"table": str(p.table), "generation": p.generation, "split": p.split,
+         "key_columns": list(p.key_columns), "chunk_size": p.chunk_size, "row_estimate": p.row_estimate,
+         "chunk_count": len(p.chunks),
          "chunk_groups": [g.to_dict() for g in chunk_groups(p, args.chunks_per_group)]}
         for p in plans
     ]
@@ -107,8 +111,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
               else "nothing planned: the matching tables were removed from the pipeline (name one exactly to "
                    "put it back)")
     for t in report:
-        print(f"{t['table']}: generation {t['generation']}, {t['chunk_count']} chunk(s) of ~{t['chunk_size']} rows "
-              f"({t['split']} split on {', '.join(t['key_columns'])}; ~{t['row_estimate']} rows)")
+        print(f"{t['table']}: generation {t['generation']}, {t['chunk_count']} chunk(s) of "
+              f"~{t['chunk_size']} rows ({t['split']} split on {', '.join(t['key_columns'])}; "
+              f"~{t['row_estimate']} rows)")
         for i, group in enumerate(t["chunk_groups"]):
             print(f"  group {i}: {group['name']} ({len(group['chunk_ids'])} chunk(s))")
     return 0
@@ -121,7 +126,7 @@ def _created_only_by_success(url: str) -> Iterator[None]:
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, normalize_url
 
     parsed = normalize_url(url)
-    path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+    path = (parsed.database or "") if parsed.get_backend_name() == "sqlite" else ""
     new = bool(path) and not path.startswith("file:") and path != ":memory:" and not os.path.exists(path)
     try:
         yield

@@ -31,7 +31,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.pipeline import arguments
 
 
-def add_parser(subparsers: "argparse._SubParsersAction") -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
     from airflow_provider_mysqlcdc.spark.session import DEFAULT_MASTER
 
     snap = subparsers.add_parser("snapshot", help="snapshot planned chunks on Spark into versioned Parquet")
@@ -85,7 +85,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if chunk_ids is not None and len(tables) != 1:
         raise ConfigurationError(f"--chunks needs exactly one table, {len(tables)} match: {tables}")
     excluded = {t: tuple(split_commas(cols)) for t, cols in exclusions.items()}
-    jobs = [options_from_args(args, t, chunk_ids=chunk_ids, exclude_columns=excluded.get(t, ())) for t in tables]
+    jobs = [options_from_args(args, t, chunk_ids=chunk_ids, exclude_columns=excluded.get(t, ()))
+            for t in tables]
 
     from pyspark.sql import SparkSession
 

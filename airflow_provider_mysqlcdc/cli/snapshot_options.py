@@ -60,8 +60,8 @@ def add_read_arguments(parser: argparse.ArgumentParser, *, local_files: bool = F
     parser.add_argument("--reader-slot-base",
                         type=whole(1, arguments.MAX_READER_SLOT, zero="slot 0 is the stream's"),
                         default=DEFAULT_READER_SLOT_BASE,
-                        help="first watermark slot/server_id offset of this job; concurrent jobs need disjoint "
-                        "ranges (a job uses one slot per parallel chunk)")
+                        help="first watermark slot/server_id offset of this job; concurrent jobs need "
+                        "disjoint ranges (a job uses one slot per parallel chunk)")
     add_run_id_option(parser, help="recorded with each chunk in the chunk store")
     add_source_limit_options(parser)
 
@@ -75,16 +75,19 @@ def add_source_limit_options(parser: argparse.ArgumentParser) -> None:
                         "default %(default)s)")
     parser.add_argument("--rows-per-second", default=0,
                         type=decimal(0, arguments.MAX_ROWS_PER_SECOND, zero="0: no limit"),
-                        help="rows per second the source server serves to all chunk reads together (0: no limit)")
+                        help="rows per second the source server serves to all chunk reads together "
+                        "(0: no limit)")
     parser.add_argument("--query-timeout",
                         type=decimal(0, arguments.MAX_QUERY_TIMEOUT_S, unit="seconds", zero="0: none"),
                         default=DEFAULT_QUERY_TIMEOUT_S,
-                        help="server-side time limit of each chunk SELECT in seconds (0: none; default %(default)s)")
+                        help="server-side time limit of each chunk SELECT in seconds "
+                        "(0: none; default %(default)s)")
 
 
 def source_limits(args: argparse.Namespace) -> SourceLimits:
     return SourceLimits(max_concurrent_reads=args.max_concurrent_reads or None,
-                        rows_per_second=args.rows_per_second or None, query_timeout_s=args.query_timeout or None)
+                        rows_per_second=args.rows_per_second or None,
+                        query_timeout_s=args.query_timeout or None)
 
 
 def add_generation_option(parser: argparse.ArgumentParser) -> None:
@@ -94,13 +97,16 @@ def add_generation_option(parser: argparse.ArgumentParser) -> None:
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
     """One chunk group (spark_apps/snapshot_chunks.py): ``--chunk-group`` (any number of tables, as the plan
-    task returns it), or one table's ``--table`` with ``--generation``, ``--chunks``, ``--exclude-columns``."""
+    task returns it), or one table's ``--table`` with ``--generation``, ``--chunks``,
+    ``--exclude-columns``."""
     parser.add_argument("--chunk-group", type=checked(_chunk_group),
-                        help='the plan\'s group as JSON: {"parts": [{"table", "generation", "chunk_ids"}, ...]}')
+                        help='the plan\'s group as JSON: '
+                        '{"parts": [{"table", "generation", "chunk_ids"}, ...]}')
     parser.add_argument("--exclude-columns-of", action="append", default=[], metavar="DB.TABLE=COL[,COL]",
                         type=checked(arguments.exclude_columns_item),
                         help="with --chunk-group: columns never written of one table (repeatable)")
-    parser.add_argument("--table", type=checked(arguments.table_name), help="db.table (planned in the chunk store)")
+    parser.add_argument("--table", type=checked(arguments.table_name),
+                        help="db.table (planned in the chunk store)")
     add_generation_option(parser)
     add_chunks_option(parser, help="chunk ids, e.g. 3,7 or 0-15 (default: every chunk of the plan)")
     parser.add_argument("--exclude-columns", type=checked(_column_names),
@@ -112,10 +118,12 @@ def _chunk_group(value: str) -> ChunkGroup:
     try:
         group = ChunkGroup.from_dict(json.loads(value))
     except (TypeError, ValueError, KeyError, AttributeError):
-        raise arguments.BadValue('give the chunk group as JSON: {"parts": [{"table": "db.t", "generation": 1, '
-                                 f'"chunk_ids": [0, 1]}}]}}, got {arguments.shown(value)}') from None
+        raise arguments.BadValue('give the chunk group as JSON: {"parts": [{"table": "db.t", "generation": '
+                                 f'1, "chunk_ids": [0, 1]}}]}}, got {arguments.shown(value)}') from None
     if not group.parts or any(not p.chunk_ids or min(p.chunk_ids) < 0 for p in group.parts):
-        raise arguments.BadValue(f"a chunk group names at least one table and chunk, got {arguments.shown(value)}")
+        raise arguments.BadValue(
+            f"a chunk group names at least one table and chunk, got {arguments.shown(value)}"
+        )
     if len(set(group.tables)) != len(group.parts):
         raise arguments.BadValue(f"a chunk group names each table once, got {arguments.shown(value)}")
     for part in group.parts:
@@ -163,8 +171,9 @@ def options_from_args(args: argparse.Namespace, table: str, *, chunk_ids: tuple[
                       exclude_columns: tuple[str, ...] = ()) -> SnapshotOptions:
     """SnapshotOptions from the shared arguments; a URL password is refused (use the env or a file)."""
     return SnapshotOptions(
-        mysql_url=require_mysql_url(args), table=table, output=args.output, chunk_store=args.chunk_store or None,
-        generation=getattr(args, "generation", None), chunk_ids=chunk_ids, password_file=args.password_file,
+        mysql_url=require_mysql_url(args), table=table, output=args.output,
+        chunk_store=args.chunk_store or None, generation=getattr(args, "generation", None),
+        chunk_ids=chunk_ids, password_file=args.password_file,
         read_view_mode=args.read_view_mode, watermark_table=args.watermark_table,
         skip_backfill=args.skip_backfill, batch_rows=args.batch_rows, rows_per_file=args.rows_per_file,
         exclude_columns=exclude_columns, run_id=args.run_id, reader_slot_base=args.reader_slot_base,

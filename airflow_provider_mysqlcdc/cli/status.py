@@ -1,7 +1,7 @@
 """``mysqlcdc status`` and ``mysqlcdc mirror``: where each table stands, and a table's current state.
 
-``add_parsers(subparsers)`` registers both subcommands on the ``mysqlcdc`` parser (``cli/main.py`` wires it); each
-sets ``func`` to a function taking the parsed arguments and returning the exit code. Arguments follow the
+``add_parsers(subparsers)`` registers both subcommands on the ``mysqlcdc`` parser (``cli/main.py`` wires it);
+each sets ``func`` to a function taking the parsed arguments and returning the exit code. Arguments follow the
 other subcommands: ``--chunk-store`` (or ``$MYSQLCDC_CHUNK_STORE_URL``), ``--output``, ``--mysql-url`` (or
 ``$MYSQLCDC_MYSQL_URL``) with the password from ``$MYSQLCDC_MYSQL_PASSWORD`` or ``--password-file``.
 """
@@ -14,9 +14,10 @@ import contextlib
 import json
 import re
 import sys
+from collections.abc import Callable, Iterator
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow.parquet as pq
 
@@ -30,10 +31,14 @@ from airflow_provider_mysqlcdc.cli.validation import checked, whole
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
-from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
+from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest
-from airflow_provider_mysqlcdc.engine.lake.mirror_reader import latest_mirror_version, mirror_version_at, read_mirror
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import (
+    latest_mirror_version,
+    mirror_version_at,
+    read_mirror,
+)
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
@@ -181,7 +186,8 @@ def _mirror_as_of(args: argparse.Namespace, table: TableId, info: Any) -> int:
     if args.json:
         print(json.dumps(summary, indent=2), file=info)
     else:
-        shown = f"as of binlog position {version.as_of}" if version.as_of else "NOT consistent (mixed chunk HWs)"
+        shown = (f"as of binlog position {version.as_of}" if version.as_of
+                 else "NOT consistent (mixed chunk HWs)")
         print(f"{table}: mirror version {version.version} (written {summary['written_at']}, through batch "
               f"{version.through_batch}), {shown}", file=info)
     data = read_mirror(args.output, table, as_of=version.version) if args.export or args.print_rows else None

@@ -21,7 +21,7 @@ from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamC
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 
 
-def add_parser(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "stream",
         help="stream the binlog of the captured tables into the changelog (Spark Structured Streaming)",

@@ -71,11 +71,13 @@ def add_stream_arguments(parser: argparse.ArgumentParser, *, local_files: bool =
                         help="seconds to wait out a MySQL outage (restart, failover, network cut) before the "
                         "stream stops (default %(default)s)")
     parser.add_argument("--no-resnapshot", dest="resnapshot", action="store_false",
-                        help="stop with an error at DDL that changes rows without row events (TRUNCATE, RENAME "
-                        "TABLE, partition DROP/EXCHANGE, ...) instead of snapshotting that table again")
+                        help="stop with an error at DDL that changes rows without row events (TRUNCATE, "
+                        "RENAME TABLE, partition DROP/EXCHANGE, ...) instead of snapshotting that table "
+                        "again")
     add_source_limit_options(parser)  # for the re-snapshots such DDL needs
     parser.add_argument("--startup-mode", default=INITIAL, metavar="MODE", type=checked(_startup_mode_text),
-                        help=f"where a new checkpoint's stream begins: {StartupMode.HELP} (default %(default)s)")
+                        help=f"where a new checkpoint's stream begins: {StartupMode.HELP} "
+                        "(default %(default)s)")
     parser.add_argument("--lock-lease-seconds", default=DEFAULT_LEASE_SECONDS,
                         type=decimal(0, arguments.MAX_WAIT_S, unit="seconds", minimum_exclusive=True),
                         help="the checkpoint lock expires this long after its holder's last heartbeat")

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Any, Callable, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -77,7 +78,7 @@ def mysql_url(value: str, *, password_allowed: bool = True) -> str:
     """A ``mysql://user@host:port/...`` URL, parsed as the engine will parse it; the error line never shows
     the password (nor a part of one that a stray ``/``, ``?`` or ``#`` pushed out of the user info)."""
     written = arguments.text(value, what="a MySQL URL such as mysql://cdc@db.example.com:3306")
-    scheme, sep, rest = written.partition("://")
+    _scheme, sep, rest = written.partition("://")
     netloc = re.split(r"[/?#]", rest, maxsplit=1)[0]
     if sep and "@" in rest and "@" not in netloc:
         raise BadValue("the URL does not read as mysql://user[:password]@host:port: percent-encode the "

@@ -75,7 +75,8 @@ class MySqlCdcHook(BaseHook):
         return {MYSQL_PASSWORD_ENV: self.settings().password}
 
     def test_connection(self) -> tuple[bool, str]:
-        """The CDC validation of ``mysqlcdc check`` (binlog settings, privileges), for the UI's Test button."""
+        """The CDC validation of ``mysqlcdc check`` (binlog
+        settings, privileges), for the UI's Test button."""
         from airflow_provider_mysqlcdc.engine.source.readiness import check_server
 
         try:
@@ -86,15 +87,16 @@ class MySqlCdcHook(BaseHook):
 
 
 def settings_from_connection(conn: Any) -> MySQLSettings:
-    """An Airflow ``Connection`` (``mysql``/``mysqlcdc``) as ``MySQLSettings``; unknown extras are an error."""
+    """An Airflow ``Connection`` (``mysql``/``mysqlcdc``)
+    as ``MySQLSettings``; unknown extras are an error."""
     if conn.conn_type not in ("mysql", "mysqlcdc", "mariadb"):
         why = (" (Airflow stores --conn-type mysql as 'generic' when the MySQL provider is not installed)"
                if conn.conn_type == "generic" else "")
         raise ConfigurationError(
             f"connection {conn.conn_id!r} has type {conn.conn_type!r}{why}: the MySQL CDC source needs a "
             f"connection of type mysqlcdc; recreate it: airflow connections delete {conn.conn_id} && "
-            f"airflow connections add {conn.conn_id} --conn-type mysqlcdc --conn-host <host> --conn-port 3306 "
-            "--conn-login <user> --conn-password <password> (extras: ssl, server_id, charset)"
+            f"airflow connections add {conn.conn_id} --conn-type mysqlcdc --conn-host <host> --conn-port "
+            "3306 --conn-login <user> --conn-password <password> (extras: ssl, server_id, charset)"
         )
     if not conn.host:
         raise ConfigurationError(f"connection {conn.conn_id!r} has no host: set the MySQL server's host name")
@@ -102,7 +104,8 @@ def settings_from_connection(conn: Any) -> MySQLSettings:
     unknown = set(extra) - _EXTRA_KEYS
     if unknown:
         raise ConfigurationError(
-            f"connection {conn.conn_id!r} has unknown extra(s) {sorted(unknown)}; known: {sorted(_EXTRA_KEYS)}"
+            f"connection {conn.conn_id!r} has unknown extra(s) {sorted(unknown)}; "
+            f"known: {sorted(_EXTRA_KEYS)}"
         )
     ssl = _ssl(conn.conn_id, extra)
     server_id = extra.get("server_id")
@@ -130,7 +133,8 @@ def _ssl(conn_id: str, extra: dict[str, Any]) -> dict[str, Any] | None:
         unknown = set(value) - {"ca", "cert", "key", "verify"}
         if unknown:
             raise ConfigurationError(
-                f"connection {conn_id!r}: unknown ssl option(s) {sorted(unknown)}; known: ca, cert, key, verify"
+                f"connection {conn_id!r}: unknown ssl option(s) {sorted(unknown)}; "
+                "known: ca, cert, key, verify"
             )
         opts = {k: v for k, v in value.items() if k in ("ca", "cert", "key") and v}
         verify = value.get("verify")

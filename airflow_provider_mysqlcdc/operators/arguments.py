@@ -13,7 +13,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any, Callable, Mapping, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.arguments import BadValue, shown
@@ -199,7 +200,8 @@ def parse_redo_chunks(value: str | Mapping[str, Any] | None) -> dict[str, tuple[
 
 # The limits chunk reads keep on the source: the snapshot operator's, and the stream's for its re-snapshots.
 SOURCE_LIMIT_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "max_concurrent_reads": optional(arguments.whole_number, minimum=0, maximum=arguments.MAX_CONCURRENT_READS),
+    "max_concurrent_reads": optional(arguments.whole_number, minimum=0,
+                                     maximum=arguments.MAX_CONCURRENT_READS),
     "rows_per_second": optional(arguments.number, minimum=0, maximum=arguments.MAX_ROWS_PER_SECOND),
     "query_timeout": optional(arguments.number, minimum=0, maximum=arguments.MAX_QUERY_TIMEOUT_S,
                               unit="seconds"),

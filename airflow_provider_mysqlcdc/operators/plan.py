@@ -19,8 +19,9 @@ nothing either: the mapped snapshot task expands to no instance, and the stream 
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from airflow.sdk import BaseOperator
 
@@ -65,7 +66,7 @@ from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default
 __all__ = ["MySqlCdcPlanOperator", "parse_chunk_keys", "parse_redo_chunks", "plan_groups", "redo_groups"]
 
 # Each argument's check (pipeline/arguments.py): run at construction on literal values, in execute on all.
-_CHECKS = {
+_CHECKS: dict[str, Callable[[Any], Any]] = {
     "tables": arguments.table_patterns,
     "output_path": arguments.storage_root,
     "chunk_store": optional(arguments.chunk_store_location, must_exist=False, makes_directories=True),
@@ -83,7 +84,7 @@ _CHECKS = {
     "zero_dates": lambda v: "keep" if not_given(v) else one_of("keep", "null")(v),
 }
 # At construction (DAG parse, maybe on another host): the form of paths only.
-_LITERAL_CHECKS = {
+_LITERAL_CHECKS: dict[str, Callable[[Any], Any]] = {
     **_CHECKS,
     "output_path": lambda v: arguments.storage_root(v, look=False),
     "chunk_store": optional(arguments.chunk_store_location, must_exist=None),
@@ -128,9 +129,9 @@ class MySqlCdcPlanOperator(BaseOperator):
     :param mysql_conn_id: the source connection (type ``mysql`` or ``mysqlcdc``).
     :param chunk_size: rows per chunk.
     :param chunks_per_group: chunks per group, one Spark application (one mapped task) each.
-    :param pack_tables: tables with fewer chunks than ``chunks_per_group`` share groups (each whole in one), so
-        many small tables are one Spark application (a rendered ``"true"``/``"false"`` works too); False: every
-        group holds one table's chunks.
+    :param pack_tables: tables with fewer chunks than ``chunks_per_group`` share groups (each whole in one),
+        so many small tables are one Spark application (a rendered ``"true"``/``"false"`` works too); False:
+        every group holds one table's chunks.
     :param chunk_keys: ``{"db.table": "column"}``: chunk by this column instead of the primary key; required
         for a table without a primary key.
     :param redo_chunks: ``"shop.orders=3,7; shop.items=0-2"`` (or a mapping): plan nothing, return groups of
@@ -164,7 +165,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         chunk_size: int | str = DEFAULT_CHUNK_SIZE,
         chunks_per_group: int | str = DEFAULT_CHUNKS_PER_GROUP,
         pack_tables: bool | str = True,
-        chunk_keys: Mapping[str, str] | None = None,
+        chunk_keys: Mapping[str, str] | str | None = None,
         redo_chunks: str | Mapping[str, Any] | None = None,
         startup_mode: str = INITIAL,
         only_new: bool | str = True,
@@ -303,7 +304,8 @@ def warn_incomplete(store: ChunkStore, tables: Sequence[str], log: Any) -> None:
 def plan_groups(plans: Sequence[ChunkPlan], chunks_per_group: int, max_groups: int,
                 pack_tables: bool = True) -> list[ChunkGroup]:
     """The groups of every plan, at most ``chunks_per_group`` chunks each, small tables sharing groups unless
-    ``pack_tables`` is False; the group size grows until the groups fit ``max_groups`` (Airflow's map limit)."""
+    ``pack_tables`` is False; the group size grows until the groups fit ``max_groups`` (Airflow's map
+    limit)."""
     parts = [TableChunks(str(p.table), p.generation, tuple(c.chunk_id for c in p.chunks)) for p in plans]
     return fit_groups(parts, chunks_per_group, max_groups, pack_tables)
 
@@ -318,8 +320,8 @@ def fit_groups(parts: Sequence[TableChunks], chunks_per_group: int, max_groups: 
             return groups
         if not pack_tables and len(groups) <= len(parts):  # one group per table already
             raise ConfigurationError(
-                f"{len(parts)} tables need at least {len(parts)} snapshot tasks with pack_tables off, more than "
-                f"[core] max_map_length = {max_groups}: let tables share groups (pack_tables on), raise "
+                f"{len(parts)} tables need at least {len(parts)} snapshot tasks with pack_tables off, more "
+                f"than [core] max_map_length = {max_groups}: let tables share groups (pack_tables on), raise "
                 "max_map_length or split the tables over several DAGs"
             )
         size = max(size + 1, -(-total // max(1, max_groups - (0 if pack_tables else len(parts)))))

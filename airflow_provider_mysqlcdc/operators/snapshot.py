@@ -10,7 +10,8 @@ recorded in the chunk store. What a failed try left behind, and the message it g
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -57,7 +58,8 @@ def _chunk_group(value: Any) -> ChunkGroup:
     try:
         group = ChunkGroup.from_dict(dict(value))
     except (TypeError, ValueError, KeyError):
-        raise BadValue("give one element of the plan task's output ({parts: [{table, generation, chunk_ids}]}; "
+        raise BadValue("give one element of the plan task's output "
+                       "({parts: [{table, generation, chunk_ids}]}; "
                        f"map over it with .expand(chunk_group=plan.output)), got {shown(value)}") from None
     if not group.parts:
         raise BadValue(f"holds no table: {shown(value)}")
@@ -124,7 +126,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         output_path: str,
         chunk_store: str | None = None,
         mysql_conn_id: str = MySqlCdcHook.default_conn_name,
-        exclude_columns: Mapping[str, Sequence[str] | str] | None = None,
+        exclude_columns: Mapping[str, Sequence[str] | str] | str | None = None,
         read_view_mode: str = "auto",
         watermark_table: str | None = None,
         max_concurrent_reads: int | str | None = None,
@@ -155,7 +157,9 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         """Every argument as rendered, checked: a bad one fails the task before spark-submit starts."""
         return check_rendered(self, _CHECKS)
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    # SparkSubmitOperator annotates its execute ``-> None``, narrower than BaseOperator's: what execute
+    # returns is the task's XCom value, here the outcome the downstream tasks read
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         args = self.checked_arguments()
         group: ChunkGroup = args["chunk_group"]
         hook = MySqlCdcHook(args["mysql_conn_id"])
@@ -181,7 +185,8 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
                             ("--query-timeout", args["query_timeout"])):
             if value is not None:
                 self.application_args += [flag, str(value)]
-        self.name = self.name if self.name and self.name != "arrow-spark" else f"mysqlcdc snapshot {group.name}"
+        self.name = (self.name if self.name and self.name != "arrow-spark"
+                     else f"mysqlcdc snapshot {group.name}")
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
         self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, group.chunk_count)
         before = attempts_before(group_result(store_url, group))
@@ -201,7 +206,8 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         if failure is not None or failed:
             task = TaskRef(self.task_id, map_index)
             raise CdcError(failure_message(group, failed, failure, unstarted, task)) from failure
-        self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"], result["max_hw"])
+        self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"],
+                      result["max_hw"])
         for part in result["parts"]:
             if part["table_complete"]:
                 self.emit_table_asset(context, settings, part["table"], {"generation": part["generation"],

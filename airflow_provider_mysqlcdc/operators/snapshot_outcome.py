@@ -10,14 +10,16 @@ its chunks are recorded here, so the MySQL CDC tab shows them failed with the re
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, TableChunks, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 
-# SIGKILL as Popen reports it (-9) and as a shell does (128 + 9): the kernel's OOM killer, a container limit, kill -9
+# SIGKILL as Popen reports it (-9) and as a shell does (128 + 9):
+# the kernel's OOM killer, a container limit, kill -9
 _KILLED = {-9, 137}
 
 
@@ -56,7 +58,8 @@ def _part_result(states: Sequence[Any], part: TableChunks) -> dict[str, Any]:
     ]
     hws = [c.hw for c in states if c.chunk_id in wanted and c.hw is not None]
     return {
-        "table": part.table, "generation": part.generation, "chunk_ids": list(part.chunk_ids), "chunks": chunks,
+        "table": part.table, "generation": part.generation, "chunk_ids": list(part.chunk_ids),
+        "chunks": chunks,
         "rows": sum(c["rows"] or 0 for c in chunks if c["status"] == COMMITTED),
         "min_hw": str(min(hws)) if hws else None, "max_hw": str(max(hws)) if hws else None,
         "table_complete": bool(states) and all(c.status == COMMITTED for c in states),
@@ -69,7 +72,8 @@ def exit_reason(failure: BaseException | None) -> str:
         return "no error from spark-submit"
     code = re.search(r"Error code is: (-?\d+)", str(failure))
     if not code:
-        return f"{type(failure).__name__}: {str(failure).strip().splitlines()[0][:300] if str(failure) else ''}"
+        first_line = str(failure).strip().splitlines()[0][:300] if str(failure) else ""
+        return f"{type(failure).__name__}: {first_line}"
     number = int(code.group(1))
     text = f"spark-submit exit code {number}"
     if number in _KILLED:
@@ -78,8 +82,12 @@ def exit_reason(failure: BaseException | None) -> str:
     return f"{text}: {cause}" if cause else text
 
 
-# what the driver says last about why it stopped: our apps' one-line errors first, then a Python exception line
-_CAUSES = (re.compile(r"^(snapshot_chunks|binlog_stream): error: .+"), re.compile(r"^[\w.]+(Error|Exception): .+"))
+# what the driver says last about why it stopped: our apps' one-line errors first,
+# then a Python exception line
+_CAUSES = (
+    re.compile(r"^(snapshot_chunks|binlog_stream): error: .+"),
+    re.compile(r"^[\w.]+(Error|Exception): .+"),
+)
 
 
 def _cause_line(message: str) -> str | None:
@@ -122,7 +130,8 @@ def record_dead_attempts(store_url: str, group: ChunkGroup, before: Mapping[Chun
                                      f"the Spark application ended before this chunk committed ({reason})",
                                      run_id=run_id, attempt=state.attempts)
                     running.setdefault(table, []).append(state.chunk_id)
-                elif state.attempts == attempts and not (state.status == COMMITTED and state.run_id == run_id):
+                elif (state.attempts == attempts
+                      and not (state.status == COMMITTED and state.run_id == run_id)):
                     store.fail_chunk(table, generation, state.chunk_id,
                                      f"the Spark application ended before this chunk started ({reason})",
                                      run_id=run_id, attempt=state.attempts)

@@ -6,7 +6,7 @@ carries one); they are registered with Airflow's secrets masker so a stray log l
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import make_url
 
@@ -18,20 +18,28 @@ from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 DEFAULT_CONF = {
     "spark.speculation": "false",  # one read per chunk: a speculative copy would read with another HW
     "spark.sql.session.timeZone": "UTC",
-    # Spark's INFO lines (~200 per job, thousands per stream run) drowned our own in the task log; its warnings
-    # and errors stay. Set "spark.log.level": "INFO" in ``conf`` to get them back.
+    # Spark's INFO lines (~200 per job, thousands per stream run) drowned our own in the task log; its
+    # warnings and errors stay. Set "spark.log.level": "INFO" in ``conf`` to get them back.
     "spark.log.level": "WARN",
 }
 
 
-class SparkAppMixin:
+if TYPE_CHECKING:  # what the mixin reads and sets is the SparkSubmitOperator's it is mixed into
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator as _SparkOperator
+else:
+    _SparkOperator = object
+
+
+class SparkAppMixin(_SparkOperator):
     """For ``SparkSubmitOperator`` subclasses that run one of our ``spark_apps``."""
+
+    spark_conn_id: str  # the subclass's templated connection id
 
     def prepare_spark(self, hook: MySqlCdcHook, store_url: str, store_env: str) -> None:
         from airflow.sdk.log import mask_secret
 
         settings = hook.settings()
-        env = dict(self.env_vars or {})  # type: ignore[attr-defined]
+        env = dict(self.env_vars or {})
         env.update(hook.spark_env())
         if settings.password:
             mask_secret(settings.password)
@@ -45,16 +53,17 @@ class SparkAppMixin:
             if password:
                 mask_secret(str(password))
         else:
-            self.application_args = [*self.application_args, "--chunk-store", store_url]  # type: ignore[attr-defined]
-        self.env_vars = env  # type: ignore[attr-defined]
-        conf = {**DEFAULT_CONF, **(self.conf or {})}  # type: ignore[attr-defined]
+            self.application_args = [*(self.application_args or []), "--chunk-store", store_url]
+        self.env_vars = env
+        conf = {**DEFAULT_CONF, **(self.conf or {})}
         if "spark.pyspark.python" not in conf:
             conf["spark.pyspark.python"] = sys.executable  # the workers need this environment's packages
-        self.conf = conf  # type: ignore[attr-defined]
-        self._conn_id = self.spark_conn_id  # type: ignore[attr-defined]  # templated
+        self.conf = conf
+        self._conn_id = self.spark_conn_id  # templated
         self._hook = None  # built from the attributes set here
 
-    def emit_table_asset(self, context: Any, settings: MySQLSettings, table: str, extra: dict[str, Any]) -> None:
+    def emit_table_asset(self, context: Any, settings: MySQLSettings, table: str,
+                         extra: dict[str, Any]) -> None:
         asset = table_asset(settings.host, settings.port, table)
         context["outlet_events"][ASSET_ALIAS].add(asset, extra={"table": table, **extra})
-        self.log.info("asset event: %s", asset.uri)  # type: ignore[attr-defined]
+        self.log.info("asset event: %s", asset.uri)

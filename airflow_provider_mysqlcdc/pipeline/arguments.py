@@ -16,8 +16,9 @@ import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, split_table_list
@@ -50,7 +51,7 @@ _WHOLE = re.compile(r"^[+-]?[0-9]+(?:_[0-9]+)*$")  # ASCII digits only: int() al
 _NUMBER = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 _INTERVAL_PART = (r"(?:(?P<n>[0-9]+)\s+(?P<unit>week|day|hour|minute|second|millisecond|microsecond)s?"
                   r"|(?P<f>[0-9]+\.[0-9]+)\s+seconds?)")  # Spark takes a fraction of seconds only
-_INTERVAL = re.compile(rf"(?:interval\s+)?(?:{_INTERVAL_PART}\s*)+", re.I)
+_INTERVAL = re.compile(rf"(?:interval\s+)?(?:{_INTERVAL_PART}\s*)+", re.IGNORECASE)
 _INTERVAL_UNIT_S = {"week": 604800.0, "day": 86400.0, "hour": 3600.0, "minute": 60.0, "second": 1.0,
                     "millisecond": 1e-3, "microsecond": 1e-6}
 _SECRET_IN_URL = re.compile(r"(//[^/@:\s]*:)[^@/\s]*@")
@@ -64,7 +65,7 @@ class BadValue(ConfigurationError):
         self.name = name
         super().__init__(f"{name}: {self.problem}" if name else self.problem)
 
-    def named(self, name: str) -> "BadValue":
+    def named(self, name: str) -> BadValue:
         return BadValue(self.problem, name)
 
 
@@ -291,7 +292,7 @@ def interval(value: Any) -> str:
         raise BadValue(f"{shown(written)} is no interval: give a number and a unit, e.g. '10 seconds', "
                        "'1 minute 30 seconds' or '500 milliseconds'")
     seconds = sum(float(m["n"]) * _INTERVAL_UNIT_S[m["unit"].lower()] if m["n"] else float(m["f"])
-                  for m in re.finditer(_INTERVAL_PART, written, re.I))
+                  for m in re.finditer(_INTERVAL_PART, written, re.IGNORECASE))
     if seconds > MAX_WAIT_S:
         raise BadValue(f"{shown(written)} is longer than a week: give a shorter interval, e.g. '10 seconds'")
     return written

@@ -28,7 +28,7 @@ class PipelineRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PipelineRecord":
+    def from_dict(cls, data: dict[str, Any]) -> PipelineRecord:
         return cls(
             mysql_conn_id=str(data["mysql_conn_id"]),
             chunk_store=str(data["chunk_store"]),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Sequence
+from collections.abc import Sequence
 
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -33,7 +33,7 @@ def chunk_store_url(chunk_store: str | None, output: str) -> str:
             f"the output {output} is not a local path, so the chunk store cannot default to a SQLite file in "
             f"it: set chunk_store (a postgresql:// or mysql:// URL) or ${CHUNK_STORE_URL_ENV}"
         )
-    local = output[len("file://"):] if output.startswith("file://") else output
+    local = output.removeprefix("file://")
     return os.path.join(local, CHUNK_STORE_FILE)
 
 

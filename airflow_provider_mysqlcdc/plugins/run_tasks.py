@@ -7,11 +7,12 @@ without Downstream so the stream task stayed ``upstream_failed``, clear the stre
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import cast
 from urllib.parse import quote
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
@@ -71,8 +72,10 @@ def load_task_rows(session: Session, dag_id: str, run_id: str) -> list[TaskRow]:
     index while a try waits for its retry)."""
     from airflow.models.taskinstance import TaskInstance as TI
 
+    # a hybrid property: Airflow's annotations type its Python getter, not the SQL expression it also is
+    rendered_map_index = cast(ColumnElement[str | None], TI.rendered_map_index)
     rows = session.execute(
-        select(TI.task_id, TI.map_index, TI.rendered_map_index, TI.state, TI.try_number, TI.max_tries,
+        select(TI.task_id, TI.map_index, rendered_map_index, TI.state, TI.try_number, TI.max_tries,
                TI.operator)
         .where(TI.dag_id == dag_id, TI.run_id == run_id)
         .order_by(TI.task_id, TI.map_index)
@@ -95,7 +98,8 @@ def planned_group_names(session: Session, dag_id: str, run_id: str) -> dict[int,
     from airflow.models.xcom import XComModel
 
     record = session.scalars(
-        select(XComModel).where(XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.key == XCOM_KEY)
+        select(XComModel)
+        .where(XComModel.dag_id == dag_id, XComModel.run_id == run_id, XComModel.key == XCOM_KEY)
         .order_by(XComModel.timestamp.desc()).limit(1)
     ).first()
     if record is None:
@@ -137,8 +141,8 @@ def on_call_actions(tasks: Sequence[TaskRow], report: StatusReport | None) -> li
         if stuck and not running:
             actions.extend(
                 Action("clear-stream",
-                       f"Every task before {t.name} has succeeded now, but it stayed upstream_failed (a failed "
-                       "task was cleared without Downstream): clear it to finish the run.", t)
+                       f"Every task before {t.name} has succeeded now, but it stayed upstream_failed (a "
+                       "failed task was cleared without Downstream): clear it to finish the run.", t)
                 for t in stuck
             )
     return actions

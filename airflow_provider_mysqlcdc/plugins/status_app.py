@@ -16,7 +16,8 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 import pymysql
@@ -171,7 +172,7 @@ def mysql_conn_factory(mysql_conn_id: str) -> tuple[ConnFactory | None, str | No
 
     try:
         settings = MySqlCdcHook(mysql_conn_id).settings()
-    except Exception as exc:  # AirflowNotFoundException, ConfigurationError: the page goes on without lag
+    except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException, ConfigurationError: the page goes on
         return None, f"MySQL connection {mysql_conn_id!r} unavailable ({type(exc).__name__}: {exc}): no lag"
     timeout = min(settings.connect_timeout or MYSQL_CONNECT_TIMEOUT_S, MYSQL_CONNECT_TIMEOUT_S)
     settings = dataclasses.replace(settings, connect_timeout=timeout)
@@ -283,7 +284,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> HTMLResp
 
     try:
         login = get_auth_manager().get_url_login(next_url=str(request.url))
-    except Exception:  # an auth manager without a login URL: the link then points at the UI
+    except Exception:  # noqa: BLE001 - an auth manager without a login URL: the link points at the UI
         login = "/"
     detail = "Log in to see this page." if exc.status_code == status.HTTP_401_UNAUTHORIZED else (
         "You may not read this DAG's runs." if exc.detail == "Forbidden" else str(exc.detail))

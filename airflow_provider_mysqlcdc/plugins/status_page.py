@@ -9,9 +9,10 @@ values carry ``data-field`` names so tests and scripts can read them back.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from html import escape
-from typing import Any, Iterable
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport
 from airflow_provider_mysqlcdc.engine.status.table_status import (
@@ -55,7 +56,8 @@ ul.notes { margin: 4px 0 12px; padding-left: 20px; }
 .muted { color: #59636e; }
 @media (prefers-color-scheme: dark) {
   body { background: #0d1117; color: #e6edf3; } th { background: #161b22; } th, td { border-color: #30363d; }
-  .notice { background: #3b2e00; } .error, #actions { background: #3d0c0c; } #actions.ok { background: #0f2d16; }
+  .notice { background: #3b2e00; } .error, #actions { background: #3d0c0c; }
+  #actions.ok { background: #0f2d16; }
   .paste { background: #161b22; }
 }
 """
@@ -278,7 +280,8 @@ def _groups(tasks: list[TaskRow]) -> str:
     shown = mapped if len(mapped) <= _SHOWN_GROUPS else [t for t in mapped if t.state != "success"]
     rows = "".join(
         f'<tr data-map-index="{t.map_index}"><td class="num">{t.map_index}</td><td>{_task_link(t)}</td>'
-        f'<td data-field="state" class="{"failed" if t.state == "failed" else ""}">{_e(t.state or "none")}</td>'
+        f'<td data-field="state" class="{"failed" if t.state == "failed" else ""}">'
+        f'{_e(t.state or "none")}</td>'
         f'<td class="num">{t.try_number}/{t.max_tries + 1}</td></tr>'
         for t in shown
     )
@@ -334,8 +337,9 @@ def render_status(
     tasks: Iterable[TaskRow] = (),
     actions: Iterable[Action] = (),
 ) -> str:
-    """The page: what to do (``actions``, if any), overall progress, a summary row per table, the chunk groups, then
-    each table's failures and notes. Refreshes itself every ``refresh`` seconds (a visible control pauses)."""
+    """The page: what to do (``actions``, if any), overall progress, a summary row per table, the chunk
+    groups, then each table's failures and notes. Refreshes itself every ``refresh`` seconds (a visible
+    control pauses)."""
     tasks = list(tasks)
     content = [
         _record_meta(
@@ -353,7 +357,8 @@ def render_status(
         content.append(_groups(tasks))
         content.extend(_table_details(t) for t in report.tables)
     else:
-        content.append('<p class="muted">The pipeline record names no tables and the chunk store has none.</p>')
+        content.append('<p class="muted">The pipeline record names no tables and the chunk store has '
+                       'none.</p>')
     control = (
         f'<div id="refresh">auto-refresh <span data-field="refresh_state">every {int(refresh)} s</span> '
         '<button type="button">pause</button></div>' if refresh else ""

@@ -1,12 +1,13 @@
 """The error that matters out of Spark's wrapping of it.
 
-A failed Spark action raises a Py4J error, a failed streaming query a ``StreamingQueryException``: their text is
-the Java stack with the Python worker's traceback inside, where the task's own Python exception (the engine's
-error, where there is one) is the line worth reporting. Two readers of that text, for two readers of the result:
+A failed Spark action raises a Py4J error, a failed streaming query a ``StreamingQueryException``: their text
+is the Java stack with the Python worker's traceback inside, where the task's own Python exception (the
+engine's error, where there is one) is the line worth reporting.
+Two readers of that text, for two readers of the result:
 
-* ``stream_failure_message``: what ``StreamFailed`` says when the stream's query stopped: the engine's own error
-  (``Name: message``, the exception's class without its module), else the last Python exception, else the
-  first line. The resnapshot marker inside an engine error (``[resnapshot table=... position=...]``) must
+* ``stream_failure_message``: what ``StreamFailed`` says when the stream's query stopped: the engine's own
+  error (``Name: message``, the exception's class without its module), else the last Python exception, else
+  the first line. The resnapshot marker inside an engine error (``[resnapshot table=... position=...]``) must
   survive it whole (``run_stream`` looks for it).
 * ``task_failure_summary``: what a failed chunk group records on its chunks (one line, at most 500 characters,
   shown in ``status``): the task's last Python exception line as it stands, else the root JVM cause.

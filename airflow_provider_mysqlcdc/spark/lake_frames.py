@@ -48,7 +48,8 @@ def _frame(spark: SparkSession, uri: str, what: str, table: TableId, version: in
         raise CdcError(f"{table} has no {what} Delta table at {uri} yet: it is written by the stream "
                        f"(the changelog) and the mirror refresh (the mirror) once the table has data")
     delta = DeltaTable(uri, version=version, storage_options=storage_options)
-    schema = pa.schema([pa.field(f.name, plain_type(f.type), True) for f in pa.schema(delta.schema().to_arrow())])
+    schema = pa.schema([pa.field(f.name, plain_type(f.type), True)
+                        for f in pa.schema(delta.schema().to_arrow())])
     spark_schema = from_arrow_schema(schema)
     files = delta.file_uris()
     if not files:

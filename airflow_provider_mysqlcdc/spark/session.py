@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import sys
 import weakref
-from typing import Mapping
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
@@ -57,10 +58,10 @@ def activate_in_thread(spark: SparkSession) -> None:
 
 
 # (session, source name) pairs already registered: a registration belongs to one session
-_REGISTERED: "weakref.WeakKeyDictionary[SparkSession, set[str]]" = weakref.WeakKeyDictionary()
+_REGISTERED: weakref.WeakKeyDictionary[SparkSession, set[str]] = weakref.WeakKeyDictionary()
 
 
-def register_data_source(spark: SparkSession, source: type) -> None:
+def register_data_source(spark: SparkSession, source: type[DataSource]) -> None:
     """Make ``format(source.name())`` known to this session, once (Spark warns on every re-registration)."""
     names = _REGISTERED.setdefault(spark, set())
     if source.name() not in names:

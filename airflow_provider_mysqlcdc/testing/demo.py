@@ -3,9 +3,10 @@
 Starts a throwaway MariaDB with the binlog on, fills ``demo.orders`` and keeps writing to it, then runs
 ``mysqlcdc check`` and the example DAG with ``airflow dags test mysqlcdc_replication -c '{...}'`` (plan ->
 snapshot groups on Spark local[2] -> available-now stream) while the writes go on. After the writer stops, the
-CLI catches the stream up from the DAG's checkpoint and shows ``status`` and the ``mirror``; finally the mirror
-is compared with the source row by row. Everything lives under ``demo-output/`` (its Airflow home included);
-the password travels by environment (an Airflow connection in ``AIRFLOW_CONN_MYSQLCDC_SOURCE``) only.
+CLI catches the stream up from the DAG's checkpoint and shows ``status`` and the ``mirror``; finally the
+mirror is compared with the source row by row. Everything lives under ``demo-output/`` (its Airflow home
+included); the password travels by environment (an Airflow connection in ``AIRFLOW_CONN_MYSQLCDC_SOURCE``)
+only.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _step(text: str) -> None:
 
 def _run(args: list[str], env: dict[str, str]) -> None:
     print("$ mysqlcdc " + " ".join(args), flush=True)
-    result = subprocess.run([str(Path(sys.executable).parent / "mysqlcdc"), *args], env=env)
+    result = subprocess.run([str(Path(sys.executable).parent / "mysqlcdc"), *args], env=env, check=False)
     if result.returncode != 0:
         raise SystemExit(f"demo: `mysqlcdc {args[0]}` failed with exit code {result.returncode}")
 
@@ -48,13 +49,13 @@ def _airflow(args: list[str], env: dict[str, str], quiet: bool = False) -> None:
     """Run the Airflow CLI; with ``quiet``, show its task summary lines instead of every log line."""
     print("$ airflow " + " ".join(args), flush=True)
     # not from the checkout: its *.egg-info would make Airflow find the plugin entry point twice
-    result = subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=quiet, text=True,
-                            cwd=env["AIRFLOW_HOME"])
+    result = subprocess.run([sys.executable, "-m", "airflow", *args], env=env, capture_output=quiet,
+                            text=True, cwd=env["AIRFLOW_HOME"], check=False)
     if quiet:
         lines = (result.stdout + result.stderr).splitlines()
         for line in lines:
-            if any(k in line for k in ("Marking task as", "DagRun Finished", "Task failed", "ERROR", "chunk group:",
-                                       "asset event", "rows, HW")):
+            if any(k in line for k in ("Marking task as", "DagRun Finished", "Task failed", "ERROR",
+                                       "chunk group:", "asset event", "rows, HW")):
                 print("  " + line.strip()[:220])
     if result.returncode != 0 or (quiet and "state=failed" in result.stdout + result.stderr):
         tail = "" if not quiet else "\n".join((result.stdout + result.stderr).splitlines()[-40:])
@@ -126,8 +127,9 @@ def main() -> int:
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{airflow_home / 'airflow.db'}",
-            AIRFLOW_CONN_MYSQLCDC_SOURCE=json.dumps({"conn_type": "mysql", "host": "127.0.0.1", "port": server.port,
-                                                     "login": "cdc", "password": CDC_PASSWORD}),
+            AIRFLOW_CONN_MYSQLCDC_SOURCE=json.dumps({"conn_type": "mysql", "host": "127.0.0.1",
+                                                     "port": server.port, "login": "cdc",
+                                                     "password": CDC_PASSWORD}),
             AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
         )
         lake = str(out / "lake")
@@ -143,7 +145,8 @@ def main() -> int:
         writer = Writer(server)
         writer.start()
         conf = {"tables": TABLE, "output": lake, "chunk_size": 2000, "chunks_per_group": 4}
-        _step("airflow dags test mysqlcdc_replication: plan -> snapshot groups on Spark -> stream, under writes")
+        _step("airflow dags test mysqlcdc_replication: plan -> snapshot groups on Spark -> stream, "
+              "under writes")
         _airflow(["dags", "test", "mysqlcdc_replication", "-c", json.dumps(conf)], env, quiet=True)
         time.sleep(1)
         writer.stop_event.set()
@@ -151,7 +154,8 @@ def main() -> int:
         print(f"the writer committed {writer.transactions} transactions during the DAG run")
 
         _step("mysqlcdc stream --available-now: catch up what the writer did after the DAG's stream task")
-        _run(["stream", "--tables", TABLE, "--output", lake, "--checkpoint", checkpoint, "--available-now"], env)
+        _run(["stream", "--tables", TABLE, "--output", lake, "--checkpoint", checkpoint, "--available-now"],
+             env)
         _step("mysqlcdc status")
         _run(["status", "--output", lake], env)
         _step("mysqlcdc mirror: the current state of the table")
@@ -170,14 +174,17 @@ def main() -> int:
             normalize = values.snapshot_normalizer(schema)
             cur.execute(f"SELECT {values.select_list(schema)} FROM {schema.table.quoted}")
             source = Counter(normalize(r) for r in cur.fetchall())
-        mirror = Counter(tuple(r[c] for c in schema.column_names) for r in read_mirror(lake, TABLE).to_pylist())
+        mirror = Counter(tuple(r[c] for c in schema.column_names)
+                         for r in read_mirror(lake, TABLE).to_pylist())
         if mirror != source:
-            print(f"MISMATCH: {sum((source - mirror).values())} rows missing, {sum((mirror - source).values())} extra")
+            print(f"MISMATCH: {sum((source - mirror).values())} rows missing, "
+                  f"{sum((mirror - source).values())} extra")
             return 1
         print(f"{sum(mirror.values())} rows in the mirror equal the source, value for value")
     print(f"\ndemo finished in {time.monotonic() - started:.0f}s; output in {out}")
-    print("read it as a Delta table: DeltaTable('demo-output/lake/demo/orders/mirror').to_pandas() (pip package "
-          "deltalake), or pl.read_delta(...) in Polars; the changes are in demo-output/lake/demo/orders/changelog")
+    print("read it as a Delta table: DeltaTable('demo-output/lake/demo/orders/mirror').to_pandas() (pip "
+          "package deltalake), or pl.read_delta(...) in Polars; the changes are in "
+          "demo-output/lake/demo/orders/changelog")
     return 0
 
 

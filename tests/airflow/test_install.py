@@ -1,4 +1,5 @@
-"""The package installs as an Airflow provider with a working CLI, and PySpark's Python side matches its jars."""
+"""The package installs as an Airflow provider with a working CLI, and PySpark's Python side matches its
+jars."""
 from __future__ import annotations
 
 import subprocess
@@ -29,14 +30,14 @@ def test_provider_info_shape():
 
 
 def test_cli_help():
-    result = subprocess.run(["mysqlcdc", "--help"], capture_output=True, text=True)
+    result = subprocess.run(["mysqlcdc", "--help"], capture_output=True, text=True, check=False)
     assert result.returncode == 0
     assert "check" in result.stdout
 
 
 def test_cli_without_url_says_what_to_pass(monkeypatch):
     env = {k: v for k, v in __import__("os").environ.items() if k != "MYSQLCDC_MYSQL_URL"}
-    result = subprocess.run(["mysqlcdc", "check"], capture_output=True, text=True, env=env)
+    result = subprocess.run(["mysqlcdc", "check"], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 2
     assert "--mysql-url" in result.stderr and "MYSQLCDC_MYSQL_URL" in result.stderr
 
@@ -54,15 +55,17 @@ def test_connection_type_and_its_test_through_airflow(airflow_home, mysql_server
     ).stdout
     assert "mysqlcdc" in hooks and "MySqlCdcHook" in hooks
     cdc = MySQLSettings.from_url(mysql_server.cdc_url)
-    conn = {"conn_type": "mysqlcdc", "host": cdc.host, "port": cdc.port, "login": cdc.user, "password": cdc.password}
-    env = {**os.environ, "AIRFLOW__CORE__TEST_CONNECTION": "Enabled", "AIRFLOW_CONN_CDC_SOURCE": json.dumps(conn)}
+    conn = {"conn_type": "mysqlcdc", "host": cdc.host, "port": cdc.port, "login": cdc.user,
+            "password": cdc.password}
+    env = {**os.environ, "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+           "AIRFLOW_CONN_CDC_SOURCE": json.dumps(conn)}
     result = subprocess.run([sys.executable, "-m", "airflow", "connections", "test", "cdc_source"],
-                            capture_output=True, text=True, env=env)
+                            capture_output=True, text=True, env=env, check=False)
     out = result.stdout + result.stderr
     assert result.returncode == 0 and "Connection success" in out, out[-3000:]
     env["AIRFLOW_CONN_CDC_SOURCE"] = json.dumps({**conn, "password": "not-the-password"})
     result = subprocess.run([sys.executable, "-m", "airflow", "connections", "test", "cdc_source"],
-                            capture_output=True, text=True, env=env)
+                            capture_output=True, text=True, env=env, check=False)
     out += result.stdout + result.stderr
     assert "Connection failed" in out and "access denied" in out, out[-3000:]
     assert cdc.password not in out and "not-the-password" not in out

@@ -1,4 +1,5 @@
-"""The MySQL CDC tab's "To finish this run" (pure logic) and the snapshot progress it shows (a real SQLite store).
+"""The MySQL CDC tab's "To finish this run" (pure logic) and the snapshot progress it shows
+(a real SQLite store).
 
 The browser test shows the same on a real api-server and scheduler; here every state of the run is covered
 quickly: a failed group (clear it with Downstream on, or paste ``redo_chunks``), a group cleared without
@@ -11,11 +12,12 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.status.progress import snapshot_progress
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.status.text import progress_text
+from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
 from airflow_provider_mysqlcdc.plugins.run_tasks import TaskRow, on_call_actions, task_href
 from airflow_provider_mysqlcdc.plugins.status_page import RunRef, render_status
-from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
 
-DAG, RUN, GROUP = "mysqlcdc_replication", "manual__2026-11-24T10:00:00+00:00", "snapshot_phase.snapshot_chunk_group"
+DAG, RUN, GROUP = ("mysqlcdc_replication", "manual__2026-11-24T10:00:00+00:00",
+                   "snapshot_phase.snapshot_chunk_group")
 
 
 def _task(task_id: str, state: str | None, map_index: int = -1, label: str = "") -> TaskRow:
@@ -49,8 +51,8 @@ def test_a_failed_group_gives_the_task_to_clear_and_a_redo_value(tmp_path):
     assert [a.kind for a in actions] == ["clear-group", "redo"]
     assert actions[0].task.name == f"{GROUP} [map index 1: {label}]"
     assert "Downstream on" in actions[0].text
-    assert actions[0].task.href == (f"/dags/{DAG}/runs/manual__2026-11-24T10%3A00%3A00%2B00%3A00/tasks/{GROUP}"
-                                    "/mapped/1")
+    assert actions[0].task.href == (
+        f"/dags/{DAG}/runs/manual__2026-11-24T10%3A00%3A00%2B00%3A00/tasks/{GROUP}/mapped/1")
     assert actions[1].value == f"{table}=2"
 
     record = PipelineRecord(mysql_conn_id="src", chunk_store=str(tmp_path / "chunks.db"), output="/lake",
@@ -61,8 +63,8 @@ def test_a_failed_group_gives_the_task_to_clear_and_a_redo_value(tmp_path):
 
     # the group was cleared without Downstream and succeeded: the stream task is the one left to clear
     tasks[2] = _task(GROUP, "success", 1, label)
-    store.commit_chunk(table, 1, 2, rows=100, lw=BinlogPosition("b.000001", 4), hw=BinlogPosition("b.000001", 20),
-                       output_version="v2", run_id=RUN)
+    store.commit_chunk(table, 1, 2, rows=100, lw=BinlogPosition("b.000001", 4),
+                       hw=BinlogPosition("b.000001", 20), output_version="v2", run_id=RUN)
     actions = on_call_actions(tasks, collect_status(store, None, [table]))
     assert [a.kind for a in actions] == ["clear-stream"] and actions[0].task.task_id == "stream"
     # while anything is still running or waiting to retry, nothing waits for a person
@@ -72,7 +74,8 @@ def test_a_failed_group_gives_the_task_to_clear_and_a_redo_value(tmp_path):
 def test_progress_counts_chunks_and_rows_of_the_latest_generation(tmp_path):
     store, table = _store(tmp_path)
     p = snapshot_progress(collect_status(store, None, [table, "shop.never_planned"]).tables)
-    assert collect_status(store, None, [table]).progress == snapshot_progress(collect_status(store, None, [table]).tables)
+    assert collect_status(store, None, [table]).progress == snapshot_progress(
+        collect_status(store, None, [table]).tables)
     assert (p.chunks, p.committed, p.running, p.failed, p.rows, p.rows_estimated) == (4, 2, 0, 1, 200, 400)
     assert p.rows_per_second is not None and p.rows_per_second > 0 and p.eta_s is not None
     text = progress_text(p)

@@ -12,7 +12,8 @@ def test_airflow_runs_spark_job_that_copies_mysql_table(
     mysql_server, mysql_db, airflow_home, tmp_path, monkeypatch, capfd
 ):
     rng = random.Random(7)
-    rows = [(i, f"name-{i}-{rng.randint(0, 999)}", Decimal(rng.randint(0, 10**6)) / 100) for i in range(1, 501)]
+    rows = [(i, f"name-{i}-{rng.randint(0, 999)}", Decimal(rng.randint(0, 10**6)) / 100)
+            for i in range(1, 501)]
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE items (id BIGINT PRIMARY KEY, name VARCHAR(64), amount DECIMAL(10,2))")
         cur.executemany("INSERT INTO items VALUES (%s, %s, %s)", rows)

@@ -1,8 +1,10 @@
-"""What a failed snapshot try records and says (a real SQLite chunk store; the Spark side is the browser test's).
+"""What a failed snapshot try records and says
+(a real SQLite chunk store; the Spark side is the browser test's).
 
 An on-call engineer must read in one message what failed (before any chunk started, or which chunks with
-which error, each error once) and the one action that finishes the run: the mapped task by map index and name,
-and a ready-to-paste ``redo_chunks`` value. The chunk store must show the cause too (the MySQL CDC tab reads it).
+which error, each error once) and the one action that finishes the run: the mapped task by map index and
+name, and a ready-to-paste ``redo_chunks`` value. The chunk store must show the cause too (the MySQL CDC
+tab reads it).
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ TASK = TaskRef("snapshot_phase.snapshot_chunk_group", 3)
 def _store(tmp_path, chunks: int = 8) -> tuple[str, ChunkGroup]:
     url = str(tmp_path / "chunks.db")
     spec = {"version": 1, "key_columns": ["id"], "split_kind": "even", "chunk_size": 10}
-    bounds = [(i, None if i == 0 else f"[{i}]", None if i == chunks - 1 else f"[{i + 1}]") for i in range(chunks)]
+    bounds = [(i, None if i == 0 else f"[{i}]", None if i == chunks - 1 else f"[{i + 1}]")
+              for i in range(chunks)]
     with ChunkStore(url) as store:
         generation = store.create_plan(TABLE, spec, bounds, "plan_run")
     return url, ChunkGroup.of(TABLE, generation, range(4, 8))
@@ -43,8 +46,8 @@ def test_a_try_killed_before_any_chunk_started(tmp_path):
     assert states[3].status != FAILED, "a chunk of another group is untouched"
     failed = group_result(url, group)["chunks"]
     message = failure_message(group, failed, KILLED, unstarted, TASK)
-    assert message.startswith(f"snapshot of {group.name} failed: the Spark application ended before any chunk "
-                              "started: spark-submit exit code -9 (killed by SIGKILL")
+    assert message.startswith(f"snapshot of {group.name} failed: the Spark application ended before any "
+                              "chunk started: spark-submit exit code -9 (killed by SIGKILL")
     assert "chunk 4" not in message and "planned" not in message
     assert (f"clear task instance snapshot_phase.snapshot_chunk_group [map index 3: {group.name}] with "
             "Downstream on") in message
@@ -59,9 +62,9 @@ def test_a_try_killed_mid_chunk_reports_each_error_once(tmp_path):
         for chunk_id in group.parts[0].chunk_ids:
             attempt = store.start_chunk(TABLE, group.parts[0].generation, chunk_id, run_id=RUN).attempts
             if chunk_id == 4:  # one committed before the kill
-                store.commit_chunk(TABLE, group.parts[0].generation, 4, rows=10, lw=BinlogPosition("b.000001", 4),
-                                   hw=BinlogPosition("b.000001", 9), output_version="v1", run_id=RUN,
-                                   attempt=attempt)
+                store.commit_chunk(TABLE, group.parts[0].generation, 4, rows=10,
+                                   lw=BinlogPosition("b.000001", 4), hw=BinlogPosition("b.000001", 9),
+                                   output_version="v1", run_id=RUN, attempt=attempt)
     running, unstarted = record_dead_attempts(url, group, before, RUN, KILLED)
     assert (running, unstarted) == ({TABLE: [5, 6, 7]}, {})
     result = group_result(url, group)
@@ -77,13 +80,15 @@ def test_the_drivers_own_error_line_is_the_cause():
     from airflow_provider_mysqlcdc.operators.snapshot_outcome import exit_reason
 
     failure = Exception(
-        "Cannot execute: spark-submit --master local[2] app.py. Error code is: 2.\nLast spark-submit output:\n"
+        "Cannot execute: spark-submit --master local[2] app.py. Error code is: 2.\n"
+        "Last spark-submit output:\n"
         "26/11/24 08:31:46 WARN Utils: Your hostname resolves to a loopback address\n"
         "snapshot_chunks: error: table shop.orders was re-planned concurrently (generation 3 instead of 2)\n")
     assert exit_reason(failure) == ("spark-submit exit code 2: snapshot_chunks: error: table shop.orders was "
                                     "re-planned concurrently (generation 3 instead of 2)")
-    failure = Exception("Cannot execute: x. Error code is: 1.\nLast spark-submit output:\nTraceback (most "
-                        "recent call last):\n  File \"x.py\"\npyspark.errors.PySparkRuntimeError: [JAVA_GATEWAY]")
+    failure = Exception("Cannot execute: x. Error code is: 1.\nLast spark-submit output:\n"
+                        "Traceback (most recent call last):\n  File \"x.py\"\n"
+                        "pyspark.errors.PySparkRuntimeError: [JAVA_GATEWAY]")
     assert exit_reason(failure).endswith(": pyspark.errors.PySparkRuntimeError: [JAVA_GATEWAY]")
     assert exit_reason(Exception("Cannot execute: x. Error code is: 137.")).startswith(
         "spark-submit exit code 137 (killed by SIGKILL")

@@ -223,5 +223,6 @@ def test_a_planned_table_dropped_in_the_source_says_how_to_take_it_out(mysql_ser
         plan_tables(settings, store, [str(table)])
         with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
             cur.execute("DROP TABLE gone")
-        with pytest.raises(ConfigurationError, match=rf"does not exist.*mysqlcdc remove-table {mysql_db}\.gone"):
+        with pytest.raises(ConfigurationError,
+                           match=rf"does not exist.*mysqlcdc remove-table {mysql_db}\.gone"):
             ChangeStream(settings, store, [table], 5401)

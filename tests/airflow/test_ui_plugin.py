@@ -1,18 +1,19 @@
 """The UI plugin end to end: a finished DAG run of a real pipeline, a real ``airflow api-server``, Chromium.
 
-One DAG run (``tests/airflow/dags/mysqlcdc_ui_fixture.py``: ``orders`` streaming, ``items`` with a failed chunk) and
-one API server per module (its start-up is the slow part). The page must show exactly what the engine's
-``collect_status`` reports for the same chunk store and output, only to a logged-in user allowed to read the
-DAG, and never the MySQL password (neither in the page nor in the server's log).
+One DAG run (``tests/airflow/dags/mysqlcdc_ui_fixture.py``: ``orders`` streaming, ``items`` with a failed
+chunk) and one API server per module (its start-up is the slow part). The page must show exactly what the
+engine's ``collect_status`` reports for the same chunk store and output, only to a logged-in user allowed to
+read the DAG, and never the MySQL password (neither in the page nor in the server's log).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest

@@ -17,8 +17,8 @@ import random
 import re
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pymysql
 from pymysql.converters import escape_string
@@ -50,7 +50,7 @@ def _column_name(case_id: str) -> str:
     return "c_" + re.sub(r"[^0-9a-zA-Z]+", "_", case_id).strip("_").lower()
 
 
-# --- random text ---------------------------------------------------------------------------------------------
+# --- random text --------------------------------------------------------------------------------------------
 
 _TEXT_CHARS = (
     [chr(c) for c in range(0x20, 0x7F)] * 3
@@ -79,7 +79,7 @@ def random_bytes(rng: random.Random, max_len: int) -> bytes:
     return data
 
 
-# --- types ---------------------------------------------------------------------------------------------------
+# --- types --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,8 @@ def _bit_cases() -> list[TypeCase]:
 
         out.append(TypeCase(f"bit({n})", "num", f"BIT({n})", gen,
                             ("b'0'", f"b'{(2**n - 1):b}'", "b'1'", NULL, f"b'1{'0' * (n - 1)}'")))
-    out.append(TypeCase("boolean", "num", "BOOLEAN", lambda r: r.choice(["TRUE", "FALSE", str(r.randint(-128, 127))]),
+    out.append(TypeCase("boolean", "num", "BOOLEAN",
+                        lambda r: r.choice(["TRUE", "FALSE", str(r.randint(-128, 127))]),
                         ("0", "1", "-128", "127", NULL)))
     return out
 
@@ -183,11 +184,13 @@ def _float_cases() -> list[TypeCase]:
     fmax, dmax = "3.4028234663852886e+38", "1.7976931348623157e+308"
     return [
         TypeCase("float", "num", "FLOAT", _float_gen(True),
-                 ("0", fmax, "-" + fmax, "1.1754943508222875e-38", "1.401298464324817e-45", NULL, "-0.0", "3.14")),
+                 ("0", fmax, "-" + fmax, "1.1754943508222875e-38", "1.401298464324817e-45", NULL, "-0.0",
+                  "3.14")),
         TypeCase("float(7,3)", "num", "FLOAT(7,3)", lambda r: f"{r.uniform(-9999.999, 9999.999):.3f}",
                  ("9999.999", "-9999.999", "0", "0.001", NULL)),
         TypeCase("double", "num", "DOUBLE", _float_gen(False),
-                 ("0", dmax, "-" + dmax, "2.2250738585072014e-308", "5e-324", NULL, "-0.0", "0.30000000000000004")),
+                 ("0", dmax, "-" + dmax, "2.2250738585072014e-308", "5e-324", NULL, "-0.0",
+                  "0.30000000000000004")),
         TypeCase("real", "num", "REAL", _float_gen(False), ("0", dmax, "-" + dmax, "5e-324", NULL)),
     ]
 
@@ -203,10 +206,12 @@ def _random_datetime(rng: random.Random, lo: dt.datetime, hi: dt.datetime) -> dt
 def _temporal_cases() -> list[TypeCase]:
     out = [
         TypeCase("date", "time", "DATE",
-                 lambda r: sql_str(_random_datetime(r, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31)).date().isoformat()),
-                 ("'1000-01-01'", "'9999-12-31'", "'0000-00-00'", "'2020-00-15'", "'2020-05-00'", "'0000-06-15'",
-                  "'0001-01-01'", "'0100-03-01'", NULL)),
-        TypeCase("year", "time", "YEAR", lambda r: str(r.randint(1901, 2155)), ("1901", "2155", "0", NULL, "2000")),
+                 lambda r: sql_str(_random_datetime(r, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31))
+                                   .date().isoformat()),
+                 ("'1000-01-01'", "'9999-12-31'", "'0000-00-00'", "'2020-00-15'", "'2020-05-00'",
+                  "'0000-06-15'", "'0001-01-01'", "'0100-03-01'", NULL)),
+        TypeCase("year", "time", "YEAR", lambda r: str(r.randint(1901, 2155)),
+                 ("1901", "2155", "0", NULL, "2000")),
     ]
     for p in range(7):
         frac9 = ("." + "9" * p) if p else ""
@@ -215,27 +220,30 @@ def _temporal_cases() -> list[TypeCase]:
             f"datetime({p})", "time", f"DATETIME({p})",
             lambda r, p=p: sql_str(_random_datetime(r, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31))
                                    .isoformat(" ") + _fraction(r, p)),
-            (f"'1000-01-01 00:00:00{frac0}'", f"'9999-12-31 23:59:59{frac9}'", f"'0000-00-00 00:00:00{frac0}'",
-             "'2020-00-15 10:11:12'", "'0000-01-01 00:00:00'", "'2024-03-10 02:30:00'", NULL),
+            (f"'1000-01-01 00:00:00{frac0}'", f"'9999-12-31 23:59:59{frac9}'",
+             f"'0000-00-00 00:00:00{frac0}'", "'2020-00-15 10:11:12'", "'0000-01-01 00:00:00'",
+             "'2024-03-10 02:30:00'", NULL),
         ))
         out.append(TypeCase(
             f"timestamp({p})", "time", f"TIMESTAMP({p}) NULL DEFAULT NULL",
-            lambda r, p=p: sql_str(_random_datetime(r, dt.datetime(1970, 1, 1, 0, 0, 1), dt.datetime(2038, 1, 19, 3, 14, 7))
+            lambda r, p=p: sql_str(_random_datetime(r, dt.datetime(1970, 1, 1, 0, 0, 1),
+                                                    dt.datetime(2038, 1, 19, 3, 14, 7))
                                    .isoformat(" ") + _fraction(r, p)),
-            (f"'1970-01-01 00:00:01{frac0}'", f"'2038-01-19 03:14:07{frac9}'", f"'0000-00-00 00:00:00{frac0}'",
-             "'2024-11-03 08:59:59'", NULL),
+            (f"'1970-01-01 00:00:01{frac0}'", f"'2038-01-19 03:14:07{frac9}'",
+             f"'0000-00-00 00:00:00{frac0}'", "'2024-11-03 08:59:59'", NULL),
         ))
         smallest_neg = f"'-00:00:00.{'0' * (p - 1)}1'" if p else "'-00:00:01'"
         out.append(TypeCase(
             f"time({p})", "time", f"TIME({p})", lambda r, p=p: _time_literal(r, p),
-            ("'-838:59:59'", "'838:59:59'", f"'-838:59:59{frac0}'", f"'838:59:59{frac0}'", "'00:00:00'", smallest_neg,
-             "'24:00:00'", "'-24:00:00'", NULL),
+            ("'-838:59:59'", "'838:59:59'", f"'-838:59:59{frac0}'", f"'838:59:59{frac0}'", "'00:00:00'",
+             smallest_neg, "'24:00:00'", "'-24:00:00'", NULL),
         ))
     return out
 
 
 def _time_literal(rng: random.Random, p: int) -> Literal:
-    seconds = rng.randint(-838 * 3600 - 3599, 838 * 3600 + 3599) if rng.random() < 0.7 else rng.randint(-90000, 90000)
+    seconds = (rng.randint(-838 * 3600 - 3599, 838 * 3600 + 3599) if rng.random() < 0.7
+               else rng.randint(-90000, 90000))
     sign = "-" if seconds < 0 else ""
     h, rem = divmod(abs(seconds), 3600)
     frac = _fraction(rng, p) if abs(seconds) < 838 * 3600 + 3599 else ""
@@ -263,9 +271,11 @@ def _set_value(rng: random.Random, members: list[str]) -> Literal:
 def _string_cases() -> list[TypeCase]:
     return [
         _text_case("char(1)", "CHAR(1)", 1, ("' '", "'é'", "'😀'", "'\\0'")),
-        _text_case("char(255)", "CHAR(255)", 255, (sql_str("é" * 255), sql_str("😀" * 255), "'x  '", "'  x'")),
+        _text_case("char(255)", "CHAR(255)", 255,
+                   (sql_str("é" * 255), sql_str("😀" * 255), "'x  '", "'  x'")),
         TypeCase("varchar(0)", "str", "VARCHAR(0)", lambda r: "''", ("''", NULL)),
-        _text_case("varchar(1000)", "VARCHAR(1000)", 1000, (sql_str("😀" * 1000), "'trail  '", "' '", "'\\0\\0'")),
+        _text_case("varchar(1000)", "VARCHAR(1000)", 1000,
+                   (sql_str("😀" * 1000), "'trail  '", "' '", "'\\0\\0'")),
         _text_case("tinytext", "TINYTEXT", 63, (sql_str("😀" * 63 + "abc"), sql_str("x" * 255))),
         _text_case("text", "TEXT", 400, (sql_str("é" * 30000),)),
         _text_case("mediumtext", "MEDIUMTEXT", 400, (sql_str("ü" * 70000),)),
@@ -277,8 +287,10 @@ def _string_cases() -> list[TypeCase]:
         TypeCase("set", "str", _members_ddl("SET", SET_MEMBERS), lambda r: _set_value(r, SET_MEMBERS),
                  (sql_str(",".join(SET_MEMBERS)), "''", NULL, sql_str("x y,it's"), sql_str("😀"), "'nope'")),
         TypeCase("json", "str", "JSON", lambda r: sql_str(random_json(r)),
-                 ("'{}'", "'[]'", "'null'", "'\"s\\u00e9\"'", "'1e308'", sql_str(json.dumps({"k": [[[[[]]]]]})),
-                  sql_str('{"b": 1, "a": "😀 \\" \\\\ é", "n": null, "big": 123456789012345678901234567890}'), NULL)),
+                 ("'{}'", "'[]'", "'null'", "'\"s\\u00e9\"'", "'1e308'",
+                  sql_str(json.dumps({"k": [[[[[]]]]]})),
+                  sql_str('{"b": 1, "a": "😀 \\" \\\\ é", "n": null, "big": 123456789012345678901234567890}'),
+                  NULL)),
     ]
 
 
@@ -307,8 +319,10 @@ def _binary_cases() -> list[TypeCase]:
 
     return [
         blob("binary(1)", "BINARY(1)", 1, (sql_bytes(b"\xff"),)),
-        blob("binary(16)", "BINARY(16)", 16, (sql_bytes(b"\x00" * 16), sql_bytes(b"\xff" * 16), sql_bytes(b"\x01"))),
-        blob("varbinary(20)", "VARBINARY(20)", 20, (sql_bytes(b"\x00" * 20), sql_bytes(b"\xff" * 19 + b"\x00"))),
+        blob("binary(16)", "BINARY(16)", 16,
+             (sql_bytes(b"\x00" * 16), sql_bytes(b"\xff" * 16), sql_bytes(b"\x01"))),
+        blob("varbinary(20)", "VARBINARY(20)", 20,
+             (sql_bytes(b"\x00" * 20), sql_bytes(b"\xff" * 19 + b"\x00"))),
         blob("tinyblob", "TINYBLOB", 255, (sql_bytes(bytes(range(255))),)),
         blob("blob", "BLOB", 300, (sql_bytes(bytes(range(256)) * 100),)),
         blob("mediumblob", "MEDIUMBLOB", 300, (sql_bytes(bytes(range(256)) * 300),)),
@@ -338,7 +352,8 @@ def _wkt(rng: random.Random, kind: str) -> str:
     if kind == "multipoint":
         return "MULTIPOINT(" + ", ".join(f"({pts(1)})" for _ in range(rng.randint(1, 4))) + ")"
     if kind == "multilinestring":
-        return "MULTILINESTRING(" + ", ".join(f"({pts(rng.randint(2, 4))})" for _ in range(rng.randint(1, 3))) + ")"
+        return ("MULTILINESTRING("
+                + ", ".join(f"({pts(rng.randint(2, 4))})" for _ in range(rng.randint(1, 3))) + ")")
     if kind == "multipolygon":
         return "MULTIPOLYGON(" + ", ".join(f"({ring()})" for _ in range(rng.randint(1, 3))) + ")"
     parts = [_wkt(rng, rng.choice(["point", "linestring", "polygon"])) for _ in range(rng.randint(0, 3))]
@@ -355,7 +370,8 @@ def _geometry_cases() -> list[TypeCase]:
 
     out = [TypeCase("geometry", "geo", "GEOMETRY",
                     lambda r: literal(_wkt(r, r.choice(GEOMETRY_KINDS)), r.choice([0, 4326])),
-                    (literal("POINT(0 0)"), literal("GEOMETRYCOLLECTION EMPTY"), literal("POINT(1 2)", 4326), NULL))]
+                    (literal("POINT(0 0)"), literal("GEOMETRYCOLLECTION EMPTY"), literal("POINT(1 2)", 4326),
+                     NULL))]
     edges = {
         "point": (literal("POINT(0 0)"), literal("POINT(-180 90)", 4326), literal("POINT(1e300 -1e-300)")),
         "linestring": (literal("LINESTRING(0 0, 1 1)"),),
@@ -367,7 +383,8 @@ def _geometry_cases() -> list[TypeCase]:
                                literal("GEOMETRYCOLLECTION(POINT(1 1), LINESTRING(0 0, 1 1))")),
     }
     for kind in GEOMETRY_KINDS:
-        out.append(TypeCase(kind, "geo", kind.upper(), lambda r, kind=kind: literal(_wkt(r, kind), r.choice([0, 0, 3857])),
+        out.append(TypeCase(kind, "geo", kind.upper(),
+                            lambda r, kind=kind: literal(_wkt(r, kind), r.choice([0, 0, 3857])),
                             edges[kind] + (NULL,)))
     return out
 
@@ -397,8 +414,9 @@ def _misc_cases() -> list[TypeCase]:
                  lambda r: sql_str(".".join(str(r.randrange(256)) for _ in range(4))),
                  ("'0.0.0.0'", "'255.255.255.255'", "'127.0.0.1'", "'10.0.0.0'", NULL)),
         TypeCase("inet6", "misc", "INET6", lambda r: sql_str(random_inet6(r)),
-                 ("'::'", "'::1'", "'::ffff:1.2.3.4'", "'::1.2.3.4'", "'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff'",
-                  "'2001:db8::1'", "'1::'", "'1:0:0:2::3'", "'fe80::1:0:0:0'", "'0:0:1::'", "'1:0:1:0:1:0:1:0'", NULL)),
+                 ("'::'", "'::1'", "'::ffff:1.2.3.4'", "'::1.2.3.4'",
+                  "'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff'", "'2001:db8::1'", "'1::'", "'1:0:0:2::3'",
+                  "'fe80::1:0:0:0'", "'0:0:1::'", "'1:0:1:0:1:0:1:0'", NULL)),
         TypeCase("generated-base", "misc", "INT NULL", lambda r: str(r.randint(-1000, 1000)), ("0", NULL),
                  report=False),
         TypeCase("generated-virtual", "misc", f"BIGINT AS ({_column_name('generated-base')} * 3 - 1) VIRTUAL",
@@ -406,7 +424,8 @@ def _misc_cases() -> list[TypeCase]:
         TypeCase("generated-stored", "misc",
                  f"VARCHAR(40) AS (CONCAT('g', {_column_name('generated-base')}, 'é😀')) STORED",
                  lambda r: NULL, writable=False),
-        TypeCase("invisible", "misc", "INT NULL INVISIBLE", lambda r: str(r.randint(-10, 10)), ("0", NULL, "-1")),
+        TypeCase("invisible", "misc", "INT NULL INVISIBLE", lambda r: str(r.randint(-10, 10)),
+                 ("0", NULL, "-1")),
     ]
 
 
@@ -418,7 +437,7 @@ REPORTED_TYPE_CASES = [c for c in TYPE_CASES if c.report]
 assert len({c.column for c in TYPE_CASES}) == len(TYPE_CASES), "two type cases map to one column name"
 
 
-# --- character sets ------------------------------------------------------------------------------------------
+# --- character sets -----------------------------------------------------------------------------------------
 
 # Every character set of MariaDB 10.x/11.x and MySQL 8.x (``binary`` aside). The suite checks that the
 # server's SHOW CHARACTER SET holds nothing beyond this list, so a new charset cannot go untested.
@@ -458,7 +477,8 @@ def unicode_pool(seed: int = 20240601) -> list[str]:
 
 
 def representable(conn: pymysql.connections.Connection, charset: str, pool: list[str]) -> list[str]:
-    """The characters of ``pool`` the server converts to ``charset`` and back unchanged (compared as bytes)."""
+    """The characters of ``pool`` the server converts to ``charset`` and back unchanged (compared as
+    bytes)."""
     if not re.fullmatch(r"[a-z0-9_]+", charset):
         raise ValueError(charset)
     out: list[str] = []
@@ -499,14 +519,16 @@ def charset_text(rng: random.Random, chars: list[str], max_chars: int, non_ascii
 
 
 def legacy_multibyte_soup(rng: random.Random, pairs: int) -> bytes:
-    """Random lead/trail byte pairs of the East Asian multi-byte charsets (valid or not: the server decides)."""
+    """Random lead/trail byte pairs of the East Asian multi-byte charsets (valid or not: the server
+    decides)."""
     out = bytearray()
     for _ in range(pairs):
-        out += bytes([rng.randint(0x81, 0xFE), rng.choice([rng.randint(0x40, 0x7E), rng.randint(0x80, 0xFE)])])
+        out += bytes([rng.randint(0x81, 0xFE),
+                      rng.choice([rng.randint(0x40, 0x7E), rng.randint(0x80, 0xFE)])])
     return bytes(out)
 
 
-# --- key shapes ----------------------------------------------------------------------------------------------
+# --- key shapes ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -530,7 +552,8 @@ class KeyCase:
         return "k_" + re.sub(r"[^0-9a-zA-Z]+", "_", self.id).strip("_").lower()
 
 
-def _ints(lo: int, hi: int, extra: tuple[int, ...] = ()) -> Callable[[random.Random], list[tuple[Literal, ...]]]:
+def _ints(lo: int, hi: int,
+          extra: tuple[int, ...] = ()) -> Callable[[random.Random], list[tuple[Literal, ...]]]:
     def pool(rng: random.Random) -> list[tuple[Literal, ...]]:
         values = {lo, hi, lo + 1, hi - 1, 0 if lo <= 0 <= hi else lo + 2, *extra}
         while len(values) < 70:
@@ -597,14 +620,17 @@ def _times(p: int) -> Callable[[random.Random], list[tuple[Literal, ...]]]:
 
 
 # Strings that collide under case-, accent- and pad-insensitive collations, and some that do not.
-COLLIDING = ["a", "A", "a ", "A ", "á", "Á", "à", "ä", "Ä", "ae", "AE", "æ", "Æ", "ß", "ss", "SS", "ẞ", "o", "ö",
-             "oe", "Œ", "œ", "", " ", "abc", "ABC ", "Abc\t", "abc\t", "x", "X", "😀", "😁", "ﬃ", "ffi", "\u00a0",
-             "e\u0301", "é", "É", "z", "Z", "0", "-", "y", "ÿ", "Ÿ", "i", "I", "ı", "İ", "ø", "Ø"]
+COLLIDING = ["a", "A", "a ", "A ", "á", "Á", "à", "ä", "Ä", "ae", "AE", "æ", "Æ", "ß", "ss", "SS", "ẞ",
+             "o", "ö", "oe", "Œ", "œ", "", " ", "abc", "ABC ", "Abc\t", "abc\t", "x", "X", "😀", "😁", "ﬃ",
+             "ffi", "\u00a0", "e\u0301", "é", "É", "z", "Z", "0", "-", "y", "ÿ", "Ÿ", "i", "I", "ı", "İ", "ø",
+             "Ø"]
 
 
-def _strings(max_chars: int, chars: list[str] | None = None) -> Callable[[random.Random], list[tuple[Literal, ...]]]:
+def _strings(max_chars: int,
+             chars: list[str] | None = None) -> Callable[[random.Random], list[tuple[Literal, ...]]]:
     def pool(rng: random.Random) -> list[tuple[Literal, ...]]:
-        values = [s for s in COLLIDING if len(s) <= max_chars and (chars is None or all(c in chars for c in s))]
+        values = [s for s in COLLIDING
+                  if len(s) <= max_chars and (chars is None or all(c in chars for c in s))]
         while len(values) < 80:
             base = random_text(rng, max_chars, chars)
             values.append(base)
@@ -633,8 +659,9 @@ def _uuids(rng: random.Random) -> list[tuple[Literal, ...]]:
               "00000000-0000-1000-8000-000000000000", "123e4567-e89b-12d3-a456-426614174000"}
     while len(values) < 60:
         if rng.random() < 0.5:  # time-based: MariaDB orders these by their swapped time fields
-            values.add(str(uuid.UUID(fields=(rng.getrandbits(32), rng.getrandbits(16), 0x1000 | rng.getrandbits(12),
-                                             0x80 | rng.getrandbits(6), rng.getrandbits(8), rng.getrandbits(48)))))
+            values.add(str(uuid.UUID(fields=(rng.getrandbits(32), rng.getrandbits(16),
+                                             0x1000 | rng.getrandbits(12), 0x80 | rng.getrandbits(6),
+                                             rng.getrandbits(8), rng.getrandbits(48)))))
         else:
             values.add(str(uuid.UUID(int=rng.getrandbits(128))))
     return [(sql_str(v),) for v in sorted(values)]
@@ -678,7 +705,8 @@ ZERO_DATETIMES = ["'0000-00-00 00:00:00'", "'2020-00-15 10:11:12'", "'0000-01-01
 
 
 def _zero_dates(rng: random.Random) -> list[tuple[Literal, ...]]:
-    return sorted({(str(rng.randint(1, 4)), rng.choice(ZERO_DATETIMES), rng.choice(ZERO_DATES)) for _ in range(200)})
+    return sorted({(str(rng.randint(1, 4)), rng.choice(ZERO_DATETIMES), rng.choice(ZERO_DATES))
+                   for _ in range(200)})
 
 
 def _zero_dates_ts(rng: random.Random) -> list[tuple[Literal, ...]]:
@@ -710,7 +738,8 @@ def _key_cases() -> list[KeyCase]:
     def ci(collation: str, width: int = 12, ddl: str = "VARCHAR") -> KeyCase:
         charset = collation.split("_")[0]
         chars = {"latin1": _LATIN1, "utf8mb3": _BMP}.get(charset)
-        return one(f"{ddl.lower()}[{collation}]", f"{ddl}({width}) CHARACTER SET {charset} COLLATE {collation} NOT NULL",
+        return one(f"{ddl.lower()}[{collation}]",
+                   f"{ddl}({width}) CHARACTER SET {charset} COLLATE {collation} NOT NULL",
                    _strings(width, chars), needs=(f"{ddl}(4) CHARACTER SET {charset} COLLATE {collation}",),
                    key_rewrites=STRING_KEY_REWRITES)
 
@@ -719,7 +748,8 @@ def _key_cases() -> list[KeyCase]:
         one("int", "INT NOT NULL", _ints(-(2**31), 2**31 - 1)),
         one("int-unsigned", "INT UNSIGNED NOT NULL", _ints(0, 2**32 - 1)),
         one("bigint", "BIGINT NOT NULL", _ints(-(2**63), 2**63 - 1)),
-        one("bigint-unsigned", "BIGINT UNSIGNED NOT NULL", _ints(0, 2**64 - 1, (2**63, 2**63 - 1, 2**64 - 2))),
+        one("bigint-unsigned", "BIGINT UNSIGNED NOT NULL",
+            _ints(0, 2**64 - 1, (2**63, 2**63 - 1, 2**64 - 2))),
         one("bigint-unsigned-dense-top", "BIGINT UNSIGNED NOT NULL",
             lambda r: [(str(2**64 - 1 - i),) for i in range(0, 120, 2)]),
         one("int-dense", "INT NOT NULL", lambda r: [(str(i),) for i in range(-30, 60)]),
@@ -730,11 +760,13 @@ def _key_cases() -> list[KeyCase]:
         one("date", "DATE NOT NULL", _temporals("date")),
         one("datetime(6)", "DATETIME(6) NOT NULL", _temporals("datetime", 6)),
         one("timestamp", "TIMESTAMP NOT NULL DEFAULT '1970-01-01 00:00:01'", _temporals("timestamp")),
-        one("timestamp(6)", "TIMESTAMP(6) NOT NULL DEFAULT '1970-01-01 00:00:01'", _temporals("timestamp", 6)),
+        one("timestamp(6)", "TIMESTAMP(6) NOT NULL DEFAULT '1970-01-01 00:00:01'",
+            _temporals("timestamp", 6)),
         one("time", "TIME NOT NULL", _times(0)),
         one("time(6)", "TIME(6) NOT NULL", _times(6)),
-        one("year", "YEAR NOT NULL", lambda r: [("0",), ("1901",), ("2155",)] + [(str(y),) for y in
-                                                                               sorted(r.sample(range(1902, 2155), 50))]),
+        one("year", "YEAR NOT NULL",
+            lambda r: [("0",), ("1901",), ("2155",)]
+            + [(str(y),) for y in sorted(r.sample(range(1902, 2155), 50))]),
         ci("utf8mb4_general_ci"),
         ci("utf8mb4_unicode_ci"),
         ci("utf8mb4_unicode_520_ci"),
@@ -753,17 +785,22 @@ def _key_cases() -> list[KeyCase]:
         one("uuid", "UUID NOT NULL", _uuids, needs=("UUID",)),
         one("inet6", "INET6 NOT NULL", _inet6s, needs=("INET6",)),
         one("inet4", "INET4 NOT NULL", _inet4s, needs=("INET4",)),
-        KeyCase("composite[int,varchar-ci]", (("a", "INT NOT NULL"), ("b", "VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL")),
-                _product(lambda r: [(str(i),) for i in (-1, 0, 1, 2)], _strings(8)), key_rewrites=STRING_KEY_REWRITES),
-        KeyCase("composite[tinyint,bigint-unsigned]", (("a", "TINYINT NOT NULL"), ("b", "BIGINT UNSIGNED NOT NULL")),
+        KeyCase("composite[int,varchar-ci]",
+                (("a", "INT NOT NULL"), ("b", "VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL")),
+                _product(lambda r: [(str(i),) for i in (-1, 0, 1, 2)], _strings(8)),
+                key_rewrites=STRING_KEY_REWRITES),
+        KeyCase("composite[tinyint,bigint-unsigned]",
+                (("a", "TINYINT NOT NULL"), ("b", "BIGINT UNSIGNED NOT NULL")),
                 _product(lambda r: [("-128",), ("0",), ("127",)], _ints(0, 2**64 - 1))),
         KeyCase("composite[date,decimal]", (("a", "DATE NOT NULL"), ("b", "DECIMAL(10,3) NOT NULL")),
                 _product(_temporals("date"), _decimals(10, 3))),
-        KeyCase("composite[varbinary,datetime(6)]", (("a", "VARBINARY(4) NOT NULL"), ("b", "DATETIME(6) NOT NULL")),
+        KeyCase("composite[varbinary,datetime(6)]",
+                (("a", "VARBINARY(4) NOT NULL"), ("b", "DATETIME(6) NOT NULL")),
                 _product(lambda r: _binaries(4)(r)[:6], _temporals("datetime", 6))),
         KeyCase("composite[varchar-bin,time,int]", (("a", "VARCHAR(6) COLLATE utf8mb4_bin NOT NULL"),
                                                     ("b", "TIME(3) NOT NULL"), ("c", "INT NOT NULL")),
-                _product(lambda r: _strings(6)(r)[:8], _times(3), lambda r: [(str(i),) for i in range(-2, 3)])),
+                _product(lambda r: _strings(6)(r)[:8], _times(3),
+                         lambda r: [(str(i),) for i in range(-2, 3)])),
         KeyCase("composite[double,year]", (("a", "DOUBLE NOT NULL"), ("b", "YEAR NOT NULL")),
                 _product(_doubles, lambda r: [("0",), ("1901",), ("2155",), ("2000",)])),
         KeyCase("zero-dates", (("id", "INT NOT NULL"), ("dt", "DATETIME NOT NULL"), ("d", "DATE NOT NULL")),
@@ -778,9 +815,11 @@ def _key_cases() -> list[KeyCase]:
                 extra_columns=(("id", "INT NOT NULL PRIMARY KEY"),),
                 extra_pool=lambda r: [(str(i),) for i in range(1, 120)]),
         KeyCase("null-chunk-key[varchar-ci]", (("ck", "VARCHAR(10) COLLATE utf8mb4_general_ci NULL"),),
-                _with_nulls(_strings(10)), chunk_key="ck", extra_columns=(("id", "INT NOT NULL PRIMARY KEY"),),
+                _with_nulls(_strings(10)), chunk_key="ck",
+                extra_columns=(("id", "INT NOT NULL PRIMARY KEY"),),
                 extra_pool=lambda r: [(str(i),) for i in range(1, 120)]),
-        KeyCase("null-chunk-key[date-zero]", (("ck", "DATE NULL"),), _with_nulls(lambda r: [(d,) for d in ZERO_DATES]),
+        KeyCase("null-chunk-key[date-zero]", (("ck", "DATE NULL"),),
+                _with_nulls(lambda r: [(d,) for d in ZERO_DATES]),
                 chunk_key="ck", extra_columns=(("id", "INT NOT NULL PRIMARY KEY"),),
                 extra_pool=lambda r: [(str(i),) for i in range(1, 120)], sql_mode=""),
         KeyCase("no-primary-key[int]", (("ck", "INT NULL"),), _dupes(_with_nulls(_ints(-50, 50), 4)),

@@ -10,8 +10,8 @@ RESULTS: dict[str, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(
 PHASES = {
     "types": ["identity", "compiled", "native", "arrow", "mirror", "mirror-wm"],
     "type-tables": ["chunks", "changes", "mirror", "backfilled", "mirror-wm"],
-    "charsets": ["chars", "identity", "compiled", "native", "raw-bytes", "arrow", "mirror", "mirror-wm", "key", "key-wm",
-                 "no-unicode"],
+    "charsets": ["chars", "identity", "compiled", "native", "raw-bytes", "arrow", "mirror", "mirror-wm",
+                 "key", "key-wm", "no-unicode"],
     "keys": ["chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm"],
 }
 

@@ -50,8 +50,10 @@ def probe_types(conn: pymysql.connections.Connection) -> dict[str, str]:
             if _try_create(cur, "probe_wide", f"id INT PRIMARY KEY, {cols}") is None:
                 continue
             for c in cases:
-                helper = f", {quote_ident(base.column)} {base.ddl}" if c is not base and "generated" in c.id else ""
-                reason = _try_create(cur, "probe_one", f"id INT PRIMARY KEY{helper}, {quote_ident(c.column)} {c.ddl}")
+                helper = (f", {quote_ident(base.column)} {base.ddl}"
+                          if c is not base and "generated" in c.id else "")
+                reason = _try_create(cur, "probe_one",
+                                     f"id INT PRIMARY KEY{helper}, {quote_ident(c.column)} {c.ddl}")
                 if reason:
                     skipped[c.id] = f"{c.ddl}: {reason}"
     return skipped
@@ -121,8 +123,9 @@ def charset_specs(charset: str, chars: list[str], maxlen: int, suffix: str = "",
                   key_collation: str | None = None) -> dict[str, TableSpec]:
     """Tables of one charset: ``values`` (``cs_``: CHAR/VARCHAR/TEXT columns in the charset with non-ASCII
     values, and ``hb``: raw high bytes), ``key`` (``csk_``: a VARCHAR primary key in the charset, with
-    collation-equal variants of its keys), ``raw`` (``csb_``, identity only: bytes written as ``_binary`` under
-    sql_mode '': every byte 0x80..0xFF for a single-byte charset, random high-byte soup for the others)."""
+    collation-equal variants of its keys), ``raw`` (``csb_``, identity only: bytes written as ``_binary``
+    under sql_mode '': every byte 0x80..0xFF for a single-byte charset, random high-byte soup for the
+    others)."""
     rng = random.Random(seed_of("pool:" + charset))
     cs = f"CHARACTER SET {charset}"
     keys = []
@@ -145,7 +148,8 @@ def charset_specs(charset: str, chars: list[str], maxlen: int, suffix: str = "",
         key_columns=[("id", "INT NOT NULL")],
         key_pool=[(str(i),) for i in range(1, 90)],
         value_columns=[
-            ValueColumn("c", f"CHAR(10) {cs} NULL", lambda r: sql_str(charset_text(r, chars, 10)), (NULL, "''")),
+            ValueColumn("c", f"CHAR(10) {cs} NULL", lambda r: sql_str(charset_text(r, chars, 10)),
+                        (NULL, "''")),
             ValueColumn("v", f"VARCHAR(64) {cs} NULL", lambda r: sql_str(charset_text(r, chars, 64)),
                         (sql_str(all_high[:64]), "' trailing  '")),
             ValueColumn("t", f"TEXT {cs} NULL", lambda r: sql_str(charset_text(r, chars, 300)),
@@ -161,7 +165,8 @@ def charset_specs(charset: str, chars: list[str], maxlen: int, suffix: str = "",
         key_columns=[("k", f"VARCHAR(16) {cs}{collate} NOT NULL")],
         key_pool=[(sql_str(k),) for k in dict.fromkeys(keys)],
         key_rewrites=("UPPER({col})", "LOWER({col})", "CONCAT({col}, ' ')", "RTRIM({col})"),
-        value_columns=[ValueColumn("v", f"VARCHAR(20) {cs} NULL", lambda r: sql_str(charset_text(r, chars, 20)))],
+        value_columns=[ValueColumn("v", f"VARCHAR(20) {cs} NULL",
+                                   lambda r: sql_str(charset_text(r, chars, 20)))],
         sql_mode="",
         initial_rows=30,
     )

@@ -283,7 +283,8 @@ def test_a_chunk_hw_records_its_server(store):
     assert [(c.hw_server, c.hw_gtid_position) for c in chunks] == [("mariadb:11", "0-11-57"), (None, None),
                                                                    (None, None)]
     again = commit(store, gen, 0, 40, 50, "v0b", hw_server="mysql:12:3e11fa47-71ca-11e1-9e33-c80aa9429562")
-    assert (again.hw_server, again.hw_gtid_position) == ("mysql:12:3e11fa47-71ca-11e1-9e33-c80aa9429562", None)
+    assert (again.hw_server, again.hw_gtid_position) == (
+        "mysql:12:3e11fa47-71ca-11e1-9e33-c80aa9429562", None)
 
 
 def test_stream_claims_name_their_holder(store):
@@ -293,7 +294,8 @@ def test_stream_claims_name_their_holder(store):
     long_path = "s3://bucket/" + "x" * 2000  # any length
     store.record_stream_claim(cs.StreamClaim(long_path, "mariadb:1", 43, 5400, 5409, "other", None))
     [found] = store.stream_claim_holders("mariadb:1", 42)
-    assert (found.checkpoint, found.low_id, found.high_id, found.holder) == ("/ckpt/a", 5400, 5499, "me@host pid 1")
+    assert (found.checkpoint, found.low_id, found.high_id, found.holder) == (
+        "/ckpt/a", 5400, 5499, "me@host pid 1")
     assert found.claimed_at is not None
     assert store.stream_claim_holders("mariadb:2", 42) == []  # another server's session 42
     assert [c.checkpoint for c in store.stream_claim_holders("mariadb:1", 43)] == [long_path]
@@ -665,7 +667,8 @@ def test_urls(tmp_path, monkeypatch):
         assert store.backend == "sqlite" and (tmp_path / "a" / "b.db").exists()
     with ChunkStore("sqlite://") as memory:  # in-memory: one shared connection
         assert new_plan(memory) == 1 and len(memory.chunks(TABLE)) == 3
-    with pytest.raises(ChunkStoreError) as info:  # refused: an outage, waited out for outage_s (0: not at all)
+    # refused: an outage, waited out for outage_s (0: not at all)
+    with pytest.raises(ChunkStoreError) as info:
         ChunkStore("mysql+pymysql://u:secret@127.0.0.1:1/db", outage_s=0)
     assert "secret" not in str(info.value) and "***" in str(info.value)
 

@@ -12,7 +12,8 @@ def test_parses_full_url():
     s = MySQLSettings.from_url(
         "mysql://cdc%40x:p%3Ass@db.example.com:3307/shop?server_id=6000-6009&ssl_ca=/ca.pem&charset=utf8mb4"
     )
-    assert (s.user, s.password, s.host, s.port, s.database) == ("cdc@x", "p:ss", "db.example.com", 3307, "shop")
+    assert (s.user, s.password, s.host, s.port, s.database) == (
+        "cdc@x", "p:ss", "db.example.com", 3307, "shop")
     assert s.server_id_range == (6000, 6009)
     assert s.ssl == {"ca": "/ca.pem", "check_hostname": True}
 

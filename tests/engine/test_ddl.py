@@ -1,4 +1,5 @@
-"""What a DDL statement does to a captured table (engine.binlog.ddl): followed in the changelog, or a new snapshot."""
+"""What a DDL statement does to a captured table (engine.binlog.ddl): followed in the changelog, or a new
+snapshot."""
 
 from __future__ import annotations
 
@@ -94,6 +95,7 @@ def test_ddl_that_needs_a_new_snapshot_says_why(sql, why):
 
 
 def test_credentials_in_table_options_never_leave_the_statement():
-    ddl = table_ddl("ALTER TABLE t CONNECTION='mysql://u:s3cret@h/db/t', PASSWORD = \"pw2\", ADD COLUMN c INT", ("id",))
+    ddl = table_ddl("ALTER TABLE t CONNECTION='mysql://u:s3cret@h/db/t', PASSWORD = \"pw2\", "
+                    "ADD COLUMN c INT", ("id",))
     assert "s3cret" not in ddl.statement and "pw2" not in ddl.statement
     assert "CONNECTION='***'" in ddl.statement and ddl.changes.added == {"c": None}

@@ -2,14 +2,15 @@
 
 Two kinds of DDL:
 
-* DDL that rebuilds the table after the chunk's read view opened: the server refuses that view (error 1412);
-* DDL that only changes the table's columns (instant ADD/DROP/RENAME COLUMN, a widening MODIFY) after the schema
-  the read uses was loaded but before the chunk's high watermark (HW): the view stays valid, so the read compares
-  the table's columns with its schema once HW is fixed and reads again with the new columns.
+* DDL that rebuilds the table after the chunk's read view opened: the server refuses that view (error
+  1412);
+* DDL that only changes the table's columns (instant ADD/DROP/RENAME COLUMN, a widening MODIFY) after the
+  schema the read uses was loaded but before the chunk's high watermark (HW): the view stays valid, so the
+  read compares the table's columns with its schema once HW is fixed and reads again with the new columns.
 
-Either way the chunk's records have the columns of the table as of HW (or later) and their values; DDL that keeps
-coming fails the chunk with an error that says so, DDL that changes the key fails it asking for a re-plan, and
-nothing of a discarded attempt reaches the chunk's files, the chunk store or the manifest.
+Either way the chunk's records have the columns of the table as of HW (or later) and their values; DDL that
+keeps coming fails the chunk with an error that says so, DDL that changes the key fails it asking for a
+re-plan, and nothing of a discarded attempt reaches the chunk's files, the chunk store or the manifest.
 """
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ ADD_C = "ALTER TABLE t ADD COLUMN c INT NOT NULL DEFAULT 5"
 
 @pytest.fixture(autouse=True)
 def python_reader(monkeypatch):
-    """These tests inject DDL at the pure-Python reader's steps (its view, its SELECT): they test the reference
-    reader; the native reader's DDL handling is tested in test_native_chunk_reader.py."""
+    """These tests inject DDL at the pure-Python reader's steps (its view, its SELECT): they test the
+    reference reader; the native reader's DDL handling is tested in test_native_chunk_reader.py."""
     monkeypatch.setenv(CHUNK_READER_ENV, "python")
 
 
@@ -142,7 +143,7 @@ def _assert_chunk_is_the_table_now(mysql_server, table, plan, read: ChunkRead, r
     assert read.result.rows == len(rows) == 100
 
 
-# --- columns changed before the high watermark ------------------------------------------------------------------
+# --- columns changed before the high watermark --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("where", ["before_open", "after_open"])
@@ -168,7 +169,8 @@ def test_a_column_added_during_the_read_is_in_every_record(mysql_server, table, 
     ("ALTER TABLE t RENAME COLUMN v TO w", "before_select"),
     ("ALTER TABLE t MODIFY s VARCHAR(40) NOT NULL", "before_open"),  # instant: the view stays valid
 ])
-def test_a_column_dropped_renamed_or_widened_during_the_read(mysql_server, table, tmp_path, monkeypatch, where, ddl):
+def test_a_column_dropped_renamed_or_widened_during_the_read(mysql_server, table, tmp_path, monkeypatch,
+                                                             where, ddl):
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
     opened = _inject(monkeypatch, mysql_server, table, where, [ddl])
     read, rows = _read(settings, schema, plan)
@@ -188,7 +190,8 @@ def test_a_column_widened_after_the_high_watermark_keeps_the_chunk_as_of_its_hw(
     """DDL after the view opened and after the column check (so after HW) that leaves the SELECT valid: the
     chunk is the table as of HW, with the type it had then; no reread."""
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
-    opened = _inject(monkeypatch, mysql_server, table, "before_select", ["ALTER TABLE t MODIFY s VARCHAR(40) NOT NULL"])
+    opened = _inject(monkeypatch, mysql_server, table, "before_select",
+                     ["ALTER TABLE t MODIFY s VARCHAR(40) NOT NULL"])
     read, rows = _read(settings, schema, plan)
     assert len(opened) == 1 and read.schema is schema and read.schema.column("s").column_type == "varchar(10)"
     assert sorted(rows, key=lambda r: r["id"]) == [
@@ -220,7 +223,8 @@ def test_an_unchanged_table_costs_one_query_and_one_view(mysql_server, table, tm
 
 @pytest.mark.parametrize("ddl", ["ALTER TABLE t MODIFY id BIGINT NOT NULL",
                                  "ALTER TABLE t DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)"])
-def test_ddl_on_the_key_fails_the_chunk_asking_for_a_new_plan(mysql_server, table, tmp_path, monkeypatch, ddl):
+def test_ddl_on_the_key_fails_the_chunk_asking_for_a_new_plan(mysql_server, table, tmp_path, monkeypatch,
+                                                               ddl):
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
     _inject(monkeypatch, mysql_server, table, "before_open", [ddl])
     with pytest.raises(ChunkKeyChanged, match=rf"{table} chunk {CHUNK}: .*re-planned .*mysqlcdc plan"):
@@ -236,12 +240,14 @@ def test_columns_that_keep_changing_fail_the_chunk_clearly(mysql_server, table, 
     assert len(opened) == chunk_reader.DDL_REREADS + 1
 
 
-# --- table rebuilt after the read view opened (the server refuses the view) -------------------------------------
+# --- table rebuilt after the read view opened (the server refuses the view) ---------------------------------
 
 
-def test_a_chunk_is_read_again_after_ddl_rebuilt_its_table(mysql_server, table, tmp_path, monkeypatch, caplog):
+def test_a_chunk_is_read_again_after_ddl_rebuilt_its_table(mysql_server, table, tmp_path, monkeypatch,
+                                                            caplog):
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
-    opened = _inject(monkeypatch, mysql_server, table, "before_select", ["ALTER TABLE t MODIFY v BIGINT NOT NULL"])
+    opened = _inject(monkeypatch, mysql_server, table, "before_select",
+                     ["ALTER TABLE t MODIFY v BIGINT NOT NULL"])
     with caplog.at_level(logging.WARNING):
         read, rows = _read(settings, schema, plan)
     assert len(opened) == 2 and opened[1].key > opened[0].key, "read again in a new, later read view"
@@ -259,7 +265,7 @@ def test_ddl_that_keeps_coming_fails_the_chunk_clearly(mysql_server, table, tmp_
         _read(settings, schema, plan)
 
 
-# --- the watermark-table mode: the check runs once the HW marker committed ---------------------------------------
+# --- the watermark-table mode: the check runs once the HW marker committed ----------------------------------
 
 
 def test_watermark_mode_reads_again_when_columns_changed_before_the_high_marker(
@@ -278,7 +284,8 @@ def test_watermark_mode_reads_again_when_columns_changed_before_the_high_marker(
                 cur.execute(ADD_C)
 
     monkeypatch.setattr(chunk_reader, "open_plain_snapshot", open_then_add)
-    options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460, backfill_timeout=30)
+    options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460,
+                               backfill_timeout=30)
     read, rows = _read(settings, schema, plan, options)
     assert len(views) == 2 and read.result.mode == "watermark_table"
     assert {r["c"] for r in rows} == {5}
@@ -288,8 +295,8 @@ def test_watermark_mode_reads_again_when_columns_changed_before_the_high_marker(
 def test_watermark_mode_reads_again_after_a_truncate_between_its_watermarks(
     mysql_server, table, tmp_path, monkeypatch
 ):
-    """TRUNCATE after the SELECT, before the HW marker: the backfill cannot correct the buffer (no row events),
-    so the chunk is read again after it, and holds what the table holds (the writer refills it)."""
+    """TRUNCATE after the SELECT, before the HW marker: the backfill cannot correct the buffer (no row
+    events), so the chunk is read again after it, and holds what the table holds (the writer refills it)."""
     wm = _watermark_table(mysql_server, table)
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
     real_marker = chunk_reader.write_marker
@@ -300,11 +307,13 @@ def test_watermark_mode_reads_again_after_a_truncate_between_its_watermarks(
         if len(markers) == 2:  # the first read's HW marker: the SELECT is done
             with mysql_server.admin(table.database) as admin, admin.cursor() as cur:
                 cur.execute(f"TRUNCATE TABLE {table.quoted}")
-                cur.execute(f"INSERT INTO {table.quoted} (id, v, s) VALUES (150, 1, 'after'), (151, 2, 'truncate')")
+                cur.execute(f"INSERT INTO {table.quoted} (id, v, s) "
+                            "VALUES (150, 1, 'after'), (151, 2, 'truncate')")
         return real_marker(conn, info, wm_table, slot)
 
     monkeypatch.setattr(chunk_reader, "write_marker", truncate_before_the_high_marker)
-    options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460, backfill_timeout=30)
+    options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460,
+                               backfill_timeout=30)
     read, rows = _read(settings, schema, plan, options)
     assert len(markers) == 4, "the chunk was not read again after the TRUNCATE"
     assert sorted(r["id"] for r in rows) == [150, 151] and read.result.rows == 2
@@ -312,7 +321,7 @@ def test_watermark_mode_reads_again_after_a_truncate_between_its_watermarks(
                                                         key=lambda r: r["id"])
 
 
-# --- the chunk's Parquet output, chunk store row and manifest ----------------------------------------------------
+# --- the chunk's Parquet output, chunk store row and manifest -----------------------------------------------
 
 
 def test_parquet_output_has_the_new_columns_and_nothing_of_the_discarded_view(

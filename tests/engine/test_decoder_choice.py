@@ -1,6 +1,6 @@
 """Which decoder reads rows events (engine/binlog/decoder_choice.py), on a real server: the compiled one by
-default, mysql-replication when asked or where the compiled one cannot serve, and in compare mode (the suite's)
-a difference stops the read naming the table and column."""
+default, mysql-replication when asked or where the compiled one cannot serve, and in compare mode (the
+suite's) a difference stops the read naming the table and column."""
 from __future__ import annotations
 
 import decimal
@@ -42,7 +42,8 @@ def _read(server, table: TableId, start, end) -> list:
 def written(mysql_server, mysql_db):
     """A table with an insert, an update and a delete in the binlog: (table, start, end)."""
     with mysql_server.admin(mysql_db) as conn:
-        execute(conn, "CREATE TABLE t (id INT PRIMARY KEY, d DECIMAL(30,12), s VARCHAR(20) CHARACTER SET latin1)")
+        execute(conn, "CREATE TABLE t (id INT PRIMARY KEY, d DECIMAL(30,12), "
+                      "s VARCHAR(20) CHARACTER SET latin1)")
         start = status(conn)
         execute(conn, "INSERT INTO t VALUES (1, 12345678.123456789012, 'caf\u00e9'), (2, NULL, '')",
                 "UPDATE t SET d = -0.000000000001 WHERE id = 2", "DELETE FROM t WHERE id = 1")
@@ -74,7 +75,8 @@ def test_a_difference_stops_the_read_naming_table_and_column(mysql_server, writt
         return DecodedRows(decoded.column_names, decoded.row_count, decoded.halves, images)
 
     monkeypatch.setattr(decoder_choice, "decode_event", off_by_one)
-    with pytest.raises(DecoderMismatch, match=rf"{table}, column 'id'.*gives 1 \(int\), the compiled decoder 2"):
+    with pytest.raises(DecoderMismatch,
+                       match=rf"{table}, column 'id'.*gives 1 \(int\), the compiled decoder 2"):
         _read(mysql_server, table, start, end)
 
 
@@ -90,7 +92,8 @@ def test_python_mode_reads_with_mysql_replication_only(mysql_server, written, mo
     assert len(changes) == 5 and changes[-1].values["s"] == "caf\u00e9"
 
 
-def test_a_table_the_compiled_decoder_cannot_take_falls_back_said_once(mysql_server, written, monkeypatch, caplog):
+def test_a_table_the_compiled_decoder_cannot_take_falls_back_said_once(mysql_server, written, monkeypatch,
+                                                                       caplog):
     table, start, end = written
 
     def cannot(event, schema, decoders=None):
@@ -108,7 +111,8 @@ def test_a_table_the_compiled_decoder_cannot_take_falls_back_said_once(mysql_ser
 
 def test_a_bad_mode_names_the_variable(monkeypatch):
     monkeypatch.setenv(ROWS_DECODER_ENV, "fast")
-    with pytest.raises(ConfigurationError, match=f"{ROWS_DECODER_ENV}='fast': give one of compiled, python, compare"):
+    with pytest.raises(ConfigurationError,
+                       match=f"{ROWS_DECODER_ENV}='fast': give one of compiled, python, compare"):
         decoder_mode()
 
 

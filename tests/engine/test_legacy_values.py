@@ -1,5 +1,5 @@
-"""The conformance issue's defects 1-3, each as the user met it: legacy charsets in the stream, zero dates in a
-primary key, and MariaDB's UUID/INET types as values and chunk keys. Snapshot then stream under writes,
+"""The conformance issue's defects 1-3, each as the user met it: legacy charsets in the stream, zero dates in
+a primary key, and MariaDB's UUID/INET types as values and chunk keys. Snapshot then stream under writes,
 mirror == source row by row, and the stream's records go through Arrow as the sink writes them."""
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from tests.support.engine_harness import Pipeline, assert_same_rows
 
 LEGACY = {  # charset -> non-ASCII text it holds (the issue's list, and charsets Python has no codec for)
     "latin1": "caf\u00e9 \u00fc\u00df \u20ac\u0081", "latin2": "\u0159\u00e1d \u0142\u00f3d\u017a",
-    "cp1250": "\u017elu\u0165ou\u010dk\u00fd", "cp1251": "\u0416\u0443\u043a", "cp1257": "\u0101\u010d\u0113",
-    "greek": "\u03b1\u03b2\u03b3 \u02bdq\u02bc", "hebrew": "\u05e9\u05dc\u05d5\u05dd", "cp866": "\u041f\u0440\u2591",
-    "koi8r": "\u041f\u0440\u0438\u0432\u0435\u0442", "macce": "\u0104\u010c", "macroman": "\u00c6\u00f8\u2020",
+    "cp1250": "\u017elu\u0165ou\u010dk\u00fd", "cp1251": "\u0416\u0443\u043a",
+    "cp1257": "\u0101\u010d\u0113", "greek": "\u03b1\u03b2\u03b3 \u02bdq\u02bc",
+    "hebrew": "\u05e9\u05dc\u05d5\u05dd", "cp866": "\u041f\u0440\u2591",
+    "koi8r": "\u041f\u0440\u0438\u0432\u0435\u0442", "macce": "\u0104\u010c",
+    "macroman": "\u00c6\u00f8\u2020",
     "tis620": "\u0e2a\u0e27\u0e31\u0e2a", "big5": "\u7e41\u9ad4", "gbk": "\u4e2d\u6587\u5b57",
     "gb2312": "\u7b80\u4f53", "sjis": "\u65e5\u672c\u8a9e\u30a2", "cp932": "\u30c6\u30b9\u30c8\u2460",
     "ujis": "\u304b\u306a\u6f22", "euckr": "\ud55c\uad6d\uc5b4", "ucs2": "\u4e2d\u00e9\u20ac",
@@ -102,7 +104,8 @@ def test_zero_dates_in_a_primary_key_keep_their_identity(mysql_server, mysql_db,
     zero_d = ["0000-00-00", "2020-00-15", "0000-12-31", "2019-00-00", "2022-02-02"]
 
     def row(i: int) -> tuple:
-        return (i % 7, rng.choice(zero_dt), rng.choice(zero_d), f"{rng.randint(0, 30)}:00:00", rng.randint(0, 99))
+        return (i % 7, rng.choice(zero_dt), rng.choice(zero_d), f"{rng.randint(0, 30)}:00:00",
+                rng.randint(0, 99))
 
     with mysql_server.admin(mysql_db) as admin, admin.cursor() as cur:
         cur.execute("SET SESSION sql_mode = ''")
@@ -120,13 +123,14 @@ def test_zero_dates_in_a_primary_key_keep_their_identity(mysql_server, mysql_db,
                 if kind < 0.3:
                     cur.execute("INSERT IGNORE INTO zd (id, dt, d, t, v) VALUES (%s, %s, %s, %s, %s)", row(i))
                 elif kind < 0.55:
-                    cur.execute("DELETE FROM zd WHERE d = %s AND id = %s LIMIT 2", (rng.choice(zero_d), i % 7))
+                    cur.execute("DELETE FROM zd WHERE d = %s AND id = %s LIMIT 2",
+                                (rng.choice(zero_d), i % 7))
                 elif kind < 0.8:  # key moves between zero dates
                     cur.execute("UPDATE IGNORE zd SET dt = %s, d = %s WHERE id = %s AND dt = %s LIMIT 1",
                                 (rng.choice(zero_dt), rng.choice(zero_d), i % 7, rng.choice(zero_dt)))
                 else:
-                    cur.execute("UPDATE zd SET v = v + 1, ts = IF(ts IS NULL, '0000-00-00', NULL) WHERE d = %s",
-                                (rng.choice(zero_d),))
+                    cur.execute("UPDATE zd SET v = v + 1, ts = IF(ts IS NULL, '0000-00-00', NULL) "
+                                "WHERE d = %s", (rng.choice(zero_d),))
 
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, chunk_size=20)
     table = TableId(mysql_db, "zd")
@@ -166,13 +170,15 @@ def test_mariadb_uuid_and_inet_work_as_values_and_chunk_keys(mysql_server, mysql
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
     with mysql_server.admin(mysql_db) as admin, admin.cursor() as cur:
-        cur.execute(f"CREATE TABLE k (k {key_type} PRIMARY KEY, u UUID NULL, i6 INET6 NULL, i4 INET4 NULL, v INT)")
+        cur.execute(f"CREATE TABLE k (k {key_type} PRIMARY KEY, u UUID NULL, i6 INET6 NULL, i4 INET4 NULL, "
+                    "v INT)")
 
         def write(count: int) -> None:
             for _ in range(count):
                 cur.execute("INSERT IGNORE INTO k VALUES (%s, %s, %s, %s, %s)",
                             (key(), rng.choice([None, "6ccd780c-baba-1026-9564-5b8c656024db"]),
-                             rng.choice([None, "::ffff:1.2.3.4", "2001:db8::1"]), "10.0.0.1", rng.randint(0, 9)))
+                             rng.choice([None, "::ffff:1.2.3.4", "2001:db8::1"]), "10.0.0.1",
+                             rng.randint(0, 9)))
             cur.execute("UPDATE k SET v = v + 1 ORDER BY k LIMIT 5")
             cur.execute("DELETE FROM k ORDER BY v, k LIMIT 3")
             cur.execute("UPDATE IGNORE k SET k = %s ORDER BY k DESC LIMIT 1", (key(),))
@@ -212,7 +218,8 @@ def test_a_charset_change_decodes_older_events_with_the_charset_they_were_writte
         schema = load_schema(admin, table)
     assert schema.column("v").charset == "koi8r"
     # a plan made after the ALTER covers it (the re-snapshot it requires): the reader goes past it
-    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema}, replanned={table: end})
+    reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema},
+                          replanned={table: end})
     changes = [c for c in reader.read(BinlogOffset.at(start), end, timeout=60) if hasattr(c, "values")]
     assert [c.values["v"] for c in changes] == ["25\u00b0C \u00a9", "\u041f\u0440\u0438\u0432\u0435\u0442"]
 
@@ -224,7 +231,8 @@ def _selected_and_streamed(settings, table: TableId, schema, start, end) -> tupl
         selected = {r[0]: r for r in map(values.snapshot_normalizer(schema), cur.fetchall())}
     reader = BinlogReader(settings, allocate_server_id(settings, 1), {table}, {table: schema})
     changes = list(reader.read(BinlogOffset.at(start), end, timeout=60))
-    streamed = {c.values["id"]: tuple(c.values[n] for n in schema.column_names) for c in changes if c.op != "-U"}
+    streamed = {c.values["id"]: tuple(c.values[n] for n in schema.column_names)
+                for c in changes if c.op != "-U"}
     return selected, streamed
 
 
@@ -264,8 +272,8 @@ def test_enum_and_set_members_in_legacy_charsets_stream_as_the_snapshot_reads_th
 
 
 def test_negative_times_of_the_pre_56_format_stream_as_the_snapshot_reads_them(mysql_server, mysql_db):
-    """A table created under mysql56_temporal_format=OFF (as upgraded from MySQL 5.5 / MariaDB 5.3) stores TIME
-    as a signed 3-byte hhmmss; read as unsigned, '-12:34:56' streamed as 194 days."""
+    """A table created under mysql56_temporal_format=OFF (as upgraded from MySQL 5.5 / MariaDB 5.3) stores
+    TIME as a signed 3-byte hhmmss; read as unsigned, '-12:34:56' streamed as 194 days."""
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     table = TableId(mysql_db, "old_times")
     times = ["-12:34:56", "838:59:59", "-838:59:59", "00:00:00", "-00:00:01", "01:02:03", "-100:00:00"]

@@ -1,8 +1,8 @@
 """The materialized mirror over Parquet files: incremental refresh, reruns, readers (pyarrow, DuckDB).
 
 The engine's own pipeline produces the snapshot and changelog files in the documented layout
-(``tests/support/layout_pipeline.py``); the file mirror must equal the engine's mirror rule after every refresh and
-the source table at the end, row by row, while concurrent writers run. Seeds are fixed.
+(``tests/support/layout_pipeline.py``); the file mirror must equal the engine's mirror rule after every
+refresh and the source table at the end, row by row, while concurrent writers run. Seeds are fixed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import random
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pyarrow as pa
@@ -56,7 +56,8 @@ def _pipeline(mysql_server, mysql_db, tmp_path, **kw) -> LayoutPipeline:
 
 def _rows(table: pa.Table, names: list[str]) -> list[tuple]:
     """The table's rows over ``names`` (each temporal column followed by its zero-date companion)."""
-    assert [n for n in table.schema.names if not n.endswith(values.ZERO_DATE_SUFFIX)] == names, table.schema.names
+    assert [n for n in table.schema.names if not n.endswith(values.ZERO_DATE_SUFFIX)] == names, (
+        table.schema.names)
     return [tuple(r[c] for c in names) for r in values.canonical_pylist(table)]
 
 
@@ -112,7 +113,7 @@ def _rec(op: str, pos: int, index: int, row: tuple, half: int = AFTER) -> Record
         "stream",
         row_key(BinlogPosition(F, pos), index, half),
         values,
-        datetime(2026, 1, 1, tzinfo=timezone.utc),
+        datetime(2026, 1, 1, tzinfo=UTC),
     )
 
 
@@ -121,7 +122,7 @@ def _row(i: int, v: int) -> tuple:
         i,
         v,
         (Decimal(v) / 4).quantize(Decimal("0.01")),
-        datetime(2026, 1, 1, 0, 0, v % 60, tzinfo=timezone.utc),
+        datetime(2026, 1, 1, 0, 0, v % 60, tzinfo=UTC),
     )
 
 
@@ -190,7 +191,7 @@ def test_file_mirror_follows_the_engine_rule_batch_by_batch(tmp_path, with_pk):
             changelog,
         )
         got = values.canonical_pylist(read_mirror(root, T))
-        key = lambda r: tuple(sorted((k, str(v)) for k, v in r.items()))  # noqa: E731
+        key = lambda r: tuple(sorted((k, str(v)) for k, v in r.items()))
         assert sorted(map(key, got)) == sorted(map(key, want))
 
     check({0, 1, 2})

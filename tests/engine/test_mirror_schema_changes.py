@@ -1,8 +1,8 @@
 """The mirror follows the DDL the stream followed with Delta's own schema evolution (issue 19, part 3).
 
-An ADD COLUMN whose value for existing rows is NULL rewrites no chunk: the mirror's Delta table gets the column
-by ``ALTER TABLE ADD COLUMNS``, files written before lack it and read NULL. A default existing rows hold, a
-rename, a drop or a new Arrow type rewrites every chunk and replaces the Delta table in one commit.
+An ADD COLUMN whose value for existing rows is NULL rewrites no chunk: the mirror's Delta table gets the
+column by ``ALTER TABLE ADD COLUMNS``, files written before lack it and read NULL. A default existing rows
+hold, a rename, a drop or a new Arrow type rewrites every chunk and replaces the Delta table in one commit.
 
 The engine's pipeline writes the documented layout (``tests/support/layout_pipeline.py``, the schema history
 included); a seeded writer keeps changing rows while the DDL lands; every check compares the mirror, read by
@@ -52,7 +52,7 @@ class Writer:
         self._lock = threading.RLock()
         self.error: BaseException | None = None
 
-    def start(self) -> "Writer":
+    def start(self) -> Writer:
         self._thread.start()
         return self
 
@@ -101,16 +101,18 @@ class Writer:
             cur.execute("INSERT IGNORE INTO acct (id, v) VALUES (%s, %s)", (key, rng.randrange(99)))
 
 
-def _setup(mysql_server, mysql_db, tmp_path, rows: int = 500) -> tuple[LayoutPipeline, TableId, MirrorRefresher]:
+def _setup(mysql_server, mysql_db, tmp_path,
+           rows: int = 500) -> tuple[LayoutPipeline, TableId, MirrorRefresher]:
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20), f FLOAT)")
         rng = random.Random(SEED)
         cur.executemany("INSERT INTO acct VALUES (%s, %s, %s, %s)",
-                        [(i, rng.randrange(1000), f"n{i}", rng.randrange(100) / 4) for i in range(1, rows + 1)])
+                        [(i, rng.randrange(1000), f"n{i}", rng.randrange(100) / 4)
+                         for i in range(1, rows + 1)])
         conn.commit()
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
-    pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, root=str(tmp_path / "out"),
-                          chunk_size=100, empty_batches=False)
+    pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db,
+                          root=str(tmp_path / "out"), chunk_size=100, empty_batches=False)
     plan = pipe.plan([f"{mysql_db}.acct"])[0]
     pipe.tables = [plan.table]
     assert len(plan.chunks) >= 4
@@ -169,23 +171,26 @@ def _assert_readers_equal_source(pipe: LayoutPipeline, table: TableId, min_rows:
     assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(got)], source, "delta-rs")
     frame = delta.to_pandas()
     assert_same_rows([tuple(None if pd_isna(r[c]) else _plain(r[c]) for c in names)
-                      for r in frame.to_dict("records")], [tuple(_plain(v) for v in r) for r in source], "pandas")
+                      for r in frame.to_dict("records")],
+                     [tuple(_plain(v) for v in r) for r in source], "pandas")
     polars = pl.read_delta(uri).to_arrow()
     assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(polars)], source, "polars")
-    dataset = delta.to_pyarrow_dataset()  # DuckDB over delta-rs's pyarrow dataset
+    dataset = delta.to_pyarrow_dataset()  # noqa: F841 - DuckDB over delta-rs's pyarrow dataset, scanned by name
     ducked = duckdb.connect().sql("SELECT * FROM dataset").fetch_arrow_table()
     assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(ducked)], source, "duckdb")
     from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror as read_through_delta
 
     ours = read_through_delta(pipe.root, table)
-    assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(ours)], source, "read_mirror")
-    assert list(read_manifest(pipe.root, table).columns) == names  # the manifest records the columns, in order
+    assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(ours)], source,
+                     "read_mirror")
+    # the manifest records the columns, in order
+    assert list(read_manifest(pipe.root, table).columns) == names
     assert_mirror_equals_source(pipe.settings, pipe.root, [table], min_rows=min_rows)  # manifest files, Delta
 
 
 def pd_isna(value) -> bool:
     try:
-        return bool(value != value) or value is None
+        return bool(value != value) or value is None  # noqa: PLR0124 - only a NaN (of any type) is not itself
     except (TypeError, ValueError):
         return False
 
@@ -299,9 +304,11 @@ def test_rename_drop_and_type_change_after_an_added_column(mysql_server, mysql_d
     all_chunks = {c.chunk_id for c in read_manifest(pipe.root, table).chunks}
     try:
         _stream(pipe, refresher, table, rng, 2)
-        results, _ = ddl("ALTER TABLE acct ADD COLUMN x INT", lambda: writer.set_column("x", lambda r: r.randrange(9)))
+        results, _ = ddl("ALTER TABLE acct ADD COLUMN x INT",
+                         lambda: writer.set_column("x", lambda r: r.randrange(9)))
         assert all(r.rebuilt == () for r in results)
-        results, before_rename = ddl("ALTER TABLE acct RENAME COLUMN x TO y", lambda: writer.rename_column("x", "y"))
+        results, before_rename = ddl("ALTER TABLE acct RENAME COLUMN x TO y",
+                                     lambda: writer.rename_column("x", "y"))
         assert any(set(r.rebuilt) == all_chunks for r in results)
         results, _ = ddl("ALTER TABLE acct MODIFY v BIGINT NOT NULL")
         assert all(r.rebuilt == () for r in results)

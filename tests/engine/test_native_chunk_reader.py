@@ -30,9 +30,11 @@ from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
 
 SEED = 1717
 WIDE = """CREATE TABLE t (
-  id INT PRIMARY KEY, u BIGINT UNSIGNED, i8 TINYINT, d DECIMAL(12,2), wide DECIMAL(40,12), fine DECIMAL(30,15),
+  id INT PRIMARY KEY, u BIGINT UNSIGNED, i8 TINYINT, d DECIMAL(12,2), wide DECIMAL(40,12), \
+fine DECIMAL(30,15),
   f FLOAT, g DOUBLE, dt DATETIME(3), d0 DATE, ts TIMESTAMP(6) NULL, tm TIME(2), y YEAR, b BIT(64), b3 BIT(3),
-  s VARCHAR(20) CHARACTER SET latin1, k VARCHAR(20) CHARACTER SET sjis, e ENUM('a','b','é'), st SET('x','y','z'),
+  s VARCHAR(20) CHARACTER SET latin1, k VARCHAR(20) CHARACTER SET sjis, e ENUM('a','b','é'), \
+st SET('x','y','z'),
   bn BINARY(4), bl BLOB, pt POINT NULL, uu UUID NULL, ip INET6 NULL, tx TEXT)"""
 
 
@@ -46,16 +48,21 @@ def _values(rng: random.Random, i: int) -> tuple:
     zero = pick() < 0.15
     return (
         i, rng.choice([None, 0, 2**64 - 1, rng.randrange(2**64)]), rng.randrange(-128, 128),
-        f"{rng.randrange(-10**10, 10**10) / 100:.2f}", f"{rng.randrange(-10**27, 10**27)}.{rng.randrange(10**12):012d}",
+        f"{rng.randrange(-10**10, 10**10) / 100:.2f}",
+        f"{rng.randrange(-10**27, 10**27)}.{rng.randrange(10**12):012d}",
         f"0.{rng.randrange(10**15):015d}", rng.choice([1.1, -0.0, 3.4e38, None]), rng.random() * 1e300,
-        "0000-00-00 00:00:00" if zero else f"20{rng.randrange(10, 30)}-0{rng.randrange(1, 10)}-1{rng.randrange(10)} "
+        "0000-00-00 00:00:00" if zero
+        else f"20{rng.randrange(10, 30)}-0{rng.randrange(1, 10)}-1{rng.randrange(10)} "
         f"0{rng.randrange(10)}:1{rng.randrange(10)}:22.{rng.randrange(1000):03d}",
-        rng.choice(["2020-00-15", "0000-01-01", "2021-02-31", "1999-12-31"]) if pick() < 0.3 else "2024-02-29",
+        rng.choice(["2020-00-15", "0000-01-01", "2021-02-31", "1999-12-31"]) if pick() < 0.3
+        else "2024-02-29",
         None if pick() < 0.2 else "0000-00-00 00:00:00" if zero else "2021-06-01 12:00:00.5",
-        rng.choice(["-838:59:59.99", "838:59:59", "-00:00:00.5", "12:34:56.78", None]), rng.choice([0, 1901, 2155]),
-        rng.randrange(2**64), rng.randrange(8), rng.choice(["é", "Ã©", "plain", ""]), rng.choice(["日本", "ｱ", "x"]),
-        rng.choice(["a", "b", "é", ""]), rng.choice(["", "x", "z,x", "x,y,z"]), rng.randbytes(rng.randrange(5)),
-        rng.randbytes(rng.randrange(40)), None, None if pick() < 0.5 else "123e4567-e89b-12d3-a456-426614174000",
+        rng.choice(["-838:59:59.99", "838:59:59", "-00:00:00.5", "12:34:56.78", None]),
+        rng.choice([0, 1901, 2155]), rng.randrange(2**64), rng.randrange(8),
+        rng.choice(["é", "Ã©", "plain", ""]), rng.choice(["日本", "ｱ", "x"]),
+        rng.choice(["a", "b", "é", ""]), rng.choice(["", "x", "z,x", "x,y,z"]),
+        rng.randbytes(rng.randrange(5)), rng.randbytes(rng.randrange(40)), None,
+        None if pick() < 0.5 else "123e4567-e89b-12d3-a456-426614174000",
         rng.choice([None, "::ffff:1.2.3.4", "2001:db8::1"]), rng.choice(["😀 emoji", "", "trailing  ", None]),
     )
 
@@ -66,7 +73,8 @@ def wide(mysql_server, mysql_db) -> tuple[MySQLSettings, TableId]:
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
         cur.execute(WIDE)
-        cur.executemany(f"INSERT INTO t VALUES ({', '.join(['%s'] * 25)})", [_values(rng, i) for i in range(600)])
+        cur.executemany(f"INSERT INTO t VALUES ({', '.join(['%s'] * 25)})",
+                        [_values(rng, i) for i in range(600)])
         cur.execute("UPDATE t SET pt = POINT(id, -id) WHERE id % 3 = 0")
         conn.commit()
     return MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "t")
@@ -149,11 +157,13 @@ def test_an_empty_chunk_gets_its_position_from_a_fresh_view(mysql_server, mysql_
 
 def _dated(mysql_server, db: str) -> tuple[MySQLSettings, TableId]:
     """400 rows of valid dates, then the odd ones: a zero DATETIME and an invalid DATE (ALLOW_INVALID_DATES)
-    in the middle of chunk 2, a year-0 DATE in the middle of chunk 3, a zero TIMESTAMP as chunk 1's first row."""
+    in the middle of chunk 2, a year-0 DATE in the middle of chunk 3, a zero TIMESTAMP as chunk 1's first
+    row."""
     rng = random.Random(SEED)
     with mysql_server.admin(db) as conn, conn.cursor() as cur:
         cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
-        cur.execute("CREATE TABLE dz (id INT PRIMARY KEY, d DATE, dt DATETIME(6), ts TIMESTAMP(6) NULL, v INT)")
+        cur.execute("CREATE TABLE dz (id INT PRIMARY KEY, d DATE, dt DATETIME(6), ts TIMESTAMP(6) NULL, "
+                    "v INT)")
         cur.executemany("INSERT INTO dz VALUES (%s, %s, %s, %s, %s)", [
             (i, f"{rng.randrange(1, 9999):04d}-{rng.randrange(1, 13):02d}-{rng.randrange(1, 29):02d}",
              f"{rng.randrange(1000, 9999)}-0{rng.randrange(1, 10)}-1{rng.randrange(0, 10)} 12:34:56.{i:06d}",
@@ -217,8 +227,8 @@ def test_dates_are_read_as_they_are_until_an_unfit_one_shows(mysql_server, mysql
     same_as_python(got, 1)
 
     monkeypatch.setattr(date_guard, "_guarded", set())  # a fresh process: the table not known yet
-    with pytest.raises(date_guard.ZeroDateSeen, match=r"dz chunk 2: connectorx could not read a date.*read the "
-                                                      r"chunk again"):
+    with pytest.raises(date_guard.ZeroDateSeen,
+                       match=r"dz chunk 2: connectorx could not read a date.*read the chunk again"):
         native(2)  # the zero DATETIME is in the read's fourth batch
     assert date_guard.guarded(name)
     got, _ = native(2)
@@ -234,8 +244,8 @@ def test_dates_are_read_as_they_are_until_an_unfit_one_shows(mysql_server, mysql
     assert got.column("d__zero_date").to_pylist().count("0000-03-04") == 1
     same_as_python(got, 3)
     with mysql_server.admin() as conn, conn.cursor() as cur:  # the reads given up left no session behind
-        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%%mysqlcdc-read-%%' "
-                    "AND ID <> CONNECTION_ID()")
+        cur.execute("SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                    "WHERE INFO LIKE '%%mysqlcdc-read-%%' AND ID <> CONNECTION_ID()")
         assert cur.fetchone()[0] == 0
 
 
@@ -249,7 +259,8 @@ def test_watermark_mode_selects_natively_and_corrects_the_rows_by_key(mysql_serv
         cur.execute("SET SESSION sql_mode = ''")
         cur.execute("CREATE TABLE wmk (id INT PRIMARY KEY, v VARCHAR(20), d DATETIME(3), n DECIMAL(10, 2))")
         cur.executemany("INSERT INTO wmk VALUES (%s, %s, %s, %s)",
-                        [(i, f"v{i}", f"2024-01-02 03:04:05.{i % 1000:03d}", i / 4) for i in range(0, 900, 3)])
+                        [(i, f"v{i}", f"2024-01-02 03:04:05.{i % 1000:03d}", i / 4)
+                         for i in range(0, 900, 3)])
         cur.execute("CREATE TABLE nopk (id INT, v INT, KEY (id))")
         cur.executemany("INSERT INTO nopk VALUES (%s, %s)", [(i % 50, i) for i in range(120)])
         conn.commit()
@@ -288,7 +299,8 @@ def test_watermark_mode_selects_natively_and_corrects_the_rows_by_key(mysql_serv
     read = ChunkRead(settings, schema, plan, chunk, options)
     got = pa.Table.from_batches(list(read.batches()))
     assert read.result.reader == "native" and read.result.mode == "watermark_table"
-    assert read.result.backfill_events >= len(writes) and read.result.low_watermark < read.result.high_watermark
+    assert (read.result.backfill_events >= len(writes)
+            and read.result.low_watermark < read.result.high_watermark)
     monkeypatch.setenv(CHUNK_READER_ENV, "python")
     writes.clear()
     want = pa.Table.from_batches(list(ChunkRead(settings, schema, plan, chunk, options).batches()))
@@ -349,7 +361,8 @@ conn = pymysql.connect(host="127.0.0.1", port=int(sys.argv[1]), user="root", aut
 deadline = time.monotonic() + 30
 with conn.cursor() as cur:
     while time.monotonic() < deadline:
-        cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT /* mysqlcdc-read-%%' "
+        cur.execute("SELECT ID FROM information_schema.PROCESSLIST \
+WHERE INFO LIKE 'SELECT /* mysqlcdc-read-%%' "
                     "AND ID <> CONNECTION_ID()")
         found = cur.fetchall()
         if found:
@@ -376,8 +389,10 @@ def locked_table(mysql_server, mysql_db):
 
 def test_a_killed_native_read_fails_clearly_and_reruns(mysql_server, locked_table):
     settings, schema, plan, locker = locked_table
-    killer = subprocess.Popen([sys.executable, "-c", KILLER, str(mysql_server.port)], stdout=subprocess.PIPE, text=True)
-    options = ChunkReadOptions(limits=SourceLimits(query_timeout_s=60.0))  # the bound, should the KILL not come
+    killer = subprocess.Popen([sys.executable, "-c", KILLER, str(mysql_server.port)], stdout=subprocess.PIPE,
+                              text=True)
+    # the bound, should the KILL not come
+    options = ChunkReadOptions(limits=SourceLimits(query_timeout_s=60.0))
     with pytest.raises(ServerUnavailable) as caught:
         for _ in ChunkRead(settings, schema, plan, plan.chunks[0], options).batches():
             pass
@@ -434,7 +449,8 @@ def test_reads_of_one_task_share_one_session_and_a_failed_read_drops_it(wide, my
             try:
                 limited = ChunkReadOptions(limits=SourceLimits(query_timeout_s=1.0))
                 with pytest.raises(CdcError, match="time limit"):
-                    list(ChunkRead(settings, schema, plan, plan.chunks[0], limited, session=session).batches())
+                    list(ChunkRead(settings, schema, plan, plan.chunks[0], limited,
+                                   session=session).batches())
             finally:
                 cur.execute("UNLOCK TABLES")
         assert not session.connected
@@ -455,7 +471,8 @@ def test_a_shared_session_keeps_what_it_learned_and_asks_again_when_it_changes(w
     schema, plan = _plan(settings, table, chunk_size=150)
     asked: list = []
     real = read_session.hw_server
-    monkeypatch.setattr(read_session, "hw_server", lambda conn, info, hw: asked.append(hw) or real(conn, info, hw))
+    monkeypatch.setattr(read_session, "hw_server",
+                        lambda conn, info, hw: asked.append(hw) or real(conn, info, hw))
 
     def read(chunk, options=None) -> ChunkRead:
         one = ChunkRead(settings, schema, plan, chunk, options, session=shared)
@@ -491,10 +508,12 @@ def test_errors_and_urls_keep_the_password_out():
     settings = MySQLSettings(host="db", port=3306, user="cdc", password="p@ss/w:rd")
     url = session.connectorx_url(settings)
     assert "p%40ss%2Fw%3Ard" in url and "tcp_user_timeout_ms=900000" in url
-    exc = RuntimeError(f"timed out waiting for connection to {url}: MySqlError {{ ERROR 1045 (28000): denied }}")
+    exc = RuntimeError(f"timed out waiting for connection to {url}: "
+                       "MySqlError { ERROR 1045 (28000): denied }")
     text = session.error_text(exc, settings)
     assert "p@ss" not in text and "p%40ss" not in text and text == "1045: denied"
     leaked = RuntimeError(f"cannot parse {url} nor p@ss/w:rd")
-    assert "p@ss" not in session.error_text(leaked, settings) and "p%40ss" not in session.error_text(leaked, settings)
+    assert ("p@ss" not in session.error_text(leaked, settings)
+            and "p%40ss" not in session.error_text(leaked, settings))
     assert session.is_lost_connection("cx writer failed: Source(MySQLError(CodecError { IO error: `x' }))")
     assert not session.is_lost_connection("MySqlError { ERROR 1054 (42S22): Unknown column 'v' in 'SELECT' }")

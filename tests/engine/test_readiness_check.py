@@ -1,10 +1,11 @@
-"""`mysqlcdc check` on a real server: a good server passes, each misconfiguration names its setting and fix."""
+"""`mysqlcdc check` on a real server: a good server passes, each misconfiguration names its setting and
+fix."""
 from __future__ import annotations
 
 import contextlib
 import json
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -13,7 +14,8 @@ from airflow_provider_mysqlcdc.engine.source.server import ServerInfo
 
 
 def run_check(url: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["mysqlcdc", "check", "--mysql-url", url, *extra], capture_output=True, text=True)
+    return subprocess.run(["mysqlcdc", "check", "--mysql-url", url, *extra], check=False, capture_output=True,
+                          text=True)
 
 
 def assert_no_password(result: subprocess.CompletedProcess, password: str) -> None:
@@ -64,7 +66,8 @@ MISCONFIGURATIONS = [
 ]
 
 
-@pytest.mark.parametrize("name, bad, flavor", MISCONFIGURATIONS, ids=[f"{n}={v}" for n, v, _ in MISCONFIGURATIONS])
+@pytest.mark.parametrize("name, bad, flavor", MISCONFIGURATIONS,
+                         ids=[f"{n}={v}" for n, v, _ in MISCONFIGURATIONS])
 def test_each_misconfiguration_is_named(mysql_server, server_flavor, name, bad, flavor):
     if flavor and flavor != server_flavor:
         pytest.skip(f"{name} exists only on {flavor}")

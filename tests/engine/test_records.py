@@ -1,7 +1,7 @@
 """Records of both phases share one Arrow layout: metadata columns, then the table's columns."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, records_batch, snapshot_batch
@@ -24,10 +24,12 @@ def test_snapshot_and_stream_batches_share_the_schema():
     hw = BinlogPosition("mysql-bin.000012", 4711)
     snap = snapshot_batch(SCHEMA, [(2**64 - 1, Decimal("1.50"))], hw, chunk_id=3, generation=2)
     end = BinlogPosition("mysql-bin.000012", 5000)
-    ts = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    ts = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     stream = records_batch(SCHEMA, [
-        Record("shop.orders", "-U", "stream", row_key(end, 0, BEFORE), {"id": 7, "amount": Decimal("1.00")}, ts),
-        Record("shop.orders", "+U", "stream", row_key(end, 0, AFTER), {"id": 7, "amount": Decimal("2.00")}, ts),
+        Record("shop.orders", "-U", "stream", row_key(end, 0, BEFORE), {"id": 7, "amount": Decimal("1.00")},
+               ts),
+        Record("shop.orders", "+U", "stream", row_key(end, 0, AFTER), {"id": 7, "amount": Decimal("2.00")},
+               ts),
     ])
     assert snap.schema == stream.schema
     assert snap.schema.names[: len(METADATA_NAMES)] == METADATA_NAMES

@@ -1,4 +1,5 @@
-"""The one backoff every retry loop uses: doubling, jittered waits that never run past the budget or the count."""
+"""The one backoff every retry loop uses: doubling, jittered waits that never run past the budget or the
+count."""
 from __future__ import annotations
 
 import random

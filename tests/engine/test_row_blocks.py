@@ -42,8 +42,8 @@ def _workload(conn, rng: random.Random, transactions: int, first_id: int) -> Non
                 statements.append(f"INSERT INTO {table} VALUES {', '.join(rows)}")
             elif kind < 0.75:
                 low = rng.choice(ids[table])
-                statements.append(f"UPDATE {table} SET g = g + 1, s = CONCAT(s, 'u') WHERE id BETWEEN {low} AND "
-                                  f"{low + rng.randint(0, 40)}")
+                statements.append(f"UPDATE {table} SET g = g + 1, s = CONCAT(s, 'u') "
+                                  f"WHERE id BETWEEN {low} AND {low + rng.randint(0, 40)}")
             elif kind < 0.85 and table == "k":  # key moves: the filter judges each half by its own chunk
                 old = rng.choice(ids["k"])
                 next_id += 1
@@ -51,7 +51,8 @@ def _workload(conn, rng: random.Random, transactions: int, first_id: int) -> Non
                 ids["k"] = [i for i in ids["k"] if i != old] + [next_id]
             else:
                 low = rng.choice(ids[table])
-                statements.append(f"DELETE FROM {table} WHERE id BETWEEN {low} AND {low + rng.randint(0, 10)}")
+                statements.append(f"DELETE FROM {table} "
+                                  f"WHERE id BETWEEN {low} AND {low + rng.randint(0, 10)}")
         execute(conn, "BEGIN", *statements, "COMMIT")
 
 

@@ -18,9 +18,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.column import Column as TableMapColumn
-from pymysql.protocol import MysqlPacket
 from pymysqlreplication.constants import FIELD_TYPE
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
@@ -80,7 +80,8 @@ def _multi_row_statements(spec: TableSpec, database: str) -> list[str]:
     key = quote_ident(spec.key_columns[0][0])
     names = ", ".join(quote_ident(c.name) for c in spec.value_columns)
     return [
-        f"INSERT IGNORE INTO {table} ({key}, `seq`, {names}) SELECT {key} + 100000, `seq`, {names} FROM {table}",
+        (f"INSERT IGNORE INTO {table} ({key}, `seq`, {names}) "
+         f"SELECT {key} + 100000, `seq`, {names} FROM {table}"),
         f"UPDATE {table} SET `seq` = `seq` + 1",
         f"DELETE FROM {table} WHERE `seq` % 3 = 0",
     ]
@@ -155,7 +156,8 @@ def _charset_specs(conn) -> list[TableSpec]:
     for charset in CHARSETS:
         if charset not in offered:
             continue
-        tables = charset_specs(charset, representable(conn, charset, pool), charset_maxlen(conn, charset) or 1)
+        tables = charset_specs(charset, representable(conn, charset, pool),
+                               charset_maxlen(conn, charset) or 1)
         values_table = tables["values"]
         values_table.initial_rows = 12
         specs += [values_table, tables["raw"]]
@@ -219,7 +221,8 @@ class Differential:
         for half, rows_want in want.items():
             rows_mine = mine[half]
             if len(rows_mine) != len(rows_want):
-                self.mismatches[f"{table} (row count)"].append(f"{len(rows_mine)} rows, Python path {len(rows_want)}")
+                self.mismatches[f"{table} (row count)"].append(
+                    f"{len(rows_mine)} rows, Python path {len(rows_want)}")
                 continue
             self.images += len(rows_want)
             for i, (got, exp) in enumerate(zip(rows_mine, rows_want)):
@@ -247,8 +250,9 @@ def _read(settings: MySQLSettings, captured: CapturedTables, start: BinlogPositi
     its layout; each rows event is decoded both ways."""
     row_decoding.install()
     stream = BinLogStreamReader(
-        connection_settings=settings.replication_kwargs(), server_id=allocate_server_id(settings, READER_SLOT),
-        resume_stream=True, blocking=False, log_file=start.file, log_pos=start.pos, is_mariadb=False,
+        connection_settings=settings.replication_kwargs(),
+        server_id=allocate_server_id(settings, READER_SLOT), resume_stream=True, blocking=False,
+        log_file=start.file, log_pos=start.pos, is_mariadb=False,
         filter_non_implemented_events=False, freeze_schema=False, enable_logging=False,
     )
     by_table_id: dict[int, tuple[Any, EventLayout]] = {}
@@ -288,7 +292,8 @@ def _decoders(settings: MySQLSettings):
 # --- tests --------------------------------------------------------------------------------------------------
 
 
-def test_compiled_decoding_equals_the_python_path_for_every_type_and_charset(mysql_server, mysql_db, server_flavor):
+def test_compiled_decoding_equals_the_python_path_for_every_type_and_charset(mysql_server, mysql_db,
+                                                                            server_flavor):
     assert compiled_available(), missing_reason()
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     rng = random.Random(SEED)
@@ -317,7 +322,8 @@ def test_compiled_decoding_equals_the_python_path_for_every_type_and_charset(mys
     assert diff.images > 8000, diff.images
     assert diff.partial_events > 0, "no MINIMAL/NOBLOB images were compared"
     if legacy:
-        assert {FIELD_TYPE.DATETIME, FIELD_TYPE.TIME, FIELD_TYPE.TIMESTAMP} <= set(diff.binlog_types), diff.binlog_types
+        assert {FIELD_TYPE.DATETIME, FIELD_TYPE.TIME, FIELD_TYPE.TIMESTAMP} <= set(diff.binlog_types), (
+            diff.binlog_types)
     outs = Counter()
     for table_outs in diff.outs.values():
         outs.update(table_outs)
@@ -327,8 +333,8 @@ def test_compiled_decoding_equals_the_python_path_for_every_type_and_charset(mys
                    *native):
         assert outs[needed], f"no column decoded as {needed}: {dict(outs)}"
     print(f"\nrows decoder: {diff.images} row images in {sum(diff.events.values())} events "
-          f"({dict(diff.events)}, {diff.partial_events} with partial images) of {len(schemas)} tables identical; "
-          "binlog types "
+          f"({dict(diff.events)}, {diff.partial_events} with partial images) of {len(schemas)} tables "
+          "identical; binlog types "
           f"{dict(sorted(diff.binlog_types.items()))}; column outputs {dict(outs)}; compiled "
           f"{diff.compiled_seconds:.2f} s, Python path {diff.python_seconds:.2f} s")
 
@@ -369,7 +375,8 @@ def test_a_value_without_unicode_form_fails_as_on_the_python_path(mysql_server, 
 # --- random row images, without a server ------------------------------------------------------------------
 # Bytes laid out as the server lays out rows-event bodies, decoded by mysql-replication (through a packet
 # built around them) and by the compiled decoder: corners the server rarely writes (odd fsp with negative
-# TIME fractions, DECIMAL of every precision and scale, every BIT width, 1- to 4-byte lengths, absent columns).
+# TIME fractions, DECIMAL of every precision and scale, every BIT width, 1- to 4-byte lengths, absent
+# columns).
 
 _DIG2BYTES = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]
 
@@ -410,9 +417,15 @@ def _calendar(rng: random.Random) -> tuple[int, int, int]:
     return day.year, day.month, day.day
 
 
+def _date(rng: random.Random) -> bytes:
+    y, m, d = _calendar(rng)
+    return (y << 9 | m << 5 | d).to_bytes(3, "little")
+
+
 def _datetime2(rng: random.Random, fsp: int) -> bytes:
     y, m, d = _calendar(rng)
-    packed = (1 << 39) | ((y * 13 + m) << 22) | (d << 17) | (rng.randrange(24) << 12) | (rng.randrange(60) << 6)
+    packed = ((1 << 39) | ((y * 13 + m) << 22) | (d << 17) | (rng.randrange(24) << 12)
+              | (rng.randrange(60) << 6))
     return (packed | rng.randrange(60)).to_bytes(5, "big") + _fraction_bytes(rng, fsp)
 
 
@@ -463,7 +476,8 @@ class _PythonOnlyDecoder(CharsetDecoder):
 
 
 def _charset_tables() -> dict[str, CharsetDecoder]:
-    single = "".join(bytes([b]).decode("cp1252", errors="replace").replace("\ufffd", "\ufffe") for b in range(256))
+    single = "".join(bytes([b]).decode("cp1252", errors="replace").replace("\ufffd", "\ufffe")
+                     for b in range(256))
     multi = {}
     for lead in range(0x81, 0xF0):
         for trail in range(0x40, 0xFD):
@@ -474,7 +488,8 @@ def _charset_tables() -> dict[str, CharsetDecoder]:
                 continue
             if len(char) == 1:
                 multi[pair] = char
-    sjis_single = "".join(chr(b) if b < 0x80 else ("\ufffe" if b < 0xA1 or b > 0xDF else bytes([b]).decode("shift_jis"))
+    sjis_single = "".join(chr(b) if b < 0x80
+                          else ("\ufffe" if b < 0xA1 or b > 0xDF else bytes([b]).decode("shift_jis"))
                           for b in range(256))
     return {
         "latin1": CharsetDecoder("latin1", CharsetTable("latin1", single)),
@@ -495,78 +510,86 @@ def _fuzz_columns() -> list[tuple[dict, Column, Any]]:
                              (FIELD_TYPE.INT24, 3, "mediumint"), (FIELD_TYPE.LONG, 4, "int"),
                              (FIELD_TYPE.LONGLONG, 8, "bigint")):
         for unsigned in (False, True):
-            add(f"{sql}_{unsigned:d}", dict(type=code, unsigned=unsigned),
-                dict(data_type=sql, column_type=sql + (" unsigned" if unsigned else "")),
+            add(f"{sql}_{unsigned:d}", {"type": code, "unsigned": unsigned},
+                {"data_type": sql, "column_type": sql + (" unsigned" if unsigned else "")},
                 lambda r, w=width: r.randbytes(w))
-    add("f", dict(type=FIELD_TYPE.FLOAT, size=4), dict(data_type="float", column_type="float"),
+    add("f", {"type": FIELD_TYPE.FLOAT, "size": 4}, {"data_type": "float", "column_type": "float"},
         lambda r: _finite(r, 4))
-    add("d", dict(type=FIELD_TYPE.DOUBLE, size=8), dict(data_type="double", column_type="double"),
+    add("d", {"type": FIELD_TYPE.DOUBLE, "size": 8}, {"data_type": "double", "column_type": "double"},
         lambda r: _finite(r, 8))
-    for precision, scale in ((1, 0), (1, 1), (9, 0), (9, 9), (10, 1), (18, 9), (19, 4), (20, 10), (38, 10), (40, 20),
-                             (65, 0), (65, 30), (65, 5), (27, 13), (7, 3)):
-        add(f"dec_{precision}_{scale}", dict(type=FIELD_TYPE.NEWDECIMAL, precision=precision, decimals=scale),
-            dict(data_type="decimal", column_type=f"decimal({precision},{scale})", numeric_precision=precision,
-                 numeric_scale=scale), lambda r, p=precision, s=scale: _decimal_bytes(r, p, s))
-    add("day", dict(type=FIELD_TYPE.DATE), dict(data_type="date", column_type="date"),
-        lambda r: (lambda y, m, d: (y << 9 | m << 5 | d).to_bytes(3, "little"))(*_calendar(r)))
+    for precision, scale in ((1, 0), (1, 1), (9, 0), (9, 9), (10, 1), (18, 9), (19, 4), (20, 10), (38, 10),
+                             (40, 20), (65, 0), (65, 30), (65, 5), (27, 13), (7, 3)):
+        add(f"dec_{precision}_{scale}",
+            {"type": FIELD_TYPE.NEWDECIMAL, "precision": precision, "decimals": scale},
+            {"data_type": "decimal", "column_type": f"decimal({precision},{scale})",
+             "numeric_precision": precision, "numeric_scale": scale},
+            lambda r, p=precision, s=scale: _decimal_bytes(r, p, s))
+    add("day", {"type": FIELD_TYPE.DATE}, {"data_type": "date", "column_type": "date"}, _date)
     for fsp in range(7):
-        add(f"dt{fsp}", dict(type=FIELD_TYPE.DATETIME2, fsp=fsp),
-            dict(data_type="datetime", column_type=f"datetime({fsp})", datetime_precision=fsp),
+        add(f"dt{fsp}", {"type": FIELD_TYPE.DATETIME2, "fsp": fsp},
+            {"data_type": "datetime", "column_type": f"datetime({fsp})", "datetime_precision": fsp},
             lambda r, f=fsp: _datetime2(r, f))
-        add(f"ts{fsp}", dict(type=FIELD_TYPE.TIMESTAMP2, fsp=fsp),
-            dict(data_type="timestamp", column_type=f"timestamp({fsp})", datetime_precision=fsp),
+        add(f"ts{fsp}", {"type": FIELD_TYPE.TIMESTAMP2, "fsp": fsp},
+            {"data_type": "timestamp", "column_type": f"timestamp({fsp})", "datetime_precision": fsp},
             lambda r, f=fsp: _timestamp2(r, f))
-        add(f"tm{fsp}", dict(type=FIELD_TYPE.TIME2, fsp=fsp),
-            dict(data_type="time", column_type=f"time({fsp})", datetime_precision=fsp),
+        add(f"tm{fsp}", {"type": FIELD_TYPE.TIME2, "fsp": fsp},
+            {"data_type": "time", "column_type": f"time({fsp})", "datetime_precision": fsp},
             lambda r, f=fsp: r.randbytes(3 + (f + 1) // 2))
-    add("old_dt", dict(type=FIELD_TYPE.DATETIME), dict(data_type="datetime", column_type="datetime"), _old_datetime)
-    add("old_ts", dict(type=FIELD_TYPE.TIMESTAMP), dict(data_type="timestamp", column_type="timestamp"),
+    add("old_dt", {"type": FIELD_TYPE.DATETIME}, {"data_type": "datetime", "column_type": "datetime"},
+        _old_datetime)
+    add("old_ts", {"type": FIELD_TYPE.TIMESTAMP}, {"data_type": "timestamp", "column_type": "timestamp"},
         lambda r: r.choice([b"\0\0\0\0", r.randbytes(4)]))
-    add("old_tm", dict(type=FIELD_TYPE.TIME), dict(data_type="time", column_type="time"), lambda r: r.randbytes(3))
-    add("yr", dict(type=FIELD_TYPE.YEAR), dict(data_type="year", column_type="year"),
+    add("old_tm", {"type": FIELD_TYPE.TIME}, {"data_type": "time", "column_type": "time"},
+        lambda r: r.randbytes(3))
+    add("yr", {"type": FIELD_TYPE.YEAR}, {"data_type": "year", "column_type": "year"},
         lambda r: r.choice([b"\0", r.randbytes(1)]))
     members = ["", "a", "b,c", "é", "😀"] + [f"m{i}" for i in range(300)]
     for size, count in ((1, 5), (2, 300)):
-        add(f"enum{size}", dict(type=FIELD_TYPE.ENUM, size=size, enum_values=members[:count + 1]),
-            dict(data_type="enum", column_type="enum(" + ",".join(f"'{m}'" for m in members[1:count + 1]) + ")"),
+        add(f"enum{size}", {"type": FIELD_TYPE.ENUM, "size": size, "enum_values": members[:count + 1]},
+            {"data_type": "enum",
+             "column_type": "enum(" + ",".join(f"'{m}'" for m in members[1:count + 1]) + ")"},
             lambda r, s=size, c=count: r.randrange(c + 1).to_bytes(s, "little"))
     for count in (1, 3, 8, 9, 17, 33, 64):
         names = [f"s{i}" for i in range(count)]
         size = (count + 7) // 8
-        add(f"set{count}", dict(type=FIELD_TYPE.SET, size=size, set_values=names),
-            dict(data_type="set", column_type="set(" + ",".join(f"'{m}'" for m in names) + ")"),
+        add(f"set{count}", {"type": FIELD_TYPE.SET, "size": size, "set_values": names},
+            {"data_type": "set", "column_type": "set(" + ",".join(f"'{m}'" for m in names) + ")"},
             lambda r, s=size: r.choice([bytes(s), r.randbytes(s)]))
     for bits in (1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64):
-        add(f"bit{bits}", dict(type=FIELD_TYPE.BIT, bits=bits, bytes=(bits + 7) // 8),
-            dict(data_type="bit", column_type=f"bit({bits})", numeric_precision=bits),
+        add(f"bit{bits}", {"type": FIELD_TYPE.BIT, "bits": bits, "bytes": (bits + 7) // 8},
+            {"data_type": "bit", "column_type": f"bit({bits})", "numeric_precision": bits},
             lambda r, b=bits: r.randbytes((b + 7) // 8))
-    for charset, codec, bmp in (("utf8mb4", "utf-8", False), ("utf8mb3", "utf-8", True), ("ucs2", "utf-16-be", True),
-                                ("utf16", "utf-16-be", False), ("utf16le", "utf-16-le", False),
-                                ("utf32", "utf-32-be", False)):
-        add(f"v_{charset}", dict(type=FIELD_TYPE.VARCHAR, max_length=400, character_set_name=charset),
-            dict(data_type="varchar", column_type="varchar(100)", charset=charset),
+    for charset, codec, bmp in (("utf8mb4", "utf-8", False), ("utf8mb3", "utf-8", True),
+                                ("ucs2", "utf-16-be", True), ("utf16", "utf-16-be", False),
+                                ("utf16le", "utf-16-le", False), ("utf32", "utf-32-be", False)):
+        add(f"v_{charset}", {"type": FIELD_TYPE.VARCHAR, "max_length": 400, "character_set_name": charset},
+            {"data_type": "varchar", "column_type": "varchar(100)", "charset": charset},
             lambda r, c=codec, b=bmp: _text(r, c, 60, 2, b))
-        add(f"c_{charset}", dict(type=FIELD_TYPE.STRING, max_length=40, character_set_name=charset),
-            dict(data_type="char", column_type="char(10)", charset=charset),
+        add(f"c_{charset}", {"type": FIELD_TYPE.STRING, "max_length": 40, "character_set_name": charset},
+            {"data_type": "char", "column_type": "char(10)", "charset": charset},
             lambda r, c=codec, b=bmp: _text(r, c, 5, 1, b))
     for charset in ("latin1", "sjis", "cp1250"):
         for size, max_length in ((1, 200), (2, 1000)):
-            add(f"v_{charset}_{size}", dict(type=FIELD_TYPE.VARCHAR, max_length=max_length, character_set_name=charset),
-                dict(data_type="varchar", column_type="varchar(200)", charset=charset),
+            add(f"v_{charset}_{size}",
+                {"type": FIELD_TYPE.VARCHAR, "max_length": max_length, "character_set_name": charset},
+                {"data_type": "varchar", "column_type": "varchar(200)", "charset": charset},
                 lambda r, s=size: _pascal(r.randbytes(r.randrange(60)), s))
     for size, sql in ((1, "tinytext"), (2, "text"), (3, "mediumtext"), (4, "longtext")):
-        add(f"{sql}", dict(type=FIELD_TYPE.BLOB, length_size=size, character_set_name="utf8mb4"),
-            dict(data_type=sql, column_type=sql, charset="utf8mb4"), lambda r, s=size: _text(r, "utf-8", 50, s))
-        add(f"{sql}_blob", dict(type=FIELD_TYPE.BLOB, length_size=size),
-            dict(data_type=sql.replace("text", "blob"), column_type=sql.replace("text", "blob")),
+        add(f"{sql}", {"type": FIELD_TYPE.BLOB, "length_size": size, "character_set_name": "utf8mb4"},
+            {"data_type": sql, "column_type": sql, "charset": "utf8mb4"},
+            lambda r, s=size: _text(r, "utf-8", 50, s))
+        add(f"{sql}_blob", {"type": FIELD_TYPE.BLOB, "length_size": size},
+            {"data_type": sql.replace("text", "blob"), "column_type": sql.replace("text", "blob")},
             lambda r, s=size: _pascal(r.randbytes(r.randrange(80)), s))
-    add("geo", dict(type=FIELD_TYPE.GEOMETRY, length_size=4), dict(data_type="geometry", column_type="geometry"),
+    add("geo", {"type": FIELD_TYPE.GEOMETRY, "length_size": 4},
+        {"data_type": "geometry", "column_type": "geometry"},
         lambda r: _pascal(r.randbytes(r.randrange(60)), 4))
     for width in (1, 8, 16):
-        add(f"bin{width}", dict(type=FIELD_TYPE.STRING, max_length=width),
-            dict(data_type="binary", column_type=f"binary({width})", char_max_length=width),
+        add(f"bin{width}", {"type": FIELD_TYPE.STRING, "max_length": width},
+            {"data_type": "binary", "column_type": f"binary({width})", "char_max_length": width},
             lambda r, w=width: _pascal(_stripped(r, w), 1))
-    add("vbin", dict(type=FIELD_TYPE.VARCHAR, max_length=300), dict(data_type="varbinary", column_type="varbinary(300)"),
+    add("vbin", {"type": FIELD_TYPE.VARCHAR, "max_length": 300},
+        {"data_type": "varbinary", "column_type": "varbinary(300)"},
         lambda r: _pascal(r.randbytes(r.randrange(300)), 2))
     for kind, width in (("uuid", 16), ("inet4", 4), ("inet6", 16)):
         def native(r: random.Random, w: int = width) -> bytes:
@@ -575,9 +598,10 @@ def _fuzz_columns() -> list[tuple[dict, Column, Any]]:
                 return _pascal(b"".join(x.to_bytes(2, "big") for x in words).rstrip(b"\x00"), 1)
             return _pascal(_stripped(r, w), 1)
 
-        add(kind, dict(type=FIELD_TYPE.STRING, max_length=width), dict(data_type=kind, column_type=kind), native)
-    add("doc", dict(type=FIELD_TYPE.BLOB, length_size=4, character_set_name="utf8mb4"),
-        dict(data_type="json", column_type="json", charset="utf8mb4"),
+        add(kind, {"type": FIELD_TYPE.STRING, "max_length": width}, {"data_type": kind, "column_type": kind},
+            native)
+    add("doc", {"type": FIELD_TYPE.BLOB, "length_size": 4, "character_set_name": "utf8mb4"},
+        {"data_type": "json", "column_type": "json", "charset": "utf8mb4"},
         lambda r: _pascal(random_json(r).encode("utf-8"), 4))
     return out
 
@@ -594,8 +618,9 @@ def _packet_event(cls: type, event_type: int, columns: list[TableMapColumn], bod
     wrapper._BinLogPacketWrapper__data_buffer = b""
     event = cls.__new__(cls)
     event.__dict__.update(
-        packet=wrapper, event_type=event_type, event_size=11 + len(body), table_id=1, schema="db", table="fuzz",
-        table_map={1: Table(1, "db", "fuzz", columns)}, columns=columns, number_of_columns=len(columns),
+        packet=wrapper, event_type=event_type, event_size=11 + len(body), table_id=1, schema="db",
+        table="fuzz", table_map={1: Table(1, "db", "fuzz", columns)}, columns=columns,
+        number_of_columns=len(columns),
         columns_present_bitmap=present, complete=True, _ignore_decode_errors=False, _ctl_connection=None,
         _RowsEvent__rows=None, _RowsEvent__none_sources={},
     )
@@ -635,7 +660,8 @@ def test_random_row_images_decode_as_mysql_replication_decodes_them():
     gens = [g for _, _, g in spec]
     diff = Differential()
     for n in range(300):
-        columns = [_tm_column(tm["name"], tm["type"], **{k: v for k, v in tm.items() if k not in ("name", "type")})
+        columns = [_tm_column(tm["name"], tm["type"],
+                              **{k: v for k, v in tm.items() if k not in ("name", "type")})
                    for tm, _, _ in spec]
         layout, reason = EventLayout.of(_table_map(*columns), schema, tables.__getitem__)
         assert reason is None, reason
@@ -645,13 +671,16 @@ def test_random_row_images_decode_as_mysql_replication_decodes_them():
         present_after = [not minimal or rng.random() < 0.6 for _ in spec]
         body = b"".join(_image(rng, gens, present) + (_image(rng, gens, present_after) if update else b"")
                         for _ in range(rng.randint(1, 4)))
-        cls, code = (UpdateRowsEvent, rng.choice([0x18, 0x1F])) if update else (WriteRowsEvent, rng.choice([0x17, 0x1E]))
-        event = _packet_event(cls, code, columns, body, _bitmap(present), _bitmap(present_after) if update else None)
+        cls, code = ((UpdateRowsEvent, rng.choice([0x18, 0x1F])) if update
+                     else (WriteRowsEvent, rng.choice([0x17, 0x1E])))
+        event = _packet_event(cls, code, columns, body, _bitmap(present),
+                              _bitmap(present_after) if update else None)
         diff.compare(event, layout, normalize)
     assert not diff.mismatches, diff.report()
     assert diff.images > 600
     outs = Counter(p.out.name for p in layout.columns)
-    assert outs["PYCALL"] == 3 and outs["CHARMAP"] == 2 and outs["MULTIBYTE"] == 2, outs  # cp1250 and JSON by Python
+    # cp1250 and JSON by Python
+    assert outs["PYCALL"] == 3 and outs["CHARMAP"] == 2 and outs["MULTIBYTE"] == 2, outs
 
 
 def _outcome(decode: Any) -> tuple[str, Any]:
@@ -669,23 +698,26 @@ def test_bytes_that_are_no_value_fail_as_on_the_python_path():
     row_decoding.install()
     rng = random.Random(SEED + 1)
     cases = [
-        (dict(type=FIELD_TYPE.NEWDECIMAL, precision=12, decimals=3), dict(data_type="decimal", column_type="decimal(12,3)"), 6),
-        (dict(type=FIELD_TYPE.DATETIME2, fsp=0), dict(data_type="datetime", column_type="datetime"), 5),
-        (dict(type=FIELD_TYPE.DATETIME), dict(data_type="datetime", column_type="datetime"), 8),
-        (dict(type=FIELD_TYPE.DATE), dict(data_type="date", column_type="date"), 3),
-        (dict(type=FIELD_TYPE.TIMESTAMP2, fsp=2), dict(data_type="timestamp", column_type="timestamp(2)",
-                                                       datetime_precision=2), 5),
-        (dict(type=FIELD_TYPE.ENUM, size=1, enum_values=["", "a", "b"]), dict(data_type="enum", column_type="enum('a','b')"), 1),
-        (dict(type=FIELD_TYPE.VARCHAR, max_length=40, character_set_name="utf8mb4"),
-         dict(data_type="varchar", column_type="varchar(10)", charset="utf8mb4"), None),
-        (dict(type=FIELD_TYPE.VARCHAR, max_length=40, character_set_name="ucs2"),
-         dict(data_type="varchar", column_type="varchar(20)", charset="ucs2"), None),
-        (dict(type=FIELD_TYPE.VARCHAR, max_length=40, character_set_name="utf32"),
-         dict(data_type="varchar", column_type="varchar(10)", charset="utf32"), None),
+        ({"type": FIELD_TYPE.NEWDECIMAL, "precision": 12, "decimals": 3},
+         {"data_type": "decimal", "column_type": "decimal(12,3)"}, 6),
+        ({"type": FIELD_TYPE.DATETIME2, "fsp": 0}, {"data_type": "datetime", "column_type": "datetime"}, 5),
+        ({"type": FIELD_TYPE.DATETIME}, {"data_type": "datetime", "column_type": "datetime"}, 8),
+        ({"type": FIELD_TYPE.DATE}, {"data_type": "date", "column_type": "date"}, 3),
+        ({"type": FIELD_TYPE.TIMESTAMP2, "fsp": 2},
+         {"data_type": "timestamp", "column_type": "timestamp(2)", "datetime_precision": 2}, 5),
+        ({"type": FIELD_TYPE.ENUM, "size": 1, "enum_values": ["", "a", "b"]},
+         {"data_type": "enum", "column_type": "enum('a','b')"}, 1),
+        ({"type": FIELD_TYPE.VARCHAR, "max_length": 40, "character_set_name": "utf8mb4"},
+         {"data_type": "varchar", "column_type": "varchar(10)", "charset": "utf8mb4"}, None),
+        ({"type": FIELD_TYPE.VARCHAR, "max_length": 40, "character_set_name": "ucs2"},
+         {"data_type": "varchar", "column_type": "varchar(20)", "charset": "ucs2"}, None),
+        ({"type": FIELD_TYPE.VARCHAR, "max_length": 40, "character_set_name": "utf32"},
+         {"data_type": "varchar", "column_type": "varchar(10)", "charset": "utf32"}, None),
     ]
     kinds = Counter()
     for tm, schema_column, width in cases:
-        column = Column("x", schema_column.pop("data_type"), schema_column.pop("column_type"), True, **schema_column)
+        column = Column("x", schema_column.pop("data_type"), schema_column.pop("column_type"), True,
+                        **schema_column)
         schema = TableSchema(TableId("db", "garbage"), (column,), ())
         normalize = binlog_normalizer(schema)
         for _ in range(60):
@@ -694,8 +726,10 @@ def test_bytes_that_are_no_value_fail_as_on_the_python_path():
             layout, reason = EventLayout.of(_table_map(*columns), schema)
             assert reason is None, reason
             event = _packet_event(WriteRowsEvent, 0x17, columns, b"\x00" + data, b"\x01", None)
-            mine = _outcome(lambda: decode_event(event, layout).as_dicts()["values"][0]["x"])
-            python = _outcome(lambda: normalize(event.rows[0]["values"], event.rows[0]["none_sources"])["x"])
+            mine = _outcome(lambda event=event, layout=layout:
+                            decode_event(event, layout).as_dicts()["values"][0]["x"])
+            python = _outcome(lambda event=event, normalize=normalize:
+                              normalize(event.rows[0]["values"], event.rows[0]["none_sources"])["x"])
             kinds[mine[0]] += 1
             assert mine[0] == python[0], f"{tm}: {data.hex()}: compiled {mine}, Python path {python}"
             if mine[0] == "value":
@@ -710,16 +744,19 @@ def _table_map(*columns: TableMapColumn) -> Any:
 
 
 def _tm_column(name: str, code: int, **metadata: Any) -> TableMapColumn:
-    fields = dict(type=code, name=name, unsigned=False, is_primary=False, charset_id=None, character_set_name=None,
-                  collation_name=None, enum_values=None, set_values=None, visibility=False)
+    fields = {"type": code, "name": name, "unsigned": False, "is_primary": False, "charset_id": None,
+              "character_set_name": None, "collation_name": None, "enum_values": None, "set_values": None,
+              "visibility": False}
     fields.update(metadata)
     return TableMapColumn(**fields)
 
 
 def test_a_layout_the_decoder_does_not_support_is_none_with_a_reason():
     table = TableId("db", "t")
-    schema = TableSchema(table, (Column("id", "int", "int", False), Column("j", "json", "json", True)), ("id",))
-    mysql_json = _table_map(_tm_column("id", FIELD_TYPE.LONG), _tm_column("j", FIELD_TYPE.JSON, length_size=4))
+    schema = TableSchema(table, (Column("id", "int", "int", False), Column("j", "json", "json", True)),
+                         ("id",))
+    mysql_json = _table_map(_tm_column("id", FIELD_TYPE.LONG),
+                            _tm_column("j", FIELD_TYPE.JSON, length_size=4))
     layout, reason = EventLayout.of(mysql_json, schema)
     assert layout is None and reason
     if compiled_available():
@@ -729,15 +766,19 @@ def test_a_layout_the_decoder_does_not_support_is_none_with_a_reason():
         layout, reason = EventLayout.of(nameless, schema)
         assert layout is None and "binlog_row_metadata" in reason, reason
 
-        newdate = TableSchema(table, (Column("id", "int", "int", False), Column("d", "date", "date", True)), ("id",))
+        newdate = TableSchema(table, (Column("id", "int", "int", False), Column("d", "date", "date", True)),
+                              ("id",))
         old = _table_map(_tm_column("id", FIELD_TYPE.LONG), _tm_column("d", FIELD_TYPE.NEWDATE))
         layout, reason = EventLayout.of(old, newdate)
-        assert layout is None and "column 'd'" in reason and f"binlog type {FIELD_TYPE.NEWDATE}" in reason, reason
+        assert (layout is None and "column 'd'" in reason
+                and f"binlog type {FIELD_TYPE.NEWDATE}" in reason), reason
 
         # a schema the normaliser reads differently (a VARCHAR said to be a BIT): no guessing
-        bits = TableSchema(table, (Column("id", "int", "int", False), Column("j", "bit", "bit(8)", True, numeric_precision=8)),
+        bits = TableSchema(table, (Column("id", "int", "int", False),
+                                   Column("j", "bit", "bit(8)", True, numeric_precision=8)),
                            ("id",))
-        text = _table_map(_tm_column("id", FIELD_TYPE.LONG), _tm_column("j", FIELD_TYPE.VARCHAR, max_length=20))
+        text = _table_map(_tm_column("id", FIELD_TYPE.LONG),
+                          _tm_column("j", FIELD_TYPE.VARCHAR, max_length=20))
         layout, reason = EventLayout.of(text, bits)
         assert layout is None and "column 'j'" in reason, reason
 

@@ -155,7 +155,8 @@ def test_status_through_the_phases_and_the_cli(mysql_server, mysql_db, tmp_path,
     assert "~" in report.render() and "estimated" in report.render()
 
     # errors the CLI explains
-    with pytest.raises(CdcError, match=rf"{mysql_db}.nothing: not in the pipeline: this chunk store has no plan"):
+    with pytest.raises(CdcError,
+                       match=rf"{mysql_db}.nothing: not in the pipeline: this chunk store has no plan"):
         _cli(["mirror", *common, "--table", f"{mysql_db}.nothing"])
     with pytest.raises(CdcError, match="no chunk store"):
         _cli(["status", "--chunk-store", str(tmp_path / "missing.db"), "--output", pipe.root])

@@ -1,5 +1,6 @@
-"""TLS to MySQL with a self-signed CA: a MariaDB started by the test that refuses plain connections; the check,
-the planner, a chunk read and the binlog reader all verify its certificate; a wrong CA is refused clearly."""
+"""TLS to MySQL with a self-signed CA: a MariaDB started by the test that refuses plain connections; the
+check, the planner, a chunk read and the binlog reader all verify its certificate; a wrong CA is refused
+clearly."""
 from __future__ import annotations
 
 import subprocess
@@ -72,13 +73,15 @@ def test_every_connection_verifies_the_server_certificate(tls_server):
         schema = load_schema(conn, table)
     plan = plan_table(lambda: connect(settings), table, 1, chunk_size=20)
     rows = sum(b.num_rows for c in plan.chunks
-               for b in ChunkRead(settings, schema, plan, c, ChunkReadOptions(mode="consistent_snapshot")).batches())
+               for b in ChunkRead(settings, schema, plan, c,
+                                  ChunkReadOptions(mode="consistent_snapshot")).batches())
     assert rows == 50
 
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute("UPDATE shop.t SET v = 'tls' WHERE id < 5")
     reader = BinlogReader(settings, settings.server_id_range[0] + 7, {table}, {table: schema})
-    changes = [c for c in reader.read(BinlogOffset.at(start), end=None, timeout=10) if isinstance(c, RowChange)]
+    changes = [c for c in reader.read(BinlogOffset.at(start), end=None, timeout=10)
+               if isinstance(c, RowChange)]
     assert len([c for c in changes if c.values.get("v") == "tls"]) == 5
 
 

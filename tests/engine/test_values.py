@@ -32,7 +32,7 @@ from airflow_provider_mysqlcdc.engine.model.values import (
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 DDL = """
 CREATE TABLE all_types (
@@ -50,41 +50,46 @@ CREATE TABLE all_types (
   j JSON, g POINT
 ) DEFAULT CHARSET=utf8mb4
 """
-COLUMNS = (
-    "id ti tiu si siu mi miu i iu bi biu d d0 dbig f db dt dt6 ts dte tm tm3 tm6 y c vc tx lt e st "
-    "b1 b10 b64 bn vb bl j g"
-).split()
+COLUMNS = [
+    "id", "ti", "tiu", "si", "siu", "mi", "miu", "i", "iu", "bi", "biu", "d", "d0", "dbig", "f", "db", "dt",
+    "dt6", "ts", "dte", "tm", "tm3", "tm6", "y", "c", "vc", "tx", "lt", "e", "st", "b1", "b10", "b64", "bn",
+    "vb", "bl", "j", "g",
+]
 JSON_DOC = '{"z": [1, 2.5, {"\u00fc": "\U0001F600"}], "a": {"nested": true, "n": null, "deep": {"x": [[]]}}}'
 
 
 def edge_rows() -> list[dict]:
     return [
-        dict(  # maxima, negatives, microseconds, DST-adjacent instants, unicode
-            id=1, ti=-128, tiu=255, si=-32768, siu=65535, mi=-8388608, miu=16777215, i=-2147483648,
-            iu=4294967295, bi=-(2**63), biu=2**64 - 1, d="-12345678.1234", d0="-9999999999",
-            dbig="-12345678901234567890123456789012345.123456789012345678901234567890",
-            f=3.14, db=0.1 + 0.2, dt="2024-02-29 23:59:59", dt6="2024-03-10 02:30:00.123456",
-            ts="2024-03-10 09:59:59.999999", dte="1000-01-01", tm="-838:59:59", tm3="-12:34:56.789",
-            tm6="-00:00:00.000001", y=2155, c="abc", vc="\U0001F600 na\u00efve \u4e2d\u6587 \u00df",
-            tx="line1\nline2\t\u00e9", lt="x" * 5000, e="large", st="a,c,it's", b1=1, b10=0b1000000001,
-            b64=2**64 - 1, bn=b"\x01\x02\x00\x00", vb=b"\x00\xff\x00", bl=bytes(range(256)), j=JSON_DOC,
-            g="POINT(1 2)",
-        ),
-        dict(  # minima, empty values, zeros
-            id=2, ti=127, tiu=0, si=32767, siu=0, mi=8388607, miu=0, i=2147483647, iu=0, bi=2**63 - 1, biu=0,
-            d="0.0001", d0="0", dbig="0.000000000000000000000000000001", f=-1.5e-38,
-            db=-1.7976931348623157e308,
-            dt="9999-12-31 23:59:59", dt6="9999-12-31 23:59:59.999999", ts="1970-01-01 00:00:01",
-            dte="9999-12-31", tm="838:59:59", tm3="00:00:00.001", tm6="838:59:59.000000", y=1901, c="",
-            vc="", tx="", lt="", e="small", st="", b1=0, b10=0, b64=0, bn=b"\x00\x00\x00\x00", vb=b"", bl=b"",
-            j="[]", g="POINT(-180 90)",
-        ),
-        dict(id=3),  # NULL everywhere
-        dict(  # the other side of the autumn DST change, trailing spaces, a JSON scalar
-            id=4, ts="2024-11-03 08:59:59.5", dt6="2024-11-03 01:30:00.000001", c="pad  ", vc="trail  ",
-            st="d,b,a".replace("d", "c"), e="medium", j='"just a string \u00e9"', bn=b"\xff", tm="-00:00:01",
-            tm3="-00:00:00.5", y=0,
-        ),
+        {  # maxima, negatives, microseconds, DST-adjacent instants, unicode
+            "id": 1, "ti": -128, "tiu": 255, "si": -32768, "siu": 65535, "mi": -8388608, "miu": 16777215,
+            "i": -2147483648, "iu": 4294967295, "bi": -(2**63), "biu": 2**64 - 1, "d": "-12345678.1234",
+            "d0": "-9999999999",
+            "dbig": "-12345678901234567890123456789012345.123456789012345678901234567890",
+            "f": 3.14, "db": 0.1 + 0.2, "dt": "2024-02-29 23:59:59", "dt6": "2024-03-10 02:30:00.123456",
+            "ts": "2024-03-10 09:59:59.999999", "dte": "1000-01-01", "tm": "-838:59:59",
+            "tm3": "-12:34:56.789", "tm6": "-00:00:00.000001", "y": 2155, "c": "abc",
+            "vc": "\U0001F600 na\u00efve \u4e2d\u6587 \u00df", "tx": "line1\nline2\t\u00e9", "lt": "x" * 5000,
+            "e": "large", "st": "a,c,it's", "b1": 1, "b10": 0b1000000001, "b64": 2**64 - 1,
+            "bn": b"\x01\x02\x00\x00", "vb": b"\x00\xff\x00", "bl": bytes(range(256)), "j": JSON_DOC,
+            "g": "POINT(1 2)",
+        },
+        {  # minima, empty values, zeros
+            "id": 2, "ti": 127, "tiu": 0, "si": 32767, "siu": 0, "mi": 8388607, "miu": 0, "i": 2147483647,
+            "iu": 0, "bi": 2**63 - 1, "biu": 0,
+            "d": "0.0001", "d0": "0", "dbig": "0.000000000000000000000000000001", "f": -1.5e-38,
+            "db": -1.7976931348623157e308,
+            "dt": "9999-12-31 23:59:59", "dt6": "9999-12-31 23:59:59.999999", "ts": "1970-01-01 00:00:01",
+            "dte": "9999-12-31", "tm": "838:59:59", "tm3": "00:00:00.001", "tm6": "838:59:59.000000",
+            "y": 1901, "c": "", "vc": "", "tx": "", "lt": "", "e": "small", "st": "", "b1": 0, "b10": 0,
+            "b64": 0, "bn": b"\x00\x00\x00\x00", "vb": b"", "bl": b"",
+            "j": "[]", "g": "POINT(-180 90)",
+        },
+        {"id": 3},  # NULL everywhere
+        {  # the other side of the autumn DST change, trailing spaces, a JSON scalar
+            "id": 4, "ts": "2024-11-03 08:59:59.5", "dt6": "2024-11-03 01:30:00.000001", "c": "pad  ",
+            "vc": "trail  ", "st": "d,b,a".replace("d", "c"), "e": "medium", "j": '"just a string \u00e9"',
+            "bn": b"\xff", "tm": "-00:00:01", "tm3": "-00:00:00.5", "y": 0,
+        },
     ]
 
 
@@ -98,21 +103,22 @@ def random_rows(seed: int, count: int, first_id: int) -> list[dict]:
         h, rem = divmod(abs(seconds), 3600)
         stamp = dt.datetime(2001, 1, 1) + dt.timedelta(seconds=rng.randrange(10**9), microseconds=micro)
         rows.append(
-            dict(
-                id=first_id + n, i=rng.randrange(-(2**31), 2**31), biu=rng.randrange(2**64),
-                bi=rng.randrange(-(2**63), 2**63), d=f"{rng.randrange(-10**12, 10**12) / 10**4:.4f}",
-                dbig=f"{rng.randrange(-10**40, 10**40)}.{rng.randrange(10**30):030d}",
-                f=struct.unpack("<f", struct.pack("<f", rng.uniform(-1e6, 1e6)))[0],
-                db=rng.uniform(-1e300, 1e300),
-                dt6=stamp.isoformat(" "), ts=(stamp + dt.timedelta(days=100)).isoformat(" "),
-                tm3=f"{sign}{h}:{rem // 60:02d}:{rem % 60:02d}.{micro // 1000:03d}",
-                tm6=f"{sign}{h}:{rem // 60:02d}:{rem % 60:02d}.{micro:06d}",
-                st=",".join(m for m in ("a", "b", "c", "it's") if rng.random() < 0.5),
-                b10=rng.randrange(1024), b64=rng.randrange(2**64),
-                bn=bytes(rng.randrange(256) for _ in range(rng.randrange(5))),
-                vc="".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x4E00, 0x9FFF), 0x1F600]))
-                           for _ in range(rng.randrange(20))),
-            )
+            {
+                "id": first_id + n, "i": rng.randrange(-(2**31), 2**31), "biu": rng.randrange(2**64),
+                "bi": rng.randrange(-(2**63), 2**63), "d": f"{rng.randrange(-10**12, 10**12) / 10**4:.4f}",
+                "dbig": f"{rng.randrange(-10**40, 10**40)}.{rng.randrange(10**30):030d}",
+                "f": struct.unpack("<f", struct.pack("<f", rng.uniform(-1e6, 1e6)))[0],
+                "db": rng.uniform(-1e300, 1e300),
+                "dt6": stamp.isoformat(" "), "ts": (stamp + dt.timedelta(days=100)).isoformat(" "),
+                "tm3": f"{sign}{h}:{rem // 60:02d}:{rem % 60:02d}.{micro // 1000:03d}",
+                "tm6": f"{sign}{h}:{rem // 60:02d}:{rem % 60:02d}.{micro:06d}",
+                "st": ",".join(m for m in ("a", "b", "c", "it's") if rng.random() < 0.5),
+                "b10": rng.randrange(1024), "b64": rng.randrange(2**64),
+                "bn": bytes(rng.randrange(256) for _ in range(rng.randrange(5))),
+                "vc": "".join(chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x4E00, 0x9FFF),
+                                              0x1F600]))
+                              for _ in range(rng.randrange(20))),
+            }
         )
     return rows
 

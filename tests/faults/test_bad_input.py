@@ -8,9 +8,9 @@ import json
 import random
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -46,8 +46,9 @@ def odd_table(mysql_server):
         cur.execute(f"CREATE DATABASE {q(ODD_DB)}")
         cur.execute(f"GRANT SELECT ON {q(ODD_DB)}.* TO 'cdc'@'%'")
         k, name, ab, size = map(q, ODD_COLUMNS)
-        cur.execute(f"CREATE TABLE {q(ODD_DB)}.{q(ODD_TABLE)} ({k} VARCHAR(20) PRIMARY KEY, {name} VARCHAR(40), "
-                    f"{ab} INT, {size} DECIMAL(8,2)) DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci")
+        cur.execute(f"CREATE TABLE {q(ODD_DB)}.{q(ODD_TABLE)} "
+                    f"({k} VARCHAR(20) PRIMARY KEY, {name} VARCHAR(40), {ab} INT, {size} DECIMAL(8,2)) "
+                    "DEFAULT CHARSET utf8mb4 COLLATE utf8mb4_general_ci")
         rng = random.Random(5)
         rows = [(f"k{i:04d}`'\"", f"n'{i}\"`", rng.randint(0, 99), i / 4) for i in range(300)]
         cur.executemany(f"INSERT INTO {q(ODD_DB)}.{q(ODD_TABLE)} VALUES (%s, %s, %s, %s)", rows)
@@ -56,7 +57,8 @@ def odd_table(mysql_server):
         cur.execute(f"DROP DATABASE IF EXISTS {q(ODD_DB)}")
 
 
-def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_table, spark, tmp_path, monkeypatch):
+def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_table, spark, tmp_path,
+                                                            monkeypatch):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
     store_url = str(tmp_path / "chunks.db")
@@ -128,7 +130,8 @@ def test_unwritable_output_fails_before_reading(mysql_server, odd_table, spark, 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     output = str(blocker / "lake")
-    options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(odd_table), output=output, chunk_store=store_url)
+    options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(odd_table), output=output,
+                              chunk_store=store_url)
     with pytest.raises(CdcError, match=r"output .*a-file/lake.* is not writable"):
         run_chunk_group(spark, options)
     with ChunkStore(store_url) as store:
@@ -492,7 +495,8 @@ def test_the_real_command_line_gives_one_line_and_exit_2_without_a_traceback(pip
     ]
     before = _files(pipeline.root)
     for argv, named in cases:
-        result = subprocess.run(["mysqlcdc", *argv], capture_output=True, text=True, env=env, timeout=120)
+        result = subprocess.run(["mysqlcdc", *argv], check=False, capture_output=True, text=True, env=env,
+                                timeout=120)
         _assert_one_line_error(argv[0], result.returncode, result.stdout, result.stderr, named, SECRET[4:],
                                pipeline.password)
     assert _files(pipeline.root) == before
@@ -660,7 +664,7 @@ def test_a_rendered_bad_argument_fails_the_task_before_anything_is_written(pipel
     monkeypatch.setenv("AIRFLOW_CONN_BAD_ARGS_SRC", mysql_server.cdc_url)
     ops = _operators()
     names = ("tables", "output_path", "chunk_size", "chunk_keys", "redo_chunks", "only_new", "startup_mode")
-    templated = {name: "{{ params.%s }}" % name for name in names}
+    templated = {name: "{{ params." + name + " }}" for name in names}
     plan = ops["plan"](task_id="plan", mysql_conn_id="bad_args_src", **templated)
     rendered = {"tables": pipeline.table, "output_path": str(pipeline.root / "op-lake"), "chunk_size": "20",
                 "chunk_keys": "{}", "redo_chunks": "", "only_new": "True", "startup_mode": "initial"}
@@ -679,7 +683,8 @@ def test_a_rendered_bad_argument_fails_the_task_before_anything_is_written(pipel
         setattr(plan, key, value)
 
     class TaskInstance:
-        pushed: dict = {}
+        def __init__(self) -> None:
+            self.pushed: dict = {}
 
         def xcom_push(self, key, value):
             self.pushed[key] = value

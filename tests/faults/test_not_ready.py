@@ -1,6 +1,6 @@
-"""A server that is not ready for CDC stops the plan (engine, CLI, Airflow operator) and the Spark stream before
-they write anything, with the setting or privilege and its fix: a STATEMENT binlog or a missing grant would
-otherwise stream nothing, or fail later, half way."""
+"""A server that is not ready for CDC stops the plan (engine, CLI, Airflow operator) and the Spark stream
+before they write anything, with the setting or privilege and its fix: a STATEMENT binlog or a missing grant
+would otherwise stream nothing, or fail later, half way."""
 from __future__ import annotations
 
 import os
@@ -34,8 +34,10 @@ def _assert_nothing_planned(store_path: Path) -> None:
             assert store.tables() == [], "a plan was written"
 
 
-@pytest.mark.parametrize("name, bad, flavor", MISCONFIGURATIONS, ids=[f"{n}={v}" for n, v, _ in MISCONFIGURATIONS])
-def test_plan_refuses_a_misconfigured_server(mysql_server, server_flavor, orders, tmp_path, name, bad, flavor):
+@pytest.mark.parametrize("name, bad, flavor", MISCONFIGURATIONS,
+                         ids=[f"{n}={v}" for n, v, _ in MISCONFIGURATIONS])
+def test_plan_refuses_a_misconfigured_server(mysql_server, server_flavor, orders, tmp_path, name, bad,
+                                             flavor):
     if flavor and flavor != server_flavor:
         pytest.skip(f"{name} exists only on {flavor}")
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
@@ -58,8 +60,9 @@ def test_cli_plan_and_spark_stream_refuse_a_statement_binlog(mysql_server, order
     with global_variable(mysql_server, "binlog_format", "STATEMENT"):
         env = {**os.environ, MYSQL_PASSWORD_ENV: settings.password}
         result = subprocess.run(
-            ["mysqlcdc", "plan", "--mysql-url", settings.redacted_url(), "--chunk-store", str(tmp_path / "other.db"),
-             "--tables", orders], capture_output=True, text=True, env=env,
+            ["mysqlcdc", "plan", "--mysql-url", settings.redacted_url(),
+             "--chunk-store", str(tmp_path / "other.db"), "--tables", orders],
+            check=False, capture_output=True, text=True, env=env,
         )
         with pytest.raises(ServerNotReady) as info:
             run_stream(spark, config)
@@ -72,7 +75,8 @@ def test_cli_plan_and_spark_stream_refuse_a_statement_binlog(mysql_server, order
 
 def test_missing_replication_privilege_stops_the_plan_operator(mysql_server, orders, tmp_path, limited_user,
                                                               monkeypatch):
-    """Through Airflow: the plan task of a connection whose user lacks REPLICATION SLAVE fails naming the grant."""
+    """Through Airflow: the plan task of a connection whose user lacks REPLICATION SLAVE fails naming the
+    grant."""
     from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
 
     url = limited_user("cdc_noslave_plan", "SELECT, REPLICATION CLIENT")

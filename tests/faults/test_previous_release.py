@@ -15,10 +15,10 @@ release itself writes, and this code goes on from there:
    start (about 25 s of the test's ~45 s).
 2. This code reads all of it: the chunk store (migrated in place from schema version 2 to 3 when opened: then
    its tables and columns are the ones this code creates, and the tables the migration leaves alone are the
-   same DDL text for DDL text; every chunk field, HWs included, as the previous release read it), ``status`` (every chunk
-   committed, stream position = the old stream's end), the offsets of the old ledger and of Spark's offset log
-   (each round-trips through ``BinlogOffset`` unchanged), the snapshot manifest and the mirror (its manifest
-   round-trips; its rows equal the source).
+   same DDL text for DDL text; every chunk field, HWs included, as the previous release read it), ``status``
+   (every chunk committed, stream position = the old stream's end), the offsets of the old ledger and of
+   Spark's offset log (each round-trips through ``BinlogOffset`` unchanged), the snapshot manifest and the
+   mirror (its manifest round-trips; its rows equal the source).
 3. More seeded writes (inserts, updates, deletes, key-changing updates, a binlog rotation); this code's stream
    resumes from the old checkpoint (available-now) in the shared Spark session: its first batch starts exactly
    at the old stream's end offset, the old batches are not written again, every record of the new batches
@@ -31,6 +31,7 @@ release itself writes, and this code goes on from there:
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -52,6 +53,7 @@ import pytest
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
+from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.layout import LAYOUT_VERSION, changelog_marker, read_json
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import manifest_path as mirror_manifest_path
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest
@@ -64,7 +66,6 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.status.table_status import STREAM
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
-from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import KEY_SPACE, TABLE_SPECS, _values, create_tables, insert_sql, seed_rows
@@ -151,11 +152,12 @@ def _extract_previous_release(dest: Path) -> Path:
     if shutil.which("git") is None:
         pytest.fail(f"git is not installed; {how}")
     found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}"],
-                           capture_output=True, text=True)
+                           check=False, capture_output=True, text=True)
     if found.returncode != 0:
         pytest.fail(f"commit {PREVIOUS_RELEASE} is not available ({found.stderr.strip()}); {how}")
     archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", PREVIOUS_RELEASE,
-                              "airflow_provider_mysqlcdc", "spark_apps"], capture_output=True)
+                              "airflow_provider_mysqlcdc", "spark_apps"], check=False,
+                             capture_output=True)
     if archive.returncode != 0:
         error = archive.stderr.decode(errors="replace").strip()
         pytest.fail(f"git archive {PREVIOUS_RELEASE} failed ({error}); {how}")
@@ -259,7 +261,7 @@ def _shape(value, tables: list[str]) -> str:
 def _chunk_fields(store: ChunkStore, table: str, names: list[str]) -> list[dict]:
     """The fields ``names`` (those the previous release's ChunkState has) of every chunk as text, the form the
     child dumped the previous release's view in."""
-    text = lambda v: None if v is None else str(v)  # noqa: E731
+    text = lambda v: None if v is None else str(v)
     return [{k: text(getattr(c, k)) for k in names} for c in store.chunks(table)]
 
 
@@ -320,9 +322,9 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     old = json.loads((work / "child.json").read_text())
     assert old["package"].startswith(str(old_root)) and old["worker"].startswith(str(old_root)), old
 
-    # 2a. the chunk store: the previous release's schema (version 2) becomes the one this code creates when this
-    # code opens it (schema version 3 added chunk HW servers and stream claims), and every chunk reads as the
-    # previous release read it
+    # 2a. the chunk store: the previous release's schema (version 2) becomes the one this code creates when
+    # this code opens it (schema version 3 added chunk HW servers and stream claims), and every chunk reads as
+    # the previous release read it
     old_sqlite = _sqlite_schema(store_path)
     assert _sqlite_version(store_path) == "2", "the previous release wrote schema version 2"
     assert "hw_server" not in {c[1] for c in _sqlite_columns(store_path)["mysqlcdc_chunks"]}
@@ -331,7 +333,8 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
         fresh_store.tables()  # creates the schema
     ChunkStore(store_path).close()  # migrates the old store in place
     assert _sqlite_version(store_path) == str(ChunkStore(fresh).schema_version()) == "3"
-    assert _sqlite_columns(store_path) == _sqlite_columns(fresh), "the migrated store differs from a fresh one"
+    assert _sqlite_columns(store_path) == _sqlite_columns(fresh), (
+        "the migrated store differs from a fresh one")
     migrated = {"mysqlcdc_chunks"}  # (a deliberate change needs a new SCHEMA_VERSION and a migration)
     assert {r for r in old_sqlite if r[2] not in migrated} <= set(_sqlite_schema(fresh)), "a table changed"
     snapshots = {r["table"]: r for r in old["snapshot"]["tables"]}
@@ -422,7 +425,7 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     new = ledger[len(old_ledger):]
     assert new and new[0]["batch_id"] == old_last_batch + 1, new
     assert new[0]["start_offset"] == old_ledger[-1]["end_offset"], "the stream did not resume where it was"
-    for before, after in zip(ledger, ledger[1:]):
+    for before, after in itertools.pairwise(ledger):
         assert after["start_offset"] == before["end_offset"], (before, after)
     assert {_shape(e, names) for e in new} <= {_shape(e, names) for e in old_ledger}, "ledger entries changed"
     for name, data in old_identity.items():  # the stream's identity and start, as the old run left them
@@ -447,7 +450,8 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             assert last > old_last_batch, table
             marker = read_json(changelog_marker(output, table, last))
             assert _shape(marker, names) == _shape(old_markers[table, old_last], names), f"{table}: marker"
-            new_schema = _without_zero_date_companions(pq.read_schema(read_batch(output, table, last).files[0]))
+            new_schema = _without_zero_date_companions(
+                pq.read_schema(read_batch(output, table, last).files[0]))
             assert new_schema == pq.read_schema(read_batch(output, table, old_last).files[0]), table
             raw, mirror_schema = old_mirror[table]
             manifest = read_json(mirror_manifest_path(output, table))
@@ -465,9 +469,10 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
         # this code's stream made the old changelog and mirror Delta tables, earlier batches included
         assert_mirror_equals_source(settings, output, tables, min_rows=ROWS)
 
-    # 4. a new stream over the old store, whose HWs record no server: it starts at min(HW), saying once that it
-    # takes those positions to be its own server's, and streams every change after the snapshot
-    fresh_config = replace(config, checkpoint=str(tmp_path / "checkpoint-new"), output=str(tmp_path / "lake-new"))
+    # 4. a new stream over the old store, whose HWs record no server: it starts at min(HW), saying once that
+    # it takes those positions to be its own server's, and streams every change after the snapshot
+    fresh_config = replace(config, checkpoint=str(tmp_path / "checkpoint-new"),
+                           output=str(tmp_path / "lake-new"))
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="airflow_provider_mysqlcdc"):
         run_stream(spark, fresh_config)

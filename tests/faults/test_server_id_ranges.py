@@ -4,7 +4,8 @@ Their readers (each stream's own, its parallel catch-up partitions, its backfill
 server_ids, and the server drops one of two readers with one id. A running stream holds its whole range; a
 second one (another checkpoint and output, the same chunk store) whose range overlaps it is refused at once,
 the error naming both checkpoints and the fix; a stream with a disjoint range runs beside it; once the first
-stops, its range is free. The engine side (killed holders, lost sessions) is tests/engine/test_server_id_claims.py.
+stops, its range is free. The engine side (killed holders, lost sessions) is
+tests/engine/test_server_id_claims.py.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ def test_overlapping_server_id_ranges_fail_at_start(mysql_server, mysql_db, tmp_
         url = MySQLSettings.from_url(f"{mysql_server.cdc_url}?server_id={ids}").url_without_password()
         return StreamConfig(mysql_url=url, tables=(f"{mysql_db}.t_*",), chunk_store=store,
                             output=str(tmp_path / f"out-{name}"), checkpoint=str(tmp_path / f"ckpt-{name}"),
-                            password_file=password_file(tmp_path, settings), trigger="processing-time=1 second",
-                            lock_lease_seconds=20.0)
+                            password_file=password_file(tmp_path, settings),
+                            trigger="processing-time=1 second", lock_lease_seconds=20.0)
 
     first, second, third = config("a", "6500-6519"), config("b", "6510-6529"), config("c", "6520-6539")
     run = start_stream(spark, first)
@@ -51,7 +52,8 @@ def test_overlapping_server_id_ranges_fail_at_start(mysql_server, mysql_db, tmp_
             start_stream(spark, second)
         assert time.monotonic() - started < 15, "the second stream must fail at start"
         message = str(refused.value)
-        assert f"the stream on checkpoint {second.checkpoint} cannot claim its server_id range 6510-6529" in message
+        assert (f"the stream on checkpoint {second.checkpoint} "
+                "cannot claim its server_id range 6510-6529") in message
         assert f"held by the stream on checkpoint {first.checkpoint} (server_id range 6500-6519" in message
         assert "disjoint" in message and "?server_id=" in message, message
         assert not (tmp_path / "ckpt-b" / "mysqlcdc" / "startup.json").exists(), "nothing of it started"

@@ -5,7 +5,7 @@ written before the Delta log existed is converted on the next batch; a type Delt
 from __future__ import annotations
 
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -40,10 +40,10 @@ TYPES = (
 )
 ROWS = [
     (2**64 - 1, "-838:59:59.000000", 1901, 2**64 - 1, 1.5, -2.25, "-12345678901234567890123456789.0123456789",
-     "-9999999999.99", "1000-01-01", "9999-12-31 23:59:59.999999", "2038-01-19 03:14:07.999999", "Ünï", b"\x00\xff",
-     "b", "x,y", '{"k": [1, 2]}'),
-    (1, "00:00:00.000001", 2155, 0, None, None, None, "0.01", None, "1970-01-01 00:00:00", None, "", b"", None, "",
-     "null"),
+     "-9999999999.99", "1000-01-01", "9999-12-31 23:59:59.999999", "2038-01-19 03:14:07.999999", "Ünï",
+     b"\x00\xff", "b", "x,y", '{"k": [1, 2]}'),
+    (1, "00:00:00.000001", 2155, 0, None, None, None, "0.01", None, "1970-01-01 00:00:00", None, "", b"",
+     None, "", "null"),
 ]
 
 
@@ -55,7 +55,7 @@ def _records(mysql_server, tmp_path, table: TableId, schema: TableSchema, start:
     """Every row of the table as stream records at consecutive positions from ``start``."""
     pipe = Pipeline(_settings(mysql_server), ChunkStore(str(tmp_path / "chunks.db")), table.database)
     pipe.schemas = {table: schema}
-    ts = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+    ts = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     return [
         Record(str(table), "+I", "stream", (7, start + i, 0, 1), dict(zip(schema.column_names, row)),
                commit_ts=ts, binlog_file="mysql-bin.000007")
@@ -68,7 +68,8 @@ def _schema(mysql_server, table: TableId) -> TableSchema:
         return load_schema(conn, table)
 
 
-def _commit(spark, root: str, checkpoint: str, schema: TableSchema, records: list[Record], batch_id: int) -> None:
+def _commit(spark, root: str, checkpoint: str, schema: TableSchema, records: list[Record],
+            batch_id: int) -> None:
     by_name = {str(schema.table): schema}
     frame = spark.createDataFrame(
         pa.Table.from_batches(list(stream_batches(records, table_schemas=by_name)), STREAM_ARROW_SCHEMA)
@@ -115,7 +116,8 @@ def test_the_changelog_is_a_delta_table_every_reader_reads(mysql_server, mysql_d
     # ADD COLUMN: the Delta schema grows, the files of batch 0 are neither rewritten nor removed
     files_before = set(DeltaTable(uri).file_uris())
     with mysql_server.admin() as conn, conn.cursor() as cur:
-        cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN added DATETIME(3) NULL, ADD COLUMN later TIME NULL")
+        cur.execute(f"ALTER TABLE {table.quoted} ADD COLUMN added DATETIME(3) NULL, "
+                    "ADD COLUMN later TIME NULL")
         cur.execute(f"UPDATE {table.quoted} SET added = '2020-02-29 12:00:00.123', later = '-01:00:00'")
     schema2 = _schema(mysql_server, table)
     second = _records(mysql_server, tmp_path, table, schema2, 200)
@@ -138,5 +140,6 @@ def test_the_changelog_is_a_delta_table_every_reader_reads(mysql_server, mysql_d
         cur.execute(f"ALTER TABLE {table.quoted} MODIFY amount DECIMAL(14,2)")
     schema3 = _schema(mysql_server, table)
     with pytest.raises(CdcError, match=r"column 'amount' of .*all types.* changed type .*re-snapshot"):
-        _commit(spark, root, checkpoint, schema3, _records(mysql_server, tmp_path, table, schema3, 300)[:1], 3)
+        _commit(spark, root, checkpoint, schema3,
+                _records(mysql_server, tmp_path, table, schema3, 300)[:1], 3)
     assert DeltaTable(uri).transaction_version(APP_ID) == 2

@@ -89,7 +89,8 @@ def test_idle_tables_advance_the_offset_past_purged_binlogs(private_mariadb, spa
     assert_mirror_equals_source(settings, output, [TableId("quiet", "accounts")], min_rows=299)
 
 
-def test_plan_warns_when_binlog_retention_is_shorter_than_the_snapshot(mysql_server, mysql_db, tmp_path, caplog):
+def test_plan_warns_when_binlog_retention_is_shorter_than_the_snapshot(mysql_server, mysql_db, tmp_path,
+                                                                       caplog):
     with mysql_server.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE TABLE `{mysql_db}`.big (id INT PRIMARY KEY)")
         cur.executemany(f"INSERT INTO `{mysql_db}`.big VALUES (%s)", [(i,) for i in range(3000)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from datetime import UTC
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -28,14 +29,14 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_chunk_group
 from airflow_provider_mysqlcdc.spark.session import register_data_source
+from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_chunk_group
 from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
-# --- helpers --------------------------------------------------------------------------------------------------
+# --- helpers ------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -107,7 +108,7 @@ def _run_cli(args: list[str]) -> dict:
     return json.loads(out.getvalue())
 
 
-# --- exactly-once: Spark snapshot + engine stream == source -----------------------------------------------------
+# --- exactly-once: Spark snapshot + engine stream == source -------------------------------------------------
 
 
 def test_spark_snapshot_then_stream_equals_source_under_concurrent_writes(
@@ -156,7 +157,7 @@ def test_spark_snapshot_then_stream_equals_source_under_concurrent_writes(
     store.close()
 
 
-# --- reruns: atomic replacement, and a rerun that dies half way ----------------------------------------------------
+# --- reruns: atomic replacement, and a rerun that dies half way ---------------------------------------------
 
 
 def _accounts(mysql_server, db: str, rows: int = 300) -> TableId:
@@ -203,7 +204,8 @@ def test_chunk_rerun_replaces_output_atomically_and_empty_chunks_commit(
     assert after[1].rows == 99 and not after[1].rerun_pending and after[1].committed_run_id == "rerun-1"
     assert rerun["chunks"][0]["hw"] == str(after[1].hw)
     for other in (0, 2):  # untouched
-        assert after[other].output_version == before[other].output_version and after[other].hw == before[other].hw
+        assert (after[other].output_version == before[other].output_version
+                and after[other].hw == before[other].hw)
     assert len(_version_dirs(output, table, 1, 1)) == 2  # the old version stays for readers that still use it
     snapshots = _parquet_snapshots(output, table)
     assert snapshots[0] == []  # chunk 0 was not rerun: its snapshot (as of its HW) is still empty
@@ -215,7 +217,8 @@ def test_chunk_rerun_replaces_output_atomically_and_empty_chunks_commit(
         after[1].output_version.rsplit("/", 1)[1])
 
 
-def test_rerun_that_dies_half_way_keeps_previous_version_and_hw(spark, mysql_server, mysql_db, tmp_path, secrets):
+def test_rerun_that_dies_half_way_keeps_previous_version_and_hw(spark, mysql_server, mysql_db, tmp_path,
+                                                                secrets):
     table = _accounts(mysql_server, mysql_db)
     store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
     _plan(mysql_server, secrets, store_url, [str(table)], 100)
@@ -225,8 +228,8 @@ def test_rerun_that_dies_half_way_keeps_previous_version_and_hw(spark, mysql_ser
     manifest_bytes = Path(manifest_path(output, table)).read_bytes()
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("UPDATE acct SET v = 9 WHERE id BETWEEN 101 AND 300")
-    # The write of chunk 1 dies after 30 of its 100 rows, with 3 Parquet files (10 rows each) on disk: first by
-    # an exception inside write(), then by a killed Python worker (no cleanup code runs at all).
+    # The write of chunk 1 dies after 30 of its 100 rows, with 3 Parquet files (10 rows each) on disk: first
+    # by an exception inside write(), then by a killed Python worker (no cleanup code runs at all).
     for fault, leftover_dirs in (("raise", 0), ("exit", 1)):
         options = _options(secrets, store_url, output, str(table), chunk_ids=(1, 2), rows_per_file=10,
                            batch_rows=10, test_fault=f"{fault}:1:30")
@@ -237,14 +240,16 @@ def test_rerun_that_dies_half_way_keeps_previous_version_and_hw(spark, mysql_ser
             history = store.history(str(table), 1)
         for chunk_id in (1, 2):  # chunk 2's task may have finished: its output is discarded with the job
             old, new = before[chunk_id], after[chunk_id]
-            assert (new.hw, new.lw, new.rows, new.output_version) == (old.hw, old.lw, old.rows, old.output_version)
+            assert (new.hw, new.lw, new.rows, new.output_version) == (
+                old.hw, old.lw, old.rows, old.output_version)
             assert new.status == "failed" and new.error and new.rerun_pending, (fault, new)
         assert history[-1].event == "failed"
         assert ("InjectedFault" if fault == "raise" else "exited") in after[1].error, after[1].error
         assert Path(manifest_path(output, table)).read_bytes() == manifest_bytes
         # raise: the task removed its partial directory; exit: it stays, but nothing references it
         assert len(_version_dirs(output, table, 1, 1)) == 1 + leftover_dirs, fault
-        # chunk 2's task was cancelled with the job, maybe mid-write: whatever it left is referenced by nothing
+        # chunk 2's task was cancelled with the job, maybe mid-write: whatever it left is referenced by
+        # nothing
         assert before[2].output_version.rsplit("/", 1)[1] in _version_dirs(output, table, 1, 2)
         snapshots = _parquet_snapshots(output, table)
         assert {r["v"] for r in snapshots[1] + snapshots[2]} == {0}  # the old data, complete
@@ -295,11 +300,16 @@ def test_zombie_attempt_cannot_commit_and_its_output_is_discarded(mysql_server, 
     assert Path(manifest_path(output, table)).read_bytes() == manifest_bytes
 
 
-def test_a_stale_chunk_in_a_tables_commit_does_not_hold_back_the_others(mysql_server, mysql_db, tmp_path, secrets):
+def test_a_stale_chunk_in_a_tables_commit_does_not_hold_back_the_others(mysql_server, mysql_db, tmp_path,
+                                                                        secrets):
     """The driver commits a table's chunks together; when one of them is stale the others commit one by one,
     the stale one is named, and abort() leaves the committed ones in the manifest (no Spark needed)."""
     from airflow_provider_mysqlcdc.engine.snapshot.chunk_group_job import ChunkGroupJob
-    from airflow_provider_mysqlcdc.spark.snapshot.writer import SnapshotCommitMessage, SnapshotWriter, write_chunk
+    from airflow_provider_mysqlcdc.spark.snapshot.writer import (
+        SnapshotCommitMessage,
+        SnapshotWriter,
+        write_chunk,
+    )
 
     table = _accounts(mysql_server, mysql_db, rows=150)
     store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
@@ -328,7 +338,7 @@ def test_a_stale_chunk_in_a_tables_commit_does_not_hold_back_the_others(mysql_se
     assert not Path(stale.directory).exists()
 
 
-# --- secrets ------------------------------------------------------------------------------------------------------
+# --- secrets ------------------------------------------------------------------------------------------------
 
 
 def test_password_never_in_spark_options_plans_logs_or_outputs(
@@ -343,7 +353,8 @@ def test_password_never_in_spark_options_plans_logs_or_outputs(
     store_url, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
     _plan(mysql_server, secrets, store_url, [str(table)], 60)
     with pytest.raises(ConfigurationError, match="password"):
-        SnapshotOptions(mysql_url=mysql_server.cdc_url, table=str(table), output=output, chunk_store=store_url)
+        SnapshotOptions(mysql_url=mysql_server.cdc_url, table=str(table), output=output,
+                        chunk_store=store_url)
     with pytest.raises(ConfigurationError, match="password"):
         SnapshotOptions(mysql_url=secrets[0], table=str(table), output=output,
                         chunk_store="postgresql://u:store-secret@db/cdc")
@@ -374,25 +385,29 @@ def test_password_never_in_spark_options_plans_logs_or_outputs(
         assert "wrong-pw-4711" not in text, f"the (wrong) password shows in the {where}"
 
 
-# --- output types and excluded columns ------------------------------------------------------------------------------
+# --- output types and excluded columns ----------------------------------------------------------------------
 
 TYPED_DDL = """CREATE TABLE {table} (
     id BIGINT UNSIGNED NOT NULL PRIMARY KEY, amount DECIMAL(30,10), price DECIMAL(12,2) NOT NULL,
     wall DATETIME(6), ts TIMESTAMP(6) NULL, doc JSON, kind ENUM('a','b','c'), flags SET('x','y','z'),
-    b5 BIT(5), b64 BIT(64), data BLOB, bin4 BINARY(4), day DATE, t TIME(3), secret VARCHAR(40), token LONGBLOB)"""
+    b5 BIT(5), b64 BIT(64), data BLOB, bin4 BINARY(4), day DATE, t TIME(3), secret VARCHAR(40), \
+token LONGBLOB)"""
 
 
-def test_output_types_are_faithful_and_excluded_columns_absent(spark, mysql_server, mysql_db, tmp_path, secrets):
-    from datetime import date, datetime, timedelta, timezone
+def test_output_types_are_faithful_and_excluded_columns_absent(spark, mysql_server, mysql_db, tmp_path,
+                                                               secrets):
+    from datetime import date, datetime, timedelta
 
     from pyspark.sql import types as T
 
     table = TableId(mysql_db, "typed")
     rows = [
         (2**64 - 1, Decimal("12345678901234567890.0123456789"), Decimal("-0.01"),
-         datetime(2023, 10, 29, 2, 30, 0, 123456), datetime(2024, 3, 31, 1, 30, 0, 654321), '{"b": 1, "a": [1, 2]}',
-         "b", "x,z", 21, 2**64 - 1, b"\x00\xff", b"ab", date(2024, 2, 29), "-12:34:56.789", "hunter2", b"tok"),
-        (2**63, None, Decimal("0.00"), None, None, None, None, "", 0, 0, b"", b"abcd", None, None, None, None),
+         datetime(2023, 10, 29, 2, 30, 0, 123456), datetime(2024, 3, 31, 1, 30, 0, 654321),
+         '{"b": 1, "a": [1, 2]}', "b", "x,z", 21, 2**64 - 1, b"\x00\xff", b"ab", date(2024, 2, 29),
+         "-12:34:56.789", "hunter2", b"tok"),
+        (2**63, None, Decimal("0.00"), None, None, None, None, "", 0, 0, b"", b"abcd", None, None, None,
+         None),
     ]
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute(TYPED_DDL.format(table=table.quoted))
@@ -421,19 +436,23 @@ def test_output_types_are_faithful_and_excluded_columns_absent(spark, mysql_serv
         assert "secret" not in types and "token" not in types
     got = {r["id"]: r for r in from_parquet.selectExpr("*", "unix_micros(ts) AS ts_us").collect()}
     first = got[Decimal(2**64 - 1)]
-    assert first["amount"] == Decimal("12345678901234567890.0123456789") and first["price"] == Decimal("-0.01")
+    assert (first["amount"] == Decimal("12345678901234567890.0123456789")
+            and first["price"] == Decimal("-0.01"))
     assert first["wall"] == datetime(2023, 10, 29, 2, 30, 0, 123456)  # wall clock, microseconds kept
-    utc = datetime(2024, 3, 31, 1, 30, 0, 654321, tzinfo=timezone.utc)
+    utc = datetime(2024, 3, 31, 1, 30, 0, 654321, tzinfo=UTC)
     assert first["ts_us"] == int(utc.timestamp()) * 1_000_000 + 654321  # the UTC instant
-    assert json.loads(first["doc"]) == {"a": [1, 2], "b": 1} and (first["kind"], first["flags"]) == ("b", "x,z")
+    assert (json.loads(first["doc"]) == {"a": [1, 2], "b": 1}
+            and (first["kind"], first["flags"]) == ("b", "x,z"))
     assert (first["b5"], first["b64"]) == (21, Decimal(2**64 - 1))
-    assert (bytes(first["data"]), bytes(first["bin4"]), first["day"]) == (b"\x00\xff", b"ab\x00\x00", date(2024, 2, 29))
+    assert (bytes(first["data"]), bytes(first["bin4"]), first["day"]) == (
+        b"\x00\xff", b"ab\x00\x00", date(2024, 2, 29))
     assert first["t"] == -(12 * 3600 + 34 * 60 + 56) * 1_000_000 - 789_000
     second = got[Decimal(2**63)]
     assert (second["flags"], bytes(second["data"]), second["amount"], second["ts"]) == ("", b"", None, None)
     live = {r["id"]: r.asDict() for r in from_source.collect()}
     assert {k: {c: v for c, v in r.items() if c not in METADATA_NAMES} for k, r in live.items()} == {
-        k: {c: v for c, v in r.asDict().items() if c not in METADATA_NAMES and c != "ts_us"} for k, r in got.items()}
+        k: {c: v for c, v in r.asDict().items() if c not in METADATA_NAMES and c != "ts_us"}
+        for k, r in got.items()}
 
     arrow = pq.read_table(files)
     import pyarrow as pa

@@ -22,9 +22,9 @@ from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
-from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan, plan_tables
@@ -63,8 +63,10 @@ def _source(mysql_server, table: TableId, columns: str = "id, v, note") -> list[
         return sorted(cur.fetchall())
 
 
-def _committed(output: str, table: TableId, columns: tuple[str, ...] = ("id", "v", "note")) -> list[tuple]:
-    return sorted(tuple(r[c] for c in columns) for rows in _parquet_snapshots(output, table).values() for r in rows)
+def _committed(output: str, table: TableId,
+               columns: tuple[str, ...] = ("id", "v", "note")) -> list[tuple]:
+    return sorted(tuple(r[c] for c in columns)
+                  for rows in _parquet_snapshots(output, table).values() for r in rows)
 
 
 def _version_dirs(output: str, table: TableId) -> list[Path]:
@@ -82,8 +84,8 @@ def test_task_count_reads_several_small_chunks_per_task():
 
 
 def _plan_of(rows: int, chunks: int, chunk_size: int = 100) -> ChunkPlan:
-    return ChunkPlan(TableId("db", "t"), 1, ("id",), tuple(Chunk(i, None, None) for i in range(chunks)), "even",
-                     chunk_size, rows, BinlogPosition("b.000001", 4))
+    return ChunkPlan(TableId("db", "t"), 1, ("id",), tuple(Chunk(i, None, None) for i in range(chunks)),
+                     "even", chunk_size, rows, BinlogPosition("b.000001", 4))
 
 
 def test_a_chunk_weighs_its_rows_but_at_least_its_fixed_cost():

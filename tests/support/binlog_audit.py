@@ -33,11 +33,12 @@ import tempfile
 import threading
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 from airflow_provider_mysqlcdc.engine.model.positions import (
     AFTER,
@@ -439,7 +440,7 @@ class TableExpectation:
     @classmethod
     def from_plan(cls, schema: TableSchema, key_columns: Sequence[str],
                   hws: Mapping[int, BinlogPosition | None],
-                  chunk_starts: Sequence[tuple[int, Any]]) -> "TableExpectation":
+                  chunk_starts: Sequence[tuple[int, Any]]) -> TableExpectation:
         """``hws`` by chunk id; ``chunk_starts`` (chunk id, start key or None) in key order, as in
         ``plan.chunks``."""
         number = {name: i + 1 for i, name in enumerate(schema.column_names)}
@@ -669,7 +670,7 @@ def _printed_value(column: Column, raw: str) -> Any:
     if column.data_type == "datetime" and raw.startswith("'") and not raw.startswith("'0000"):
         return datetime.fromisoformat(raw.strip("'"))
     if column.data_type == "timestamp" and raw not in ("0", "0.000000"):
-        return datetime.fromtimestamp(0, timezone.utc) + _seconds(Decimal(raw))
+        return datetime.fromtimestamp(0, UTC) + _seconds(Decimal(raw))
     return _UNCHECKED
 
 

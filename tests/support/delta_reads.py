@@ -1,5 +1,5 @@
-"""Read the lake's Delta tables as a data consumer does (delta-rs, no code of ours), and hold them against what
-our markers say was committed."""
+"""Read the lake's Delta tables as a data consumer does (delta-rs, no code of ours), and hold them against
+what our markers say was committed."""
 
 from __future__ import annotations
 
@@ -34,15 +34,18 @@ def assert_delta_changelog_matches_markers(root: str, schema: TableSchema) -> No
     committed = read_changelog(root, schema)
     delta = delta_changelog(root, schema)
     if delta is None:
-        assert committed.num_rows == 0, f"{schema.table}: {committed.num_rows} changelog records and no Delta table"
+        assert committed.num_rows == 0, (
+            f"{schema.table}: {committed.num_rows} changelog records and no Delta table")
         return
     names = [n for n in committed.schema.names if n in delta.schema.names]
-    assert set(committed.schema.names) <= set(delta.schema.names), (committed.schema.names, delta.schema.names)
+    assert set(committed.schema.names) <= set(delta.schema.names), (committed.schema.names,
+                                                                     delta.schema.names)
     marker_rows = Counter(_rows(committed, names))
     delta_rows = Counter(_rows(delta, names))
     assert delta_rows == marker_rows, (
         f"{schema.table}: Delta changelog differs from the committed batches: "
-        f"{sum((delta_rows - marker_rows).values())} extra, {sum((marker_rows - delta_rows).values())} missing"
+        f"{sum((delta_rows - marker_rows).values())} extra, "
+        f"{sum((marker_rows - delta_rows).values())} missing"
     )
     assert DeltaTable(changelog_table_uri(root, schema.table)).transaction_version(APP_ID) == max(
         committed_batch_ids(root, schema.table)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Callable, Iterator
 
 import pyarrow as pa
 
@@ -57,7 +57,8 @@ class Pipeline:
     schemas: dict[TableId, TableSchema] = field(default_factory=dict)
 
     def plan(self, patterns: list[str], chunk_keys: dict[str, str] | None = None) -> list[ChunkPlan]:
-        plans = plan_tables(self.settings, self.store, patterns, chunk_size=self.chunk_size, chunk_keys=chunk_keys)
+        plans = plan_tables(self.settings, self.store, patterns, chunk_size=self.chunk_size,
+                            chunk_keys=chunk_keys)
         with connect(self.settings) as conn:
             for p in plans:
                 self.schemas[p.table] = load_schema(conn, p.table)
@@ -93,9 +94,10 @@ class Pipeline:
             self.versions += 1
             self.snapshots[(plan.table, chunk_id)] = rows
             r = read.result
-            self.store.commit_chunk(str(plan.table), plan.generation, chunk_id, rows=r.rows, lw=r.low_watermark,
-                                    hw=r.high_watermark, output_version=f"v{self.versions}",
-                                    attempt=state.attempts, hw_server=r.hw_server,
+            self.store.commit_chunk(str(plan.table), plan.generation, chunk_id, rows=r.rows,
+                                    lw=r.low_watermark, hw=r.high_watermark,
+                                    output_version=f"v{self.versions}", attempt=state.attempts,
+                                    hw_server=r.hw_server,
                                     hw_gtid_position=r.hw_gtid_position)
             return r
 
@@ -188,8 +190,8 @@ def assert_same_rows(got: list[tuple], want: list[tuple], table: object) -> None
         )
 
 
-def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: list[TableId], min_rows: int = 1,
-                                delta: bool = True) -> None:
+def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: list[TableId],
+                                min_rows: int = 1, delta: bool = True) -> None:
     """The materialized mirror under ``output`` (read as consumers do, through its Delta table) equals
     ``SELECT`` of each table, row by row and typed, over the mirror's columns (excluded ones are absent); the
     Delta tables, read with delta-rs, hold the same: the changelog exactly the committed batches' records, the

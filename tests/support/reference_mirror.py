@@ -8,7 +8,8 @@ a primary key are a multiset of whole rows.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.chunks.locator import Locator
 from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes

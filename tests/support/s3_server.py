@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = REPO / ".venv-s3" / "bin" / "moto_server"
@@ -51,7 +52,7 @@ class S3Server:
         """The same settings as delta-rs ``storage_options`` (for a reader that passes them)."""
         return {k: v for k, v in self.env.items() if k != "AWS_DEFAULT_REGION"}
 
-    def __enter__(self) -> "S3Server":
+    def __enter__(self) -> Self:
         if not SERVER.exists():
             raise RuntimeError(f"{SERVER} is missing: run `make setup` (it builds .venv-s3)")
         self.process = subprocess.Popen([str(SERVER), "-H", "127.0.0.1", "-p", str(self.port)],
@@ -78,5 +79,6 @@ class S3Server:
 
     def bucket(self, name: str) -> str:
         """Create bucket ``name``; returns ``s3://name``."""
-        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"), timeout=10).close()
+        urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"),
+                               timeout=10).close()
         return f"s3://{name}"

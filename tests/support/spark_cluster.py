@@ -14,6 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from airflow_provider_mysqlcdc.testing.mariadb import _die_with_parent, free_port
 
@@ -50,16 +51,17 @@ class SparkStandaloneCluster:
     def _start(self, name: str, args: list[str]) -> Path:
         assert self.workdir is not None
         log = self.workdir / f"{name}.log"
-        handle = open(log, "wb")
-        self.processes.append(
-            subprocess.Popen(
-                [str(spark_home() / "bin" / "spark-class"), *args], stdout=handle, stderr=subprocess.STDOUT,
-                env=self._env(), preexec_fn=_die_with_parent,
+        with open(log, "wb") as handle:  # the child keeps its own copy
+            self.processes.append(
+                subprocess.Popen(
+                    [str(spark_home() / "bin" / "spark-class"), *args], stdout=handle,
+                    stderr=subprocess.STDOUT, env=self._env(),
+                    preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only calls prctl(), which takes no lock
+                )
             )
-        )
         return log
 
-    def start(self, timeout: float = 90.0) -> "SparkStandaloneCluster":
+    def start(self, timeout: float = 90.0) -> Self:
         self.workdir = Path(tempfile.mkdtemp(prefix="mysqlcdc-spark-"))
         self.port = self.port or free_port()
         master_log = self._start(
@@ -86,7 +88,8 @@ class SparkStandaloneCluster:
             if any(p.poll() is not None for p in self.processes):
                 raise RuntimeError(f"a Spark daemon exited:\n{text[-3000:]}")
             time.sleep(0.5)
-        raise RuntimeError(f"Spark daemon not ready within {timeout:.0f}s:\n{log.read_text(errors='replace')[-3000:]}")
+        raise RuntimeError(f"Spark daemon not ready within {timeout:.0f}s:\n"
+                           f"{log.read_text(errors='replace')[-3000:]}")
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -101,7 +104,7 @@ class SparkStandaloneCluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
 
-    def __enter__(self) -> "SparkStandaloneCluster":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -36,7 +36,7 @@ spark.stop()
 def archive_path() -> Path:
     import pyspark
 
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    java = subprocess.run(["java", "-version"], check=False, capture_output=True, text=True).stderr
     key = hashlib.sha256(f"{pyspark.__version__}\n{java}\n{FAST_START}".encode()).hexdigest()[:12]
     return _ARCHIVE_DIR / f"spark-{pyspark.__version__}-{key}.jsa"
 
@@ -51,11 +51,12 @@ def ensure_archive() -> Path | None:
     with tempfile.TemporaryDirectory() as work:
         app = Path(work) / "warm_up.py"
         app.write_text(_WARM_UP)
-        env = {**os.environ, "SPARK_SUBMIT_OPTS": " ".join([*FAST_START, f"-XX:ArchiveClassesAtExit={partial}"]),
+        env = {**os.environ,
+               "SPARK_SUBMIT_OPTS": " ".join([*FAST_START, f"-XX:ArchiveClassesAtExit={partial}"]),
                "PYSPARK_PYTHON": sys.executable}
         spark_submit = Path(sys.executable).parent / "spark-submit"
         done = subprocess.run([str(spark_submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-                               str(app)], env=env, capture_output=True, cwd=work, timeout=300)
+                               str(app)], check=False, env=env, capture_output=True, cwd=work, timeout=300)
     if done.returncode != 0 or not partial.exists():
         partial.unlink(missing_ok=True)
         return None

@@ -11,7 +11,7 @@ A boundary is an offset that never points into a transaction:
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pymysql
 

@@ -8,13 +8,13 @@ that no plan made after it covers); statement-based changes of a captured table 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pymysqlreplication.event import QueryEvent
 from pymysqlreplication.row_event import TableMapEvent
 
-from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import layout_for
 from airflow_provider_mysqlcdc.engine.binlog.ddl import (
     DDL_VERBS,
     DML_VERBS,
@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.engine.binlog.ddl import (
     statement_tables,
     table_ddl,
 )
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import layout_for
 from airflow_provider_mysqlcdc.engine.binlog.errors import (
     ResnapshotRequired,
     SchemaChangeError,
@@ -58,7 +59,7 @@ class CapturedVersion:
     layout: Any = None  # rows_decoder.EventLayout
 
     @classmethod
-    def of(cls, schema: TableSchema, decoders: Decoders | None = None) -> "CapturedVersion":
+    def of(cls, schema: TableSchema, decoders: Decoders | None = None) -> CapturedVersion:
         return cls(schema.table, schema, binlog_normalizer(schema, decoders), schema.column_names)
 
 
@@ -107,17 +108,17 @@ class CapturedTables:
         self.versions[(table, signature)] = version
         return version
 
-    def query(self, event: QueryEvent, txn: "Transaction | None", cur_file: str, event_start: int) -> str:
+    def query(self, event: QueryEvent, txn: Transaction | None, cur_file: str, event_start: int) -> str:
         """Classify a query event: "begin", "commit", "end" (the group ends, nothing to emit), "continue"."""
         sql = event.query.strip()
         if sql.startswith("# Dummy event"):
             raise dummy_event(f"{cur_file}:{event_start}")
         head = sql[:16].upper()
-        if head.startswith("BEGIN") or head.startswith("XA START"):
+        if head.startswith(("BEGIN", "XA START")):
             return "begin"
         if head.startswith("COMMIT"):
             return "commit"
-        if head.startswith("SAVEPOINT") or head.startswith("XA END"):
+        if head.startswith(("SAVEPOINT", "XA END")):
             return "continue"
         if head.startswith("ROLLBACK"):
             to_savepoint = head.split()[1:2] == ["TO"]
@@ -129,7 +130,7 @@ class CapturedTables:
                     "the captured tables"
                 )
             return "continue" if to_savepoint else "end"
-        if head.startswith("XA COMMIT") or head.startswith("XA ROLLBACK"):
+        if head.startswith(("XA COMMIT", "XA ROLLBACK")):
             return "end"
         verb, refs = statement_tables(sql)
         where = txn.start if txn is not None else f"{cur_file}:{event_start}"
@@ -145,11 +146,11 @@ class CapturedTables:
                 if ddl.resnapshot and (planned is None or planned.key < end.key):
                     raise ResnapshotRequired(
                         f"{verb} on captured table {table} at {where} (ending at {end}): {ddl.resnapshot}; "
-                        f"{ddl.statement[:300]!r}. The changelog cannot follow this change: the table must be "
-                        "snapshotted again. The stream does that by itself unless resnapshot is turned off; "
-                        f"otherwise plan and snapshot {table} again (mysqlcdc plan --tables {table}, then "
-                        "mysqlcdc snapshot; or rerun the DAG's plan and snapshot tasks for it) and restart the "
-                        f"stream: it continues past this statement once the new plan exists "
+                        f"{ddl.statement[:300]!r}. The changelog cannot follow this change: the table must "
+                        "be snapshotted again. The stream does that by itself unless resnapshot is turned "
+                        f"off; otherwise plan and snapshot {table} again (mysqlcdc plan --tables {table}, "
+                        "then mysqlcdc snapshot; or rerun the DAG's plan and snapshot tasks for it) and "
+                        f"restart the stream: it continues past this statement once the new plan exists "
                         f"[resnapshot table={table} position={end}]",
                         table, end, ddl.resnapshot, ddl.statement,
                     )

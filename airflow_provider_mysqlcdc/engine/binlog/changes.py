@@ -76,7 +76,7 @@ class RowBlock:
             return BinlogOffset(self.start_file, self.start_pos, self.index + 1, 0, self.gtid_before)
         return BinlogOffset(self.start_file, self.start_pos, self.index, c + 1, self.gtid_before)
 
-    def head(self, n: int) -> "RowBlock":
+    def head(self, n: int) -> RowBlock:
         """The first ``n`` images (a read cut short by its row budget); resume offsets stay exact."""
         return RowBlock(
             self.table, self.schema, self.ops[:n], self.rows[:n], self.halves[:n],
@@ -90,8 +90,8 @@ class RowBlock:
         names = self.schema.column_names
         out = []
         for j, row in enumerate(zip(*self.columns) if self.columns else [()] * len(self.ops)):
-            out.append(RowChange(self.table, self.ops[j], dict(zip(names, row)), self.key(j), self.binlog_file,
-                                 self.commit_ts, self.offset_after(j), self.schema))  # type: ignore[arg-type]
+            out.append(RowChange(self.table, self.ops[j], dict(zip(names, row)), self.key(j),
+                                 self.binlog_file, self.commit_ts, self.offset_after(j), self.schema))  # type: ignore[arg-type]
         return out
 
 

@@ -23,7 +23,7 @@ _TOKEN = re.compile(
   | (?P<word>[\w$\u0080-\U0010ffff]+)
   | (?P<punct>.)
     """,
-    re.S | re.X,
+    re.DOTALL | re.VERBOSE,
 )
 
 DDL_VERBS = {"ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE"}
@@ -42,7 +42,7 @@ class _Tokens:
     sql: str = ""
 
     @classmethod
-    def parse(cls, sql: str) -> "_Tokens":
+    def parse(cls, sql: str) -> _Tokens:
         items: list[tuple[str, str]] = []
         starts: list[int] = []
         for m in _TOKEN.finditer(sql):
@@ -210,7 +210,7 @@ class ColumnChanges:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ColumnChanges":
+    def from_dict(cls, data: dict) -> ColumnChanges:
         return cls(
             dict(data.get("renamed") or {}),
             dict(data.get("added") or {}),
@@ -278,7 +278,7 @@ _LITERAL = re.compile(
       | [+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?
       | '(?:[^'\\]|\\.|'')*' | "(?:[^"\\]|\\.|"")*"
     )""",
-    re.I | re.X,
+    re.IGNORECASE | re.VERBOSE,
 )
 _INDEX_WORDS = {"INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CONSTRAINT", "CHECK", "VECTOR"}
 _HARMLESS_PARTITION_OPS = {
@@ -604,7 +604,11 @@ def _text(spec: _Tokens) -> str:
     return spec.sql[spec.starts[0] : spec.starts[-1] + len(spec.items[-1][1]) + 2].strip()[:120]
 
 
-_SECRET_OPTION = re.compile(r"""\b(CONNECTION|PASSWORD|ENCRYPTION_KEY)(\s*=?\s*)('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")""", re.I)
+_SECRET_OPTION = re.compile(
+    r"""\b(CONNECTION|PASSWORD|ENCRYPTION_KEY)(\s*=?\s*)"""
+    r"""('(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")""",
+    re.IGNORECASE,
+)
 
 
 def redacted(sql: str) -> str:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.binlog.rows_decoder import (
     EventLayout,
@@ -84,7 +85,8 @@ def decoded_columns(
     return dict(zip(decoded.halves, decoded.images))
 
 
-def _compare(event: Any, images: dict[str, list[dict]], table: TableId, expected: dict[str, list[dict]]) -> None:
+def _compare(event: Any, images: dict[str, list[dict]], table: TableId,
+             expected: dict[str, list[dict]]) -> None:
     where = f"the rows event ending at {event.packet.log_pos}"
     for half, rows in expected.items():
         got = images.get(half, [])
@@ -133,4 +135,5 @@ def _say_once(table: TableId, reason: str) -> None:
         if key in _said:
             return
         _said.add(key)
-    log.warning("rows events of %s are decoded by mysql-replication in pure Python (slower): %s", table, reason)
+    log.warning("rows events of %s are decoded by mysql-replication in pure Python (slower): %s",
+                table, reason)

@@ -8,8 +8,9 @@ class without a handler is refused, never skipped (``No silent skips`` in docs/d
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pymysql
 from pymysqlreplication.event import (
@@ -67,7 +68,7 @@ _TXN_START_CODES = {0x22: "ANONYMOUS_GTID_LOG_EVENT", 0x2A: "GTID_TAGGED_LOG_EVE
 _IGNORABLE_CODES = {0x1C: "IGNORABLE_LOG_EVENT", 0x29: "HEARTBEAT_LOG_EVENT_V2"}
 _MARIADB_FL_STANDALONE = 0x01
 _LOG_EVENT_ARTIFICIAL_F = 0x20
-_UTC = timezone.utc
+_UTC = UTC
 
 CONTINUES, ENDS_GROUP, ROTATED = 0, 1, 2  # what a handler says about the event it handled
 
@@ -85,11 +86,12 @@ class EventLoop:
 
     HANDLERS: ClassVar[dict[type, Handler]]  # the table below the class
 
-    def __init__(self, reader: "BinlogReader", stream: "BinLogStreamReader", start: BinlogOffset,
+    def __init__(self, reader: BinlogReader, stream: BinLogStreamReader, start: BinlogOffset,
                  end: BinlogPosition | None, deadline: float | None, sync_to_transaction: bool,
                  blocks: bool = False) -> None:
         self.reader, self.stream = reader, stream
-        self.blocks = blocks  # yield each transaction's rows as RowBlocks (columns), not RowChange by RowChange
+        # yield each transaction's rows as RowBlocks (columns), not RowChange by RowChange
+        self.blocks = blocks
         self.start, self.end, self.deadline = start, end, deadline
         self.end_key = end.key if end is not None else None
         self.syncing = sync_to_transaction
@@ -131,7 +133,8 @@ class EventLoop:
             outcome = handler(self, event, self.cur_file, event_start)
             if outcome == ROTATED:
                 if self.txn is None:
-                    self.reader.last_offset = BinlogOffset(self.cur_file, event.position, gtid=self.gtid_before)
+                    self.reader.last_offset = BinlogOffset(self.cur_file, event.position,
+                                                           gtid=self.gtid_before)
                     yield Heartbeat(self.reader.last_offset)
                 continue
             if outcome == ENDS_GROUP:
@@ -180,8 +183,8 @@ class EventLoop:
         if self.end_key is not None and (self.cur_number, end_pos) > self.end_key:
             if self.txn is not None:
                 raise OffsetMismatch(
-                    f"end position {self.end} lies inside the transaction that starts at {self.txn.start}: an "
-                    "end position must be a transaction boundary (a watermark)"
+                    f"end position {self.end} lies inside the transaction that starts at {self.txn.start}: "
+                    "an end position must be a transaction boundary (a watermark)"
                 )
             return True
         return False
@@ -310,7 +313,8 @@ class EventLoop:
         return ENDS_GROUP  # ONE PHASE commits here; a prepare without our rows emits nothing
 
     def _on_rotate(self, event: Any, cur_file: str, event_start: int) -> int:
-        self._rotate_to(event.next_binlog)  # the end of this file: the next transaction starts in the next one
+        # the end of this file: the next transaction starts in the next one
+        self._rotate_to(event.next_binlog)
         return ROTATED
 
     def _on_bookkeeping(self, event: Any, cur_file: str, event_start: int) -> int:

@@ -5,7 +5,8 @@ Every reader of event headers (transaction boundaries, GTIDs) walks them through
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import pymysql
 

@@ -14,8 +14,8 @@ error instead, see ``engine/stream/failover.py``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pymysql
 
@@ -51,7 +51,7 @@ class Gtid:
     seq: int
 
     @classmethod
-    def parse(cls, text: str) -> "Gtid":
+    def parse(cls, text: str) -> Gtid:
         match = _GTID.match(text.strip())
         if not match:
             raise GtidUnsupported(
@@ -75,7 +75,7 @@ class GtidPosition:
     gtids: tuple[Gtid, ...]  # one per domain, sorted by domain
 
     @classmethod
-    def parse(cls, text: str | None) -> "GtidPosition":
+    def parse(cls, text: str | None) -> GtidPosition:
         items = [Gtid.parse(part) for part in split_commas(text)]
         domains = [g.domain for g in items]
         if len(set(domains)) != len(domains):
@@ -90,7 +90,7 @@ class GtidPosition:
         last = self.by_domain.get(gtid.domain)
         return last is not None and gtid.seq <= last.seq
 
-    def covers(self, other: "GtidPosition") -> bool:
+    def covers(self, other: GtidPosition) -> bool:
         """Every transaction ``other`` contains is contained here."""
         return all(self.contains(g) for g in other.gtids)
 
@@ -143,10 +143,10 @@ def position_after_gtid_set(
     first_file, at_start = _start_file(conn, names, wanted, where)
     last = wanted.by_domain
     found = {d: at_start.get(d) == g for d, g in last.items()}
-    for domain, gtid in last.items():
+    for domain, last_gtid in last.items():
         before = at_start.get(domain)
-        if before is not None and before.seq == gtid.seq and before.server_id != gtid.server_id:
-            raise _diverged(where, gtid, before)
+        if before is not None and before.seq == last_gtid.seq and before.server_id != last_gtid.server_id:
+            raise _diverged(where, last_gtid, before)
     start: BinlogPosition | None = None
     open_domains = set(last)  # domains not yet past the set after ``start``: a contained GTID may still come
     end = BinlogPosition(first_file, 4)

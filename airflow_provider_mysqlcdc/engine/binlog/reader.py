@@ -11,7 +11,8 @@ commit timestamp, and only committed rows are ever emitted. Each ``RowChange`` c
 offset from which a new read continues right after it (see ``offsets``).
 
 Inside: ``event_loop`` (one read, a handler per event type), ``transaction`` (a group's rows and resume
-offsets), ``captured`` (schemas per TABLE_MAP, DDL), ``changes`` (what a read yields), ``errors``, ``server_ids``.
+offsets), ``captured`` (schemas per TABLE_MAP, DDL), ``changes`` (what a read yields), ``errors``,
+``server_ids``.
 
 Progress while the captured tables are idle: ``read`` yields only RowChange; ``read_with_heartbeats`` also
 yields a ``Heartbeat(offset)`` after every transaction (and file rotation) that emitted nothing, so a caller
@@ -23,10 +24,10 @@ What we do not understand, we refuse (``No silent skips`` in docs/design.md):
 * event types we do not know, compressed events (MariaDB ``log_bin_compress``, MySQL
   ``binlog_transaction_compression``), statement-based changes and incidents: ``UnsupportedEvent``;
 * DDL on a captured table that changes rows without row events (TRUNCATE, RENAME, partition DROP/EXCHANGE,
-  ...; ``engine.binlog.ddl``) and that no plan of the table made after it covers: ``ResnapshotRequired``. Column DDL
-  is followed: a ``SchemaChange`` item, and every rows event is decoded with the columns its TABLE_MAP names
-  (``binlog/table_map.py``); a TABLE_MAP without column names (no ``binlog_row_metadata=FULL``):
-  ``SchemaChangeError``;
+  ...; ``engine.binlog.ddl``) and that no plan of the table made after it covers: ``ResnapshotRequired``.
+  Column DDL is followed: a ``SchemaChange`` item, and every rows event is decoded with the columns its
+  TABLE_MAP names (``binlog/table_map.py``); a TABLE_MAP without column names (no
+  ``binlog_row_metadata=FULL``): ``SchemaChangeError``;
 * a start file the server purged: ``BinlogPurged``;
 * XA transactions with rows of captured tables. Their rows sit in the XA PREPARE group but take effect at the
   XA COMMIT, which may come many transactions later; a resume offset (one transaction start plus skip counts)
@@ -42,7 +43,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any, Literal, Self, overload
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
@@ -136,6 +138,18 @@ class BinlogReader:
         ):
             if type(item) is RowChange:
                 yield item
+
+    @overload
+    def read_with_heartbeats(
+        self, start: BinlogOffset, end: BinlogPosition | None = None, *, blocking: bool = False,
+        timeout: float | None = None, sync_to_transaction: bool = False, blocks: Literal[False] = False,
+    ) -> Iterator[RowChange | Heartbeat | SchemaChange]: ...
+
+    @overload
+    def read_with_heartbeats(
+        self, start: BinlogOffset, end: BinlogPosition | None = None, *, blocking: bool = False,
+        timeout: float | None = None, sync_to_transaction: bool = False, blocks: Literal[True],
+    ) -> Iterator[RowBlock | Heartbeat | SchemaChange]: ...
 
     def read_with_heartbeats(
         self,
@@ -234,7 +248,7 @@ class BinlogReader:
                 pass
             self._control = None
 
-    def __enter__(self) -> "BinlogReader":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

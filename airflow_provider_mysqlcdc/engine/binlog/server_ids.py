@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ServerNotReady
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
@@ -38,8 +38,9 @@ def claimed_server_id(settings: MySQLSettings, prefer: int = 1) -> Iterator[int]
     slots = high - low
     if slots < 2:
         raise ConfigurationError(
-            f"server_id range {low}-{high} leaves no id for snapshot backfill readers (slot 0 is the stream's, "
-            "the top id is mysqlcdc check's): configure a range of at least three ids, e.g. server_id=5400-5499"
+            f"server_id range {low}-{high} leaves no id for snapshot backfill readers (slot 0 is the "
+            "stream's, the top id is mysqlcdc check's): configure a range of at least three ids, "
+            "e.g. server_id=5400-5499"
         )
     first = (max(prefer, 1) - 1) % (slots - 1)
     conn = connect(settings.with_database(None))
@@ -52,8 +53,8 @@ def claimed_server_id(settings: MySQLSettings, prefer: int = 1) -> Iterator[int]
                     yield server_id
                     return
         raise ServerNotReady(
-            f"all {slots - 1} snapshot reader server_ids of the range {low}-{high} are in use: widen server_id "
-            "in the MySQL connection, or run fewer chunk reads at once"
+            f"all {slots - 1} snapshot reader server_ids of the range {low}-{high} are in use: widen "
+            "server_id in the MySQL connection, or run fewer chunk reads at once"
         )
     finally:
         conn.close()

@@ -8,7 +8,8 @@ are unchanged against a known schema keep its details (nullability, collation, d
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE as T
 
@@ -58,8 +59,8 @@ def decode_member_names(
             elif decoders is not None:
                 decode = decoders(charset)
             else:
-                raise CdcError(f"{table}: the member names of column {c.name!r} ({charset}) need the server's "
-                               "conversion table to decode")
+                raise CdcError(f"{table}: the member names of column {c.name!r} ({charset}) need the "
+                               "server's conversion table to decode")
             setattr(c, attr, [n if type(n) is str else decode(n) for n in names])
 
 
@@ -195,9 +196,7 @@ def _same_type(have: Column, derived: Column) -> bool:
         derived.column_type.split(")")[0].lower()
     ):
         return False
-    if derived.data_type == "binary" and have.char_max_length != derived.char_max_length:
-        return False
-    return True
+    return not (derived.data_type == "binary" and have.char_max_length != derived.char_max_length)
 
 
 def _charset_name(name: str) -> str:
@@ -207,4 +206,6 @@ def _charset_name(name: str) -> str:
 
 
 # The inverse of pymysql's ``Charset.encoding`` where it renames, plus utf8mb3 (decoded like utf8mb4).
-_MYSQL_NAMES = {"cp1252": "latin1", "koi8_r": "koi8r", "koi8_u": "koi8u", "utf8": "utf8mb4", "utf8mb3": "utf8mb4"}
+_MYSQL_NAMES = {
+    "cp1252": "latin1", "koi8_r": "koi8r", "koi8_u": "koi8u", "utf8": "utf8mb4", "utf8mb3": "utf8mb4",
+}

@@ -8,8 +8,8 @@ from typing import Any
 from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedVersion
-from airflow_provider_mysqlcdc.engine.binlog.ddl import TableDdl
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowBlock
+from airflow_provider_mysqlcdc.engine.binlog.ddl import TableDdl
 from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import decoded_columns
 from airflow_provider_mysqlcdc.engine.binlog.errors import OffsetMismatch, UnsupportedEvent
 from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
@@ -40,7 +40,8 @@ def decode_rows(
     end_pos: int,
     gtid_before: str | None,
 ) -> None:
-    """Decode a captured rows event into a ``RowBlock`` of the transaction (less its first ``skip`` images)."""
+    """Decode a captured rows event into a ``RowBlock`` of
+    the transaction (less its first ``skip`` images)."""
     if event.__class__ is PartialUpdateRowsEvent:
         raise UnsupportedEvent(
             f"partial JSON update of {target.table} at {cur_file}:{end_pos}: set "

@@ -54,9 +54,9 @@ from airflow_provider_mysqlcdc.engine.chunk_store.store import ChunkStore
 
 __all__ = [
     "COMMITTED", "DEFAULT_OUTAGE_S", "FAILED", "MAX_ERROR_CHARS", "OUTAGE_ENV", "PLANNED", "RUNNING",
-    "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "STATUSES", "ChunkEvent", "ChunkResult", "ChunkSpec", "ChunkState", "ChunkStore",
-    "ChunkStoreError", "ChunkStoreUnavailable", "ChunkStoreVersionError", "GenerationView", "MirrorChunk",
-    "MirrorView", "PlanInfo", "StaleAttempt", "StaleGeneration", "StreamChunk", "StreamClaim", "TableEntry", "TableView",
-    "UnknownChunk", "chunks_table", "history_table", "meta_table", "metadata", "normalize_url", "plans_table",
-    "stream_claims_table", "tables_table",
+    "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "STATUSES", "ChunkEvent", "ChunkResult", "ChunkSpec",
+    "ChunkState", "ChunkStore", "ChunkStoreError", "ChunkStoreUnavailable", "ChunkStoreVersionError",
+    "GenerationView", "MirrorChunk", "MirrorView", "PlanInfo", "StaleAttempt", "StaleGeneration",
+    "StreamChunk", "StreamClaim", "TableEntry", "TableView", "UnknownChunk", "chunks_table", "history_table",
+    "meta_table", "metadata", "normalize_url", "plans_table", "stream_claims_table", "tables_table",
 ]

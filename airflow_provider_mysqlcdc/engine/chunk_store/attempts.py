@@ -3,12 +3,13 @@ retried."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from airflow_provider_mysqlcdc.engine.chunk_store.database import StoreDatabase, write_stamp
 from airflow_provider_mysqlcdc.engine.chunk_store.errors import StaleAttempt, StaleGeneration, UnknownChunk
@@ -46,7 +47,7 @@ class ChunkAttempts(StoreDatabase):
         """The chunks of one generation (None: the latest), by chunk id."""
         name = table_name_of(table)
 
-        def read(conn: Connection) -> Sequence[Mapping[str, Any]]:
+        def read(conn: Connection) -> Sequence[RowMapping]:
             wanted = resolve_generation(conn, name, generation)
             return conn.execute(sa.select(chunks_table).where(
                 chunks_table.c.table_name == name, chunks_table.c.generation == wanted,
@@ -82,13 +83,14 @@ class ChunkAttempts(StoreDatabase):
         return [ChunkEvent(
             table=r["table_name"], generation=r["generation"], chunk_id=r["chunk_id"], attempt=r["attempt"],
             event=r["kind"], at=aware_utc(r["happened_at"]), run_id=r["run_id"], rows=r["row_count"],
-            hw=binlog_position_of(r["hw_file"], r["hw_pos"]), output_version=r["output_version"], detail=r["detail"],
+            hw=binlog_position_of(r["hw_file"], r["hw_pos"]), output_version=r["output_version"],
+            detail=r["detail"],
         ) for r in rows]
 
     # --- chunk writes ---------------------------------------------------------------------------------------
 
     def _locked_chunk(self, conn: Connection, table: str, generation: int, chunk_id: int, *,
-                      current_plan: bool) -> Mapping[str, Any]:
+                      current_plan: bool) -> RowMapping:
         """The chunk row, locked; with ``current_plan``, also check (share-lock) that its plan is current."""
         if current_plan:
             latest = conn.execute(self._lock(latest_query(table), read=True)).scalar()
@@ -229,7 +231,9 @@ class ChunkAttempts(StoreDatabase):
             if not isinstance(r.lw, BinlogPosition) or not isinstance(r.hw, BinlogPosition):
                 raise TypeError("lw and hw must be BinlogPosition")
             if r.hw < r.lw:
-                raise ValueError(f"{name} chunk {r.chunk_id}: high watermark {r.hw} is before low watermark {r.lw}")
+                raise ValueError(
+                    f"{name} chunk {r.chunk_id}: high watermark {r.hw} is before low watermark {r.lw}"
+                )
             if int(r.rows) < 0:
                 raise ValueError(f"{name} chunk {r.chunk_id}: rows must be >= 0")
         now = write_stamp()
@@ -272,7 +276,8 @@ class ChunkAttempts(StoreDatabase):
                              hw_server=r.hw_server, hw_gtid_position=r.hw_gtid_position))
         state = self._reread(conn, name, generation, r.chunk_id)
         self._history(conn, name, generation, r.chunk_id, state.attempts, "committed", run_id, now,
-                      row_count=int(r.rows), hw_file=r.hw.file, hw_pos=r.hw.pos, output_version=r.output_version)
+                      row_count=int(r.rows), hw_file=r.hw.file, hw_pos=r.hw.pos,
+                      output_version=r.output_version)
         return state
 
     def fail_chunk(self, table: Any, generation: int, chunk_id: int, error: BaseException | str,
@@ -322,7 +327,7 @@ class ChunkAttempts(StoreDatabase):
         return self._write(work)
 
 
-def _already_committed(row: Mapping[str, Any], r: ChunkResult) -> bool:
+def _already_committed(row: RowMapping, r: ChunkResult) -> bool:
     """The row holds exactly this result (a caller's retry after a lost COMMIT): nothing to change."""
     return (r.attempt is not None and r.output_version is not None and row["status"] == COMMITTED
             and row["attempts"] == r.attempt and not row["rerun_pending"]

@@ -43,8 +43,9 @@ class StreamClaims(StoreDatabase):
         """This checkpoint's stream holds its range now (replaces an earlier row of the checkpoint)."""
         key = checkpoint_key(claim.checkpoint)
         c = stream_claims_table.c
-        values = {"checkpoint": claim.checkpoint, "server": claim.server, "connection_id": claim.connection_id,
-                  "low_id": claim.low_id, "high_id": claim.high_id, "holder": claim.holder,
+        values = {"checkpoint": claim.checkpoint, "server": claim.server,
+                  "connection_id": claim.connection_id, "low_id": claim.low_id, "high_id": claim.high_id,
+                  "holder": claim.holder,
                   "claimed_at": write_stamp()}
 
         def work(conn: Connection, _retry: bool) -> None:  # idempotent: a retry writes the same row again

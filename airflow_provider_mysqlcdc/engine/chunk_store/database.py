@@ -7,10 +7,11 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Self, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -56,7 +57,7 @@ T = TypeVar("T")
 
 def utc_now() -> datetime:
     """Naive UTC, microseconds: what every backend stores the same way."""
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 _stamp_lock = threading.Lock()
@@ -64,8 +65,8 @@ _last_stamp = datetime.min
 
 
 def write_stamp() -> datetime:
-    """:func:`utc_now`, but strictly increasing within the process: the identity of one write (its history row's
-    ``happened_at``), which a retry looks for to tell whether an earlier try of the write committed."""
+    """:func:`utc_now`, but strictly increasing within the process: the identity of one write (its history
+    row's ``happened_at``), which a retry looks for to tell whether an earlier try of the write committed."""
     global _last_stamp
     with _stamp_lock:
         _last_stamp = max(utc_now(), _last_stamp + timedelta(microseconds=1))
@@ -100,7 +101,7 @@ def _conflict(exc: DBAPIError) -> bool:
     code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if code in ("40001", "40P01"):
         return True
-    args = getattr(orig, "args", ())
+    args: tuple[Any, ...] = getattr(orig, "args", ())
     return bool(args) and isinstance(args[0], int) and args[0] in (1205, 1213)  # lock wait timeout, deadlock
 
 
@@ -112,7 +113,7 @@ def _outage_budget(value: float | None) -> float:
     return float(value)
 
 
-_STORES: "weakref.WeakSet[StoreDatabase]" = weakref.WeakSet()
+_STORES: weakref.WeakSet[StoreDatabase] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
@@ -187,7 +188,7 @@ class StoreDatabase:
     def close(self) -> None:
         self._engine.dispose()
 
-    def __enter__(self) -> "StoreDatabase":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -264,7 +265,8 @@ class StoreDatabase:
                     raise
                 if self._unreachable(exc):
                     if outage is None:
-                        outage = Backoff(self.outage_s, first_delay_s=_FIRST_DELAY_S, max_delay_s=_MAX_DELAY_S)
+                        outage = Backoff(self.outage_s, first_delay_s=_FIRST_DELAY_S,
+                                         max_delay_s=_MAX_DELAY_S)
                     if outage.exhausted():
                         raise self._gave_up(exc, outage.waited_s) from exc
                     self._outage_begins(exc)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from airflow_provider_mysqlcdc.engine.chunk_store.database import StoreDatabase, write_stamp
 from airflow_provider_mysqlcdc.engine.chunk_store.errors import UnknownChunk
@@ -89,8 +90,9 @@ class PlanStore(StoreDatabase):
         """Take a planned table out of the pipeline; True if this call removed it, False if it already was.
 
         Only the membership changes (``removed_at``, ``removed_run_id``, ``removed_reason``): the table's
-        plans, chunk rows and output stay as they are, so its snapshot and mirror remain readable as of where the
-        stream left them. Planning the table again (:meth:`create_plan`) puts it back with a new generation.
+        plans, chunk rows and output stay as they are, so its snapshot and mirror remain readable as of where
+        the stream left them. Planning the table again (:meth:`create_plan`) puts it back with a new
+        generation.
         :class:`UnknownChunk` if it was never planned. Idempotent, also across a retry after a lost COMMIT
         (the write's identity is its ``removed_at`` stamp, see ``_retrying``).
         """
@@ -99,7 +101,7 @@ class PlanStore(StoreDatabase):
         now = write_stamp()
         t = tables_table.c
 
-        def work(conn: Connection, retry: bool) -> tuple[bool, Mapping[str, Any]]:
+        def work(conn: Connection, retry: bool) -> tuple[bool, RowMapping]:
             row = conn.execute(self._lock(sa.select(tables_table).where(t.table_name == name))
                                ).mappings().first()
             if row is None:
@@ -178,19 +180,21 @@ class PlanStore(StoreDatabase):
         return self._create([_NewPlan(name, plan, _plan_specs(name, plan, chunks), columns, kind, size)],
                             run_id)[0]
 
-    def create_plans(self, plans: Sequence[tuple[Any, Mapping[str, Any]]], run_id: str | None = None) -> list[int]:
+    def create_plans(self, plans: Sequence[tuple[Any, Mapping[str, Any]]],
+                     run_id: str | None = None) -> list[int]:
         """:meth:`create_plan` of many tables (``(table, plan)`` pairs) in one transaction: all are stored or
         none is. Their generations, in order. What planning thousands of small tables saves: a commit each."""
         new = []
         for table, plan in plans:
             name = table_name_of(table)
-            new.append(_NewPlan(name, plan, _plan_specs(name, plan, None), list(plan.get("key_columns") or []),
+            new.append(_NewPlan(name, plan, _plan_specs(name, plan, None),
+                                list(plan.get("key_columns") or []),
                                 plan.get("split", plan.get("split_kind")), plan.get("chunk_size")))
         if len({p.name for p in new}) != len(new):
             raise ValueError("create_plans: a table appears twice")
         return self._create(new, run_id) if new else []
 
-    def _create(self, plans: Sequence["_NewPlan"], run_id: str | None) -> list[int]:
+    def _create(self, plans: Sequence[_NewPlan], run_id: str | None) -> list[int]:
         now = write_stamp()  # these plans' identity: a retry after a lost COMMIT finds them (see _retrying)
         readded: dict[str, datetime] = {}  # when a table had been removed, if its plan puts it back
 
@@ -209,8 +213,8 @@ class PlanStore(StoreDatabase):
         for p, generation in zip(plans, generations):
             log.info("chunk store: %s plan generation %d with %d chunks", p.name, generation, len(p.specs))
             if p.name in readded:
-                log.warning("chunk store: %s had been removed from the pipeline at %s; this plan puts it back "
-                            "(generation %d; older generations no longer count)", p.name,
+                log.warning("chunk store: %s had been removed from the pipeline at %s; this plan puts it "
+                            "back (generation %d; older generations no longer count)", p.name,
                             aware_utc(readded[p.name]), generation)
         return generations
 
@@ -223,7 +227,7 @@ class PlanStore(StoreDatabase):
             log.info("chunk store: %s plan generation %d was committed by an earlier try", name, earlier)
         return None if earlier is None else int(earlier)
 
-    def _create_one(self, conn: Connection, p: "_NewPlan", now: datetime, run_id: str | None,
+    def _create_one(self, conn: Connection, p: _NewPlan, now: datetime, run_id: str | None,
                     readded: dict[str, datetime]) -> int:
         name = p.name
         latest = conn.execute(self._lock(latest_query(name))).scalar()
@@ -238,7 +242,7 @@ class PlanStore(StoreDatabase):
             back = {} if removed is None else {
                 "removed_at": None, "removed_run_id": None, "removed_reason": None,
                 "added_generation": generation}  # back in the pipeline: older generations no longer count
-            if back:
+            if removed is not None:
                 readded[name] = removed
             conn.execute(sa.update(tables_table).where(tables_table.c.table_name == name).values(
                 latest_generation=generation, updated_at=now, **back))
@@ -260,7 +264,7 @@ class PlanStore(StoreDatabase):
     def plan(self, table: Any, generation: int | None = None) -> PlanInfo:
         name = table_name_of(table)
 
-        def read(conn: Connection) -> tuple[int, Mapping[str, Any] | None]:
+        def read(conn: Connection) -> tuple[int, RowMapping | None]:
             wanted = resolve_generation(conn, name, generation)
             return wanted, conn.execute(sa.select(plans_table).where(
                 plans_table.c.table_name == name, plans_table.c.generation == wanted)).mappings().first()
@@ -271,19 +275,20 @@ class PlanStore(StoreDatabase):
     def plans(self, wanted: Sequence[tuple[Any, int | None]]) -> list[PlanInfo]:
         """:meth:`plan` of many ``(table, generation or None for the latest)`` in one read transaction."""
 
-        def read(conn: Connection) -> list[tuple[str, int, Mapping[str, Any] | None]]:
+        def read(conn: Connection) -> list[tuple[str, int, RowMapping | None]]:
             found = []
             for table, generation in wanted:
                 name = table_name_of(table)
                 number = resolve_generation(conn, name, generation)
                 found.append((name, number, conn.execute(sa.select(plans_table).where(
-                    plans_table.c.table_name == name, plans_table.c.generation == number)).mappings().first()))
+                    plans_table.c.table_name == name, plans_table.c.generation == number
+                )).mappings().first()))
             return found
 
         return [_plan_info(name, generation, row) for name, generation, row in self._read_tx(read)]
 
 
-def _plan_info(name: str, generation: int, row: Mapping[str, Any] | None) -> PlanInfo:
+def _plan_info(name: str, generation: int, row: RowMapping | None) -> PlanInfo:
     if row is None:
         raise UnknownChunk(f"chunk store has no plan generation {generation} for {name}")
     return PlanInfo(

@@ -30,6 +30,8 @@ from sqlalchemy.engine import Engine
 
 from airflow_provider_mysqlcdc.engine.common.environment import (
     CHUNK_STORE_READ_TIMEOUT_ENV as READ_TIMEOUT_ENV,
+)
+from airflow_provider_mysqlcdc.engine.common.environment import (
     seconds_from_env,
 )
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -41,7 +43,8 @@ SETTING = f"${READ_TIMEOUT_ENV}"
 
 def read_timeout_budget(value: float | None) -> float:
     """``read_timeout_s`` as given, else ``$MYSQLCDC_CHUNK_STORE_READ_TIMEOUT_S``, else 60 s."""
-    value = seconds_from_env(READ_TIMEOUT_ENV, value, DEFAULT_READ_TIMEOUT_S, "the chunk store's read timeout")
+    value = seconds_from_env(READ_TIMEOUT_ENV, value, DEFAULT_READ_TIMEOUT_S,
+                             "the chunk store's read timeout")
     if not 0 < value < float("inf"):  # also NaN
         raise ConfigurationError(f"chunk store read timeout must be > 0 seconds, not {value!r}")
     return float(value)
@@ -95,13 +98,13 @@ def _bound_postgresql(engine: Engine, budget_s: float) -> None:
 
 
 @functools.cache
-def _pg_connection_class() -> type:
+def _pg_connection_class() -> type[Any]:
     """psycopg's connection with a limit on each wait for the server (psycopg waits without one)."""
     import psycopg
 
     timeout_error = getattr(psycopg.errors, "_WaitTimeout", None)  # psycopg >= 3.2
 
-    class BoundedConnection(psycopg.Connection):  # type: ignore[type-arg]
+    class BoundedConnection(psycopg.Connection):
         read_timeout_s: float | None = None
 
         def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:

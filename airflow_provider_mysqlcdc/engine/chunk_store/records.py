@@ -3,13 +3,17 @@ and the mirror read; and how its rows become them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, overload
 
 from airflow_provider_mysqlcdc.engine.chunk_store.schema import JSON_VERSION
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import RowMapping
 
 # --- records ------------------------------------------------------------------------------------------------
 
@@ -194,8 +198,12 @@ class ChunkEvent:
 
 
 
+@overload
+def aware_utc(value: datetime) -> datetime: ...
+@overload
+def aware_utc(value: None) -> None: ...
 def aware_utc(value: datetime | None) -> datetime | None:
-    return None if value is None else value.replace(tzinfo=timezone.utc)
+    return None if value is None else value.replace(tzinfo=UTC)
 
 
 def binlog_position_of(file: str | None, pos: int | None) -> BinlogPosition | None:
@@ -255,7 +263,7 @@ def chunk_spec_of(item: Any) -> ChunkSpec:
 
 
 
-def table_entry_of(row: Mapping[str, Any]) -> TableEntry:
+def table_entry_of(row: RowMapping) -> TableEntry:
     added = row["added_generation"]
     return TableEntry(
         table=row["table_name"], latest_generation=int(row["latest_generation"]),
@@ -265,13 +273,15 @@ def table_entry_of(row: Mapping[str, Any]) -> TableEntry:
     )
 
 
-def chunk_state_of(row: Mapping[str, Any]) -> ChunkState:
+def chunk_state_of(row: RowMapping) -> ChunkState:
     return ChunkState(
         table=row["table_name"], generation=row["generation"], chunk_id=row["chunk_id"],
         start_key=row["start_key"], end_key=row["end_key"], status=row["status"], attempts=row["attempts"],
-        started_at=aware_utc(row["started_at"]), finished_at=aware_utc(row["finished_at"]), run_id=row["run_id"],
-        error=row["error"], rerun_pending=bool(row["rerun_pending"]), rows=row["row_count"],
-        lw=binlog_position_of(row["lw_file"], row["lw_pos"]), hw=binlog_position_of(row["hw_file"], row["hw_pos"]),
+        started_at=aware_utc(row["started_at"]), finished_at=aware_utc(row["finished_at"]),
+        run_id=row["run_id"], error=row["error"], rerun_pending=bool(row["rerun_pending"]),
+        rows=row["row_count"],
+        lw=binlog_position_of(row["lw_file"], row["lw_pos"]),
+        hw=binlog_position_of(row["hw_file"], row["hw_pos"]),
         output_version=row["output_version"], committed_at=aware_utc(row["committed_at"]),
         committed_run_id=row["committed_run_id"], timings=load_versioned(row["timings_json"]),
         extra=load_versioned(row["extra_json"]), hw_server=row["hw_server"],

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql as mysql_types
@@ -29,7 +30,9 @@ _RUN_ID = sa.String(250)  # Airflow's run_id limit
 _KEY_TEXT = sa.Text().with_variant(mysql_types.MEDIUMTEXT(), "mysql", "mariadb")
 _LONG_TEXT = sa.Text().with_variant(mysql_types.LONGTEXT(), "mysql", "mariadb")
 _TS = sa.DateTime().with_variant(mysql_types.DATETIME(fsp=6), "mysql", "mariadb")  # naive UTC
-_MYSQL_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+_MYSQL_OPTS: dict[str, Any] = {
+    "mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin",
+}
 
 metadata = sa.MetaData()
 
@@ -172,7 +175,7 @@ def committed_generations(conn: Connection, tables: Sequence[str]) -> dict[str, 
     """Latest generation whose every chunk has a committed snapshot, per table; only generations of the
     table's current membership count (a removed table planned again: from its re-adding generation on)."""
     c, t = chunks_table.c, tables_table.c
-    floors = dict(conn.execute(sa.select(t.table_name, t.added_generation).where(
+    floors: dict[str, int] = dict(conn.execute(sa.select(t.table_name, t.added_generation).where(
         t.table_name.in_(tables), t.added_generation.is_not(None))).all())
     result: dict[str, int] = {}
     for table, generation in conn.execute(
@@ -233,8 +236,8 @@ def _migrate(conn: Connection, version: int, display_url: str) -> None:
     later versions added (NULL in existing rows), then record the new version.
 
     Idempotent, so two processes opening an old store at once are fine: a column another process added
-    meanwhile is skipped (if both add it, the loser's "duplicate column" error makes ``StoreDatabase._open`` retry, and
-    its retry finds the column). On MySQL each ``ALTER TABLE`` commits on its own.
+    meanwhile is skipped (if both add it, the loser's "duplicate column" error makes ``StoreDatabase._open``
+    retry, and its retry finds the column). On MySQL each ``ALTER TABLE`` commits on its own.
     """
     quote = conn.dialect.identifier_preparer.quote
     for added_in, table, column in _ADDED_COLUMNS:

@@ -34,7 +34,8 @@ JSON columns (``timings_json``, ``extra_json``) carry ``"v": 1``. The schema car
 ``mysqlcdc_meta``: a store written by a newer release is refused with a clear error, and an older store is
 migrated in place when it is opened (version 1 -> 2: the membership columns of ``mysqlcdc_tables``, NULL for
 existing rows, which means "in the pipeline, every generation counts"; 2 -> 3: ``hw_server`` and
-``hw_gtid_position`` of ``mysqlcdc_chunks``, NULL for existing rows, and the ``mysqlcdc_stream_claims`` table).
+``hw_gtid_position`` of ``mysqlcdc_chunks``, NULL for existing rows, and the ``mysqlcdc_stream_claims``
+table).
 
 Concurrency: every write is one short transaction (SQLite: WAL, ``BEGIN IMMEDIATE`` and a busy timeout;
 MySQL/PostgreSQL: row locks), so Spark and Airflow tasks in several processes may commit different chunks at

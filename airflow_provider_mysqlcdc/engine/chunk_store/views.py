@@ -1,10 +1,11 @@
 """The views the stream filter and the mirror read: per table, the chunks, their HWs and committed results."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, RowMapping
 
 from airflow_provider_mysqlcdc.engine.chunk_store.database import StoreDatabase
 from airflow_provider_mysqlcdc.engine.chunk_store.records import (
@@ -33,14 +34,14 @@ class StoreViews(StoreDatabase):
         requested = None if tables is None else list(dict.fromkeys(table_name_of(t) for t in tables))
 
         def read(conn: Connection) -> tuple[list[str], dict[str, int], dict[str, int],
-                                            list[Mapping[str, Any]]]:
+                                            list[RowMapping]]:
             if requested is None:
                 names = list(conn.execute(sa.select(tables_table.c.table_name)).scalars())
             else:
                 names = requested
             latest: dict[str, int] = {}
             committed: dict[str, int] = {}
-            rows: list[Mapping[str, Any]] = []
+            rows: list[RowMapping] = []
             for batch in in_batches(names, 200):
                 latest.update(conn.execute(
                     sa.select(tables_table.c.table_name, tables_table.c.latest_generation)
@@ -89,7 +90,7 @@ class StoreViews(StoreDatabase):
         no generation is fully committed). Reruns in progress do not change it until they commit."""
         name = table_name_of(table)
 
-        def read(conn: Connection) -> tuple[int | None, Sequence[Mapping[str, Any]]]:
+        def read(conn: Connection) -> tuple[int | None, Sequence[RowMapping]]:
             generation = committed_generations(conn, [name]).get(name)
             if generation is None:
                 return None, []

@@ -10,14 +10,16 @@ engineer reruns.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 
-DEFAULT_CHUNKS_PER_GROUP = 512  # ~4M rows at the default chunk size: Spark start-up (~25 s) stays a small share
+# ~4M rows at the default chunk size: Spark start-up (~25 s) stays a small share
+DEFAULT_CHUNKS_PER_GROUP = 512
 NAME_LENGTH = 200  # a longer group name is shortened (Airflow keeps 250 characters of a rendered map index)
 
 
@@ -37,7 +39,7 @@ class TableChunks:
         return {"table": self.table, "generation": self.generation, "chunk_ids": list(self.chunk_ids)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TableChunks":
+    def from_dict(cls, data: dict[str, Any]) -> TableChunks:
         return cls(str(data["table"]), int(data["generation"]), tuple(int(c) for c in data["chunk_ids"]))
 
 
@@ -48,7 +50,7 @@ class ChunkGroup:
     parts: tuple[TableChunks, ...]
 
     @classmethod
-    def of(cls, table: str, generation: int, chunk_ids: Iterable[int]) -> "ChunkGroup":
+    def of(cls, table: str, generation: int, chunk_ids: Iterable[int]) -> ChunkGroup:
         """A group of one table's chunks."""
         return cls((TableChunks(table, generation, tuple(chunk_ids)),))
 
@@ -85,7 +87,7 @@ class ChunkGroup:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ChunkGroup":
+    def from_dict(cls, data: dict[str, Any]) -> ChunkGroup:
         if "parts" in data:
             return cls(tuple(TableChunks.from_dict(dict(p)) for p in data["parts"]))
         return cls((TableChunks.from_dict(data),))
@@ -98,7 +100,8 @@ def group_label(table: str, generation: int, chunk_ids: Iterable[int]) -> str:
 
 
 def chunk_groups(plan: ChunkPlan, chunks_per_group: int = DEFAULT_CHUNKS_PER_GROUP) -> list[ChunkGroup]:
-    """The groups of one plan: consecutive chunk ids, at most ``chunks_per_group`` per group, sizes balanced."""
+    """The groups of one plan: consecutive chunk ids, at
+    most ``chunks_per_group`` per group, sizes balanced."""
     return split_table(TableChunks(str(plan.table), plan.generation, tuple(c.chunk_id for c in plan.chunks)),
                        chunks_per_group)
 
@@ -120,7 +123,8 @@ def split_table(part: TableChunks, chunks_per_group: int = DEFAULT_CHUNKS_PER_GR
     return groups
 
 
-def pack_groups(parts: Sequence[TableChunks], chunks_per_group: int = DEFAULT_CHUNKS_PER_GROUP) -> list[ChunkGroup]:
+def pack_groups(parts: Sequence[TableChunks],
+                chunks_per_group: int = DEFAULT_CHUNKS_PER_GROUP) -> list[ChunkGroup]:
     """Groups of at most ``chunks_per_group`` chunks, in table order: a table with more chunks than that has
     groups of its own (``split_table``); smaller tables share groups, each whole in one group."""
     if chunks_per_group < 1:

@@ -1,10 +1,12 @@
-"""Chunk keys in JSON: tagged ``[tag, value]`` lists, exactly reversible, so plans and offsets store any key type."""
+"""Chunk keys in JSON: tagged ``[tag, value]`` lists, exactly
+reversible, so plans and offsets store any key type."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.values import ZeroDate

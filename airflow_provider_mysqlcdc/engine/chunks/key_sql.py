@@ -4,8 +4,9 @@ The server evaluates these under each column's collation: this is how the snapsh
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableSchema
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 def sql_param(value: Any) -> Any:
     """A key value as a query parameter: aware datetimes become naive UTC (every session runs in UTC)."""
     if isinstance(value, datetime) and value.tzinfo is not None:
-        return value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value.astimezone(UTC).replace(tzinfo=None)
     return value
 
 
@@ -52,7 +53,7 @@ def tuple_compare_sql(quoted_columns: Sequence[str], values: Sequence[Any], op: 
 
 
 def chunk_predicate(
-    chunk: "Chunk", quoted_columns: Sequence[str], nullable: Sequence[bool] | None = None
+    chunk: Chunk, quoted_columns: Sequence[str], nullable: Sequence[bool] | None = None
 ) -> tuple[str, list[Any]]:
     """WHERE fragment (and its parameters) for the rows of ``[chunk.start, chunk.end)``.
 
@@ -83,7 +84,7 @@ def chunk_predicate(
     return where, params
 
 
-def plan_predicate(plan: "ChunkPlan", schema: TableSchema, chunk: "Chunk") -> tuple[str, list[Any]]:
+def plan_predicate(plan: ChunkPlan, schema: TableSchema, chunk: Chunk) -> tuple[str, list[Any]]:
     """``chunk_predicate`` with the plan's key columns quoted and their nullability from ``schema``."""
     columns = [schema.column(c) for c in plan.key_columns]
     return chunk_predicate(chunk, [c.quoted for c in columns], [c.nullable for c in columns])

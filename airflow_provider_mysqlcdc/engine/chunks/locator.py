@@ -1,8 +1,10 @@
-"""Which chunk of a plan holds a key, decided in Python with the server's order (the stream side of membership)."""
+"""Which chunk of a plan holds a key, decided in Python
+with the server's order (the stream side of membership)."""
 from __future__ import annotations
 
 import bisect
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
@@ -18,7 +20,7 @@ class Locator(Protocol):
 class ChunkLocator:
     """Which chunk of a plan holds a key: precomputed boundary sort keys, then one bisect per key."""
 
-    def __init__(self, plan: "ChunkPlan", key_order: KeyOrder) -> None:
+    def __init__(self, plan: ChunkPlan, key_order: KeyOrder) -> None:
         if tuple(plan.key_columns) != key_order.key_columns:
             raise ConfigurationError(
                 f"table {plan.table}: the plan's chunk key {plan.key_columns} differs from the key order's "

@@ -5,8 +5,9 @@ Plans carry a generation: a re-plan never mixes old and new boundaries.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from airflow_provider_mysqlcdc.engine.chunks.key_codec import Key, decode_key, encode_key
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
@@ -38,7 +39,7 @@ class Chunk:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Chunk":
+    def from_dict(cls, data: dict[str, Any]) -> Chunk:
         return cls(
             int(data["chunk_id"]),
             decode_key(data["start"]) if data.get("start") is not None else None,
@@ -65,7 +66,8 @@ class ChunkPlan:
     # How the lake writes zero dates of this table (``values.ZERO_DATE_MODES``): read by the snapshot and the
     # stream alike, so their files agree.
     zero_dates: str = "keep"
-    # Whose binlog ``planned_at`` names (``ServerIdentity.token``); None for plans made before it was recorded.
+    # Whose binlog ``planned_at`` names (``ServerIdentity.token``);
+    # None for plans made before it was recorded.
     planned_on: str | None = None
 
     def chunk(self, chunk_id: int) -> Chunk:
@@ -91,7 +93,7 @@ class ChunkPlan:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ChunkPlan":
+    def from_dict(cls, data: dict[str, Any]) -> ChunkPlan:
         version = data.get("version")
         if version != cls.VERSION:
             raise CdcError(

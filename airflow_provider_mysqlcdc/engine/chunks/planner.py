@@ -11,9 +11,10 @@ generation the chunk store allocated, so boundaries of two plans never mix.
 from __future__ import annotations
 
 import decimal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pymysql
 import pymysql.cursors
@@ -57,8 +58,8 @@ def choose_chunk_key(schema: TableSchema, chunk_key: str | None = None) -> tuple
         key = tuple(schema.primary_key)
     else:
         raise ConfigurationError(
-            f"table {schema.table} has no primary key: give it a chunk key, a column to split the snapshot by "
-            f"(ideally indexed and nearly unique): the DAG param / plan operator argument chunk_keys "
+            f"table {schema.table} has no primary key: give it a chunk key, a column to split the snapshot "
+            f"by (ideally indexed and nearly unique): the DAG param / plan operator argument chunk_keys "
             f'{{"{schema.table}": "<column>"}}, or mysqlcdc plan --chunk-key {schema.table}=<column>'
         )
     validate_chunk_key(schema, key)

@@ -2,23 +2,24 @@
 by a time budget (and, where a try count matters more than time, by a number of tries).
 
 Every retry loop of the engine uses this one clock: a MySQL outage (``source/outages.py``), a chunk store
-outage or lock conflict (``chunk_store/database.py``), a read slot held by other readers (``source/limits.py``),
-SQLite switching its journal mode. The loops keep their own judgement of *which* errors are worth a retry and
-what to say when the budget is spent; this module only decides how long to wait and when to stop.
+outage or lock conflict (``chunk_store/database.py``), a read slot held by other readers
+(``source/limits.py``), SQLite switching its journal mode. The loops keep their own judgement of *which*
+errors are worth a retry and what to say when the budget is spent; this module only decides how long to wait
+and when to stop.
 """
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass
 class Backoff:
     """One run of waits: ``delay`` starts at ``first_delay_s`` and doubles up to ``max_delay_s``; each wait is
-    the delay times a random factor in ``jitter`` (so that many waiting clients do not retry in step), and never
-    runs past the budget. The budget counts from the moment the run is created."""
+    the delay times a random factor in ``jitter`` (so that many waiting clients do not retry in step), and
+    never runs past the budget. The budget counts from the moment the run is created."""
 
     budget_s: float
     first_delay_s: float

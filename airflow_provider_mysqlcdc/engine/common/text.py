@@ -1,7 +1,7 @@
 """Small text helpers for settings given as text (command lines, Spark options, operator arguments)."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def split_commas(value: str | Iterable[str] | None) -> list[str]:

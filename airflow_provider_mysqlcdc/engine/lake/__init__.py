@@ -1,1 +1,2 @@
-"""The output: where snapshot records, the changelog and the mirror live, their manifests, and the mirror refresh."""
+"""The output: where snapshot records, the changelog and
+the mirror live, their manifests, and the mirror refresh."""

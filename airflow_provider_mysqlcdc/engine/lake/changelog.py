@@ -53,7 +53,8 @@ class BatchMarker:
     marker: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def committed_batch_ids(root: str, table: TableId, storage_options: dict[str, str] | None = None) -> list[int]:
+def committed_batch_ids(root: str, table: TableId,
+                        storage_options: dict[str, str] | None = None) -> list[int]:
     """Ids of the batches whose marker exists, ascending (one directory listing, no file read)."""
     marker_dir = posixpath.join(table_dir(root, table), CHANGELOG, COMMITTED)
     fs, inner = filesystem(marker_dir, storage_options)

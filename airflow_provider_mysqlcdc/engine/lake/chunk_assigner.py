@@ -101,4 +101,4 @@ def _no_connection(table: TableId) -> ConnFactory:
             "give the mirror refresher the MySQL settings"
         )
 
-    return fail  # type: ignore[return-value]
+    return fail

@@ -3,10 +3,10 @@
 The Delta table is the changelog directory itself (``<root>/<database>/<table>/changelog``): its
 ``_delta_log/`` names the Parquet files the stream's executors already wrote, so a batch costs one small
 commit, never a second copy of its data. One commit per micro-batch and table, made by the driver after the
-batch's markers, carries the Delta *application transaction* ``(APP_ID, batch id)``: a replayed batch finds its
-id already in the log and commits nothing (``commit`` returns False), so the log never holds a batch twice,
-whatever our markers say. Readers that know nothing of markers (Spark with Delta, delta-rs, pandas, Polars,
-DuckDB) see whole batches only, and files of killed attempts never.
+batch's markers, carries the Delta *application transaction* ``(APP_ID, batch id)``: a replayed batch finds
+its id already in the log and commits nothing (``commit`` returns False), so the log never holds a batch
+twice, whatever our markers say. Readers that know nothing of markers (Spark with Delta, delta-rs, pandas,
+Polars, DuckDB) see whole batches only, and files of killed attempts never.
 
 Each commit's ``commitInfo`` records the batch id and the binlog offset the batch ended at
 (``mysqlcdc.batchId``, ``mysqlcdc.endOffset``), so a Delta version can be matched to a stream position.
@@ -14,9 +14,9 @@ Each commit's ``commitInfo`` records the batch id and the binlog offset the batc
 Types: Delta has no TIME type; a TIME column is a ``long`` of signed microseconds in the files and the Delta
 schema (``delta_types``). Every column is nullable in the Delta
 schema: files written before an ADD COLUMN lack it. A column added by DDL is added to the Delta schema
-(``ALTER TABLE ADD COLUMNS``, no rewrite); a renamed column appears under both names, each where it held, as in
-the files. A column whose type changed to a different Arrow type cannot be appended: the commit fails, naming
-the column (Delta's type widening is not written by delta-rs yet).
+(``ALTER TABLE ADD COLUMNS``, no rewrite); a renamed column appears under both names, each where it held, as
+in the files. A column whose type changed to a different Arrow type cannot be appended: the commit fails,
+naming the column (Delta's type widening is not written by delta-rs yet).
 
 Delta tables written before this module existed are created on the first commit with every earlier committed
 batch (from the markers), so an existing output root becomes readable as Delta without a re-snapshot.
@@ -63,7 +63,7 @@ def committed_batches(root: str, table: TableId, before: int) -> list[tuple[int,
     for batch_id in committed_batch_ids(root, table):
         if batch_id < before:
             files = read_batch(root, table, batch_id).files
-            out.append((batch_id, [f[len(base):] if f.startswith(base) else f for f in files]))
+            out.append((batch_id, [f.removeprefix(base) for f in files]))
     return out
 
 
@@ -135,10 +135,10 @@ class DeltaChangelog:
                     fields[f.name] = f
                 elif not same_type(known.type, f.type):
                     raise CdcError(
-                        f"column {f.name!r} of {self.table} changed type from {known.type} to {f.type}, which "
-                        f"the Delta changelog {self.log.uri} cannot append; re-snapshot the table into a new "
-                        "output root, or move its changelog/_delta_log aside and restart the stream (it is "
-                        "rebuilt from the batch markers)"
+                        f"column {f.name!r} of {self.table} changed type from {known.type} to {f.type}, "
+                        f"which the Delta changelog {self.log.uri} cannot append; re-snapshot the table into "
+                        "a new output root, or move its changelog/_delta_log aside and restart the stream "
+                        "(it is rebuilt from the batch markers)"
                     )
         return pa.schema(list(fields.values()))
 

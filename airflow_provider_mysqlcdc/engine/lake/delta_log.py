@@ -30,7 +30,8 @@ class DeltaLog:
     """One Delta table at ``uri`` (a path or URI), of which this process is the only writer: the loaded table
     is kept, brought up to date by each ``load`` (once per commit), and read as loaded in between."""
 
-    def __init__(self, uri: str, table: TableId, what: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(self, uri: str, table: TableId, what: str,
+                 storage_options: dict[str, str] | None = None) -> None:
         self.uri, self.table, self.what = uri, table, what  # what: "changelog" or "mirror", for messages
         self.storage_options = storage_options
         self._loaded: Any = None
@@ -76,7 +77,9 @@ class DeltaLog:
         try:
             return pq.read_metadata(inner, filesystem=fs)
         except FileNotFoundError:
-            raise CdcError(f"the {self.what} file {path} of {self.table} is missing under {self.uri}") from None
+            raise CdcError(
+                f"the {self.what} file {path} of {self.table} is missing under {self.uri}"
+            ) from None
 
     def add_action(self, path: str, rows: int) -> Any:
         from deltalake.transaction import AddAction
@@ -84,10 +87,12 @@ class DeltaLog:
         fs, inner = filesystem(posixpath.join(self.uri, path))
         info = fs.get_file_info(inner)
         mtime = int(info.mtime.timestamp() * 1000) if info.mtime is not None else 0
-        return AddAction(quote(path, safe="/="), info.size or 0, {}, mtime, True, json.dumps({"numRecords": rows}))
+        return AddAction(quote(path, safe="/="), info.size or 0, {}, mtime, True,
+                         json.dumps({"numRecords": rows}))
 
     @staticmethod
     def remove_action(path: str, size: int | None) -> Any:
         from deltalake.transaction import RemoveAction
 
-        return RemoveAction(quote(path, safe="/="), True, int(time.time() * 1000), size=size, partition_values={})
+        return RemoveAction(quote(path, safe="/="), True, int(time.time() * 1000), size=size,
+                            partition_values={})

@@ -66,7 +66,7 @@ class DeltaMirror:
         from deltalake import CommitProperties, Schema
 
         prefix = MIRROR + "/"
-        wanted = [f[len(prefix):] if f.startswith(prefix) else f for f in manifest.files]
+        wanted = [f.removeprefix(prefix) for f in manifest.files]
         table = self.log.load()
         current = self.log.files() if table is not None else {}
         footers = {f: self.log.footer(f) for f in wanted if f not in current}

@@ -23,8 +23,8 @@ unreferenced directory behind. Stream batches are written per batch id: a replay
 directory with the same records, and its marker, so nothing is duplicated.
 
 Paths are strings understood by ``pyarrow.fs.FileSystem.from_uri`` (local paths, file://, s3://, gs://,
-hdfs://, abfs:// ...). Identifiers are hex-escaped into path segments with ``@`` (not ``%``: delta-rs decodes a
-``%xx`` in a table's own path, so a percent-encoded directory could not hold a Delta table).
+hdfs://, abfs:// ...). Identifiers are hex-escaped into path segments with ``@`` (not ``%``: delta-rs decodes
+a ``%xx`` in a table's own path, so a percent-encoded directory could not hold a Delta table).
 """
 from __future__ import annotations
 
@@ -67,7 +67,8 @@ def new_version() -> str:
 
 def snapshot_dir(root: str, table: TableId, generation: int, chunk_id: int, version: str) -> str:
     return posixpath.join(
-        table_dir(root, table), SNAPSHOT, f"generation={generation}", f"chunk={chunk_id}", f"version={version}"
+        table_dir(root, table), SNAPSHOT, f"generation={generation}", f"chunk={chunk_id}",
+        f"version={version}",
     )
 
 

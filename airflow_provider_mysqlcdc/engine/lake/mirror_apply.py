@@ -4,7 +4,7 @@ whole rows for a table without one."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,9 @@ def apply_latest(state: pa.Table, changes: pa.Table, primary_key: Sequence[str])
     if changes.num_rows == 0:
         return state
     pk = list(primary_key)
-    indexed = _join_keys(changes, pk).append_column("_i", pa.array(np.arange(changes.num_rows, dtype=np.int64)))
+    indexed = _join_keys(changes, pk).append_column(
+        "_i", pa.array(np.arange(changes.num_rows, dtype=np.int64))
+    )
     last = indexed.group_by(pk, use_threads=False).aggregate([("_i", "max")]).column("_i_max")
     latest = changes.take(pa.array(np.sort(last.to_numpy())))
     rows = _join_keys(state, pk).append_column("_s", pa.array(np.arange(state.num_rows, dtype=np.int64)))

@@ -1,6 +1,6 @@
 """The mirror's files: a chunk's snapshot read in the mirror's columns, a chunk's new mirror version written,
-and the one-refresher-per-table lock. Old versions are deleted by garbage collection (``lake.gc``), never here:
-readers of older Delta versions still need them."""
+and the one-refresher-per-table lock. Old versions are deleted by garbage collection (``lake.gc``), never
+here: readers of older Delta versions still need them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import fcntl
 import os
 import posixpath
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -112,7 +112,7 @@ def refresh_lock(root: str, table: TableId) -> Iterator[None]:
     if "://" in directory and not directory.startswith("file://"):
         yield
         return
-    local = directory[len("file://") :] if directory.startswith("file://") else directory
+    local = directory.removeprefix("file://")
     os.makedirs(local, exist_ok=True)
     fd = os.open(os.path.join(local, "_refresh.lock"), os.O_CREAT | os.O_RDWR, 0o644)
     try:

@@ -8,8 +8,9 @@ the table's largest chunk HW. Until the stream has passed it, chunks reflect dif
 whole; ``consistent`` says whether it is.
 
 The refresh works from the manifest; consumers read the mirror's Delta table (``mirror_reader``). Without
-delta-rs: :func:`mirror_files` lists the files, :func:`read_manifest_files` reads them with pyarrow. The mirror files hold the table's columns only; a file written before an ADD COLUMN
-whose value for existing rows is NULL lacks that column (no chunk is rewritten for it): read it as NULL.
+delta-rs: :func:`mirror_files` lists the files, :func:`read_manifest_files` reads them with pyarrow. The
+mirror files hold the table's columns only; a file written before an ADD COLUMN whose value for existing rows
+is NULL lacks that column (no chunk is rewritten for it): read it as NULL.
 
 Note for readers of the file list: the directories are named ``chunk=<id>/version=<v>``, which pyarrow and
 DuckDB take for Hive partitions and turn into two extra columns unless told otherwise: pass
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -73,7 +74,7 @@ class MirrorChunkEntry:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MirrorChunkEntry":
+    def from_dict(cls, data: dict[str, Any]) -> MirrorChunkEntry:
         return cls(
             chunk_id=int(data["chunk_id"]),
             version=str(data["version"]),
@@ -169,7 +170,7 @@ class MirrorManifest:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MirrorManifest":
+    def from_dict(cls, data: dict[str, Any]) -> MirrorManifest:
         if data.get("format") != MIRROR_FORMAT:
             raise CdcError(f"not a mysqlcdc mirror manifest (format {data.get('format')!r})")
         version = data.get("format_version")
@@ -219,7 +220,7 @@ def consistent_as_of(
 
 
 def now_text() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def manifest_path(root: str, table: TableId) -> str:

@@ -17,7 +17,7 @@ written before the mirror was a Delta table) is read through its manifest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -26,9 +26,18 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_stream_progress
-from airflow_provider_mysqlcdc.engine.lake.delta_mirror import AS_OF, STREAM_POSITION, THROUGH_BATCH, mirror_table_uri
+from airflow_provider_mysqlcdc.engine.lake.delta_mirror import (
+    AS_OF,
+    STREAM_POSITION,
+    THROUGH_BATCH,
+    mirror_table_uri,
+)
 from airflow_provider_mysqlcdc.engine.lake.delta_types import ENGINE_TYPE, engine_types, plain_type
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorNotFound, read_manifest, read_manifest_files
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
+    MirrorNotFound,
+    read_manifest,
+    read_manifest_files,
+)
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
@@ -86,11 +95,14 @@ def mirror_version_at(
     versions = mirror_versions(root, table, storage_options)
     if not versions:
         raise MirrorNotFound(
-            f"{table} has no mirror Delta table under {root!r} yet: it is written once the table's snapshot is "
-            f"committed and the mirror refreshed (`mysqlcdc mirror --table {table}`, or the running stream)"
+            f"{table} has no mirror Delta table under {root!r} yet: it is written once the table's snapshot "
+            f"is committed and the mirror refreshed (`mysqlcdc mirror --table {table}`, or the running "
+            "stream)"
         )
     if isinstance(as_of, bool) or not isinstance(as_of, (BinlogPosition, datetime, int)):
-        raise ConfigurationError(f"as_of {as_of!r}: give a binlog position, a datetime or a Delta version number")
+        raise ConfigurationError(
+            f"as_of {as_of!r}: give a binlog position, a datetime or a Delta version number"
+        )
     if isinstance(as_of, int):
         found = [v for v in versions if v.version == as_of]
         if not found:
@@ -100,7 +112,7 @@ def mirror_version_at(
             )
         return found[0]
     if isinstance(as_of, datetime):
-        when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=timezone.utc)
+        when = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=UTC)
         written = [v for v in versions if v.written_at <= when]
         if not written:
             raise CdcError(
@@ -134,7 +146,8 @@ def read_mirror(
         return _in_source_order(root, table, _read_files(delta, columns), storage_options)
     except FileNotFoundError:
         raise CdcError(
-            f"{table}: the files of mirror version {version.version} (written {version.written_at.isoformat()}) "
+            f"{table}: the files of mirror version {version.version} (written "
+            f"{version.written_at.isoformat()}) "
             "were deleted by garbage collection: time travel on the mirror reaches back as far as the GC "
             "retention (`--gc-retention`, `mysqlcdc gc --retention`); older states come from the changelog"
         ) from None
@@ -164,7 +177,7 @@ def _version_of(entry: dict[str, Any]) -> MirrorVersion:
     batch = entry.get(THROUGH_BATCH)
     return MirrorVersion(
         version=int(entry["version"]),
-        written_at=datetime.fromtimestamp(int(entry["timestamp"]) / 1000, tz=timezone.utc),
+        written_at=datetime.fromtimestamp(int(entry["timestamp"]) / 1000, tz=UTC),
         through_batch=int(batch) if batch not in (None, "") else None,
         stream_position=position(STREAM_POSITION),
         as_of=position(AS_OF),
@@ -184,10 +197,10 @@ def _at_position(root: str, table: TableId, versions: list[MirrorVersion], at: B
     reached = _reached(root, table, versions, storage_options)
     if reached is not None and at > reached:
         raise CdcError(
-            f"{table}: the mirror has reached binlog position {reached}; {at} is past it. Wait for the stream "
-            "to pass it, or read the current state"
+            f"{table}: the mirror has reached binlog position {reached}; {at} is past it. Wait for the "
+            "stream to pass it, or read the current state"
         )
-    before = [v for v in consistent if v.as_of <= at]  # type: ignore[operator]
+    before = [v for v in consistent if v.as_of <= at]
     if not before:
         raise CdcError(
             f"{table}: {at} is before the earliest position a kept mirror version is exact at "
@@ -203,9 +216,11 @@ def _reached(root: str, table: TableId, versions: list[MirrorVersion],
     latest committed batch when the mirror holds every batch that changed the table (an idle table's mirror
     is not rewritten, yet stays exact while the stream moves on)."""
     manifest = read_manifest(root, table, storage_options)
-    known = [p for p in (manifest.as_of if manifest is not None else None, versions[-1].as_of) if p is not None]
+    known = [p for p in (manifest.as_of if manifest is not None else None, versions[-1].as_of)
+             if p is not None]
     progress = read_stream_progress(root, storage_options)
-    if manifest is not None and manifest.as_of is not None and progress is not None and progress.covers(table):
+    if (manifest is not None and manifest.as_of is not None and progress is not None
+            and progress.covers(table)):
         own = committed_batch_ids(root, table, storage_options)
         applied = manifest.through_batch
         if not own or (applied is not None and applied >= own[-1]):
@@ -216,7 +231,8 @@ def _reached(root: str, table: TableId, versions: list[MirrorVersion],
 def _in_source_order(root: str, table: TableId, data: pa.Table,
                      storage_options: dict[str, str] | None) -> pa.Table:
     """The columns in the source's order, as the manifest lists them (Delta's ``ADD COLUMNS`` appends a column
-    added with ``FIRST`` or ``AFTER`` at the end); columns it does not list (an older version's) after them."""
+    added with ``FIRST`` or ``AFTER`` at the end); columns it does not list (an older version's) after
+    them."""
     manifest = read_manifest(root, table, storage_options)
     if manifest is None:
         return data

@@ -3,8 +3,8 @@ columns, each located in the chunk of its own key and kept only if it is after t
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -94,7 +94,7 @@ def read_changes(
     if not files:
         return schema.empty_table()
     if history:
-        parts = []
+        parts: list[pa.Table] = []
         for f in files:
             fs, inner = filesystem(f)
             part = engine_types(ds.dataset(inner, format="parquet", filesystem=fs).to_table(

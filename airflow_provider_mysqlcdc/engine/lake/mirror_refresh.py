@@ -1,8 +1,9 @@
 """Incremental refresh of a table's materialized mirror from its snapshot and changelog Parquet files.
 
-The mirror rule (``tests/support/reference_mirror.py``) over Arrow tables, chunk by chunk: a chunk's state is its *current*
-committed snapshot plus the changelog records of its key range whose position is after its *current* HW,
-latest record per primary key by position, deletes removed (a multiset of whole rows without a primary key).
+The mirror rule (``tests/support/reference_mirror.py``) over Arrow tables, chunk by chunk: a chunk's state is
+its *current* committed snapshot plus the changelog records of its key range whose position is after its
+*current* HW, latest record per primary key by position, deletes removed (a multiset of whole rows without a
+primary key).
 
 Incremental, because every record of batch n+1 is later in the binlog than every record of batches <= n:
 applying a new batch's records to a chunk's previous mirror state gives what applying all records to its
@@ -31,19 +32,21 @@ once their Delta ``remove`` is older than the retention. One refresher per table
 system a lock file enforces it; on object stores the caller must (the stream's driver is the natural single
 writer).
 
-Here the refresher (which chunks to rebuild or update, which batches to apply, the manifest switch); the pieces:
-``mirror_records`` (the records per chunk after its HW), ``chunk_assigner`` (each record's chunk),
+Here the refresher (which chunks to rebuild or update, which batches to apply, the manifest switch); the
+pieces: ``mirror_records`` (the records per chunk after its HW), ``chunk_assigner`` (each record's chunk),
 ``mirror_apply`` (latest per key, or multiset), ``mirror_files`` (snapshot reads, chunk writes, lock).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import posixpath
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Self
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -139,7 +142,7 @@ class MirrorRefresher:
             assigner.close()
         self._assigners.clear()
 
-    def __enter__(self) -> "MirrorRefresher":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,8 +168,8 @@ class MirrorRefresher:
         stale = [TableId.parse(name) for name, mark in marks.items()
                  if name not in changed and self._snapshot_stale(name, mark)]
         for table in [*tables, *stale]:
-            retry_while_unavailable(
-                lambda: self.refresh(table, [batch_id]),
+            retry_while_unavailable(  # runs at once: the partial only binds this table for the retries
+                functools.partial(self.refresh, table, [batch_id]),
                 what=f"refreshing the mirror of {table}",
                 where=where,
                 budget_s=self.outage_budget_s,
@@ -442,7 +445,8 @@ class _Build:
         return tuple(n for n in names if n in self.data_schema.names)
 
     def manifest(
-        self, entries: list[MirrorChunkEntry], through: int | None, position: BinlogPosition | None, exact: bool
+        self, entries: list[MirrorChunkEntry], through: int | None, position: BinlogPosition | None,
+        exact: bool,
     ) -> MirrorManifest:
         history = self.history
         return MirrorManifest(

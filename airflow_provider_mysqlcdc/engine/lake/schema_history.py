@@ -3,18 +3,19 @@
 The changelog and the snapshot keep each file in the columns the table had when it was written. The stream
 records every DDL statement it followed in ``<table>/changelog/_schema_history.json`` (before the batch's
 markers, so a reader never sees data ahead of it), with its position in the binlog order and what it did to
-the columns (``engine.binlog.ddl.ColumnChanges``). ``conform`` brings rows written at an earlier position into the
-newest columns: renamed columns take their new name, dropped ones go, and added ones hold the value the
+the columns (``engine.binlog.ddl.ColumnChanges``). ``conform`` brings rows written at an earlier position into
+the newest columns: renamed columns take their new name, dropped ones go, and added ones hold the value the
 source gave existing rows (the column's default). Type changes are casts that must keep every value.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -42,7 +43,7 @@ class SchemaEvent:
     batch_id: int | None
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SchemaEvent":
+    def from_dict(cls, data: dict) -> SchemaEvent:
         return cls(
             str(data["position"]),
             str(data.get("verb") or ""),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -60,7 +60,7 @@ class ManifestChunk:
                 "end_key": self.end_key, "committed_at": self.committed_at}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ManifestChunk":
+    def from_dict(cls, data: dict[str, Any]) -> ManifestChunk:
         return cls(int(data["chunk_id"]), int(data["rows"]), BinlogPosition.parse(data["lw"]),
                    BinlogPosition.parse(data["hw"]), str(data["path"]), tuple(data.get("files") or ()),
                    data.get("start_key"), data.get("end_key"), data.get("committed_at"))
@@ -159,14 +159,15 @@ def _manifest_chunk(row: Any, root_dir: str) -> ManifestChunk:
 
     version = str(row["output_version"] or "")
     prefix = root_dir.rstrip("/") + "/"
-    path = version[len(prefix):] if version.startswith(prefix) else version
+    path = version.removeprefix(prefix)
     extra = json.loads(row["extra_json"]) if row["extra_json"] else {}
     committed = row["committed_at"]
     return ManifestChunk(
         chunk_id=int(row["chunk_id"]), rows=int(row["row_count"] or 0),
-        lw=BinlogPosition(row["lw_file"], int(row["lw_pos"])), hw=BinlogPosition(row["hw_file"], int(row["hw_pos"])),
+        lw=BinlogPosition(row["lw_file"], int(row["lw_pos"])),
+        hw=BinlogPosition(row["hw_file"], int(row["hw_pos"])),
         path=path, files=tuple(extra.get("files") or ()), start_key=row["start_key"], end_key=row["end_key"],
-        committed_at=committed.replace(tzinfo=timezone.utc).isoformat() if isinstance(committed, datetime) else None,
+        committed_at=committed.replace(tzinfo=UTC).isoformat() if isinstance(committed, datetime) else None,
     )
 
 

@@ -1,1 +1,2 @@
-"""Shared value types: tables and columns, canonical values, binlog positions, resume offsets, records, Arrow batches."""
+"""Shared value types: tables and columns, canonical values,
+binlog positions, resume offsets, records, Arrow batches."""

@@ -6,7 +6,8 @@ row order key), ``_chunk_id`` and ``_generation`` (snapshot records), ``_commit_
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -36,7 +37,8 @@ def snapshot_batch(
     schema: TableSchema, rows: list[tuple], high_watermark: BinlogPosition, chunk_id: int, generation: int
 ) -> pa.RecordBatch:
     """Normalized snapshot rows of one chunk as ``+I`` records at the chunk's HW."""
-    return snapshot_data_batch(schema, values.to_arrow_batch(schema, rows), high_watermark, chunk_id, generation)
+    return snapshot_data_batch(schema, values.to_arrow_batch(schema, rows), high_watermark, chunk_id,
+                               generation)
 
 
 def snapshot_data_batch(
@@ -73,7 +75,7 @@ def records_batch(schema: TableSchema, records: Iterable[Record]) -> pa.RecordBa
 
 
 def changes_batch(
-    schema: TableSchema, ops: list[str], positions: list[str], commit_ts: Any, columns: list[list[Any]],
+    schema: TableSchema, ops: Sequence[str], positions: list[str], commit_ts: Any, columns: list[list[Any]],
     keep: list[bool] | None = None,
 ) -> pa.RecordBatch:
     """Stream records of one table given column by column (``columns`` in schema order, one value per

@@ -61,7 +61,8 @@ class CharsetDecoder:
 
     @property
     def single_map(self) -> str | None:
-        """256 characters, one per byte (REPLACEMENT where a byte does not stand alone); None without a table."""
+        """256 characters, one per byte (REPLACEMENT where a
+        byte does not stand alone); None without a table."""
         return self._single if self._table is not None else None
 
     @property

@@ -6,14 +6,19 @@ that moves a row from chunk A to chunk B is a delete in A and an insert in B.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE
 
 
 class RowImage(Protocol):
-    op: str
-    values: dict
+    """What the split reads of an image (a frozen ``RowChange`` or ``Record``): read-only attributes."""
+
+    @property
+    def op(self) -> str: ...
+    @property
+    def values(self) -> dict: ...
 
 
 T = TypeVar("T", bound=RowImage)

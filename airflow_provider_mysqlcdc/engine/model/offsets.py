@@ -76,7 +76,7 @@ class BinlogOffset:
             raise OffsetFormatError(f"binlog offset {self} skips rows but does not point at a transaction")
 
     @classmethod
-    def at(cls, position: BinlogPosition, gtid: str | None = None) -> "BinlogOffset":
+    def at(cls, position: BinlogPosition, gtid: str | None = None) -> BinlogOffset:
         """The offset of a transaction boundary (a watermark, the end of a commit event)."""
         return cls(position.file, position.pos, gtid=gtid)
 
@@ -132,7 +132,7 @@ class BinlogOffset:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BinlogOffset":
+    def from_dict(cls, data: dict[str, Any]) -> BinlogOffset:
         if not isinstance(data, dict):
             raise OffsetFormatError(f"binlog offset must be a JSON object, got {type(data).__name__}")
         version = data.get("version")
@@ -158,7 +158,7 @@ class BinlogOffset:
         )
 
     @classmethod
-    def from_json(cls, text: str) -> "BinlogOffset":
+    def from_json(cls, text: str) -> BinlogOffset:
         try:
             data = json.loads(text)
         except (TypeError, ValueError) as exc:

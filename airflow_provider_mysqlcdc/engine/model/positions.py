@@ -54,11 +54,11 @@ class BinlogPosition:
         return {"file": self.file, "pos": self.pos}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "BinlogPosition":
+    def from_dict(cls, data: dict[str, Any]) -> BinlogPosition:
         return cls(str(data["file"]), int(data["pos"]))
 
     @classmethod
-    def parse(cls, text: str) -> "BinlogPosition":
+    def parse(cls, text: str) -> BinlogPosition:
         """``mysql-bin.000003:1234``."""
         file, sep, pos = text.rpartition(":")
         if not sep or not pos.isdigit():

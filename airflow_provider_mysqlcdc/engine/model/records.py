@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
 from airflow_provider_mysqlcdc.engine.model.positions import RowKey
 
 Op = Literal["+I", "-U", "+U", "-D"]
 Phase = Literal["snapshot", "stream"]
-INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = "+I", "-U", "+U", "-D"
+INSERT: Final = "+I"
+UPDATE_BEFORE: Final = "-U"
+UPDATE_AFTER: Final = "+U"
+DELETE: Final = "-D"
 RETRACTIONS = (UPDATE_BEFORE, DELETE)
 
 
@@ -29,7 +32,8 @@ class Record:
     chunk_id: int | None = None  # snapshot records: the chunk that produced it
     generation: int | None = None  # snapshot records: the plan generation of that chunk
     binlog_file: str | None = None  # stream records: file of the event (the key holds its number)
-    schema_id: str | None = None  # stream records: the table's schema version at the event (TableSchema.schema_id)
+    # stream records: the table's schema version at the event (TableSchema.schema_id)
+    schema_id: str | None = None
 
     @property
     def position(self) -> str:

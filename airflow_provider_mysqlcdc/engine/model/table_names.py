@@ -10,8 +10,8 @@ commas outside backticks.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -44,7 +44,7 @@ class TablePattern:
     table_literal: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> "TablePattern":
+    def parse(cls, text: str) -> TablePattern:
         text = text.strip()
         if text.startswith("`"):
             database, end = _quoted_part(text, 0)
@@ -59,7 +59,9 @@ class TablePattern:
         if rest.startswith("`"):
             table, end = _quoted_part(rest, 0)
             if rest[end:].strip():
-                raise ConfigurationError(f"table {text!r}: unexpected {rest[end:]!r} after the quoted table name")
+                raise ConfigurationError(
+                    f"table {text!r}: unexpected {rest[end:]!r} after the quoted table name"
+                )
             table_literal = True
         else:
             table, table_literal = rest, False
@@ -75,8 +77,8 @@ class TablePattern:
     @property
     def is_pattern(self) -> bool:
         """Whether an unquoted part holds glob characters (it may still name one table exactly)."""
-        return any(not literal and any(ch in part for ch in GLOB_CHARACTERS)
-                   for part, literal in ((self.database, self.database_literal), (self.table, self.table_literal)))
+        parts = ((self.database, self.database_literal), (self.table, self.table_literal))
+        return any(not literal and any(ch in part for ch in GLOB_CHARACTERS) for part, literal in parts)
 
     def _glob_matches(self, table: TableId) -> bool:
         return all(
@@ -86,7 +88,8 @@ class TablePattern:
         )
 
     def select(self, tables: Iterable[TableId]) -> list[TableId]:
-        """The tables this selects: the one named exactly, if there is one, else every match of the pattern."""
+        """The tables this selects: the one named exactly,
+        if there is one, else every match of the pattern."""
         candidates = list(tables)
         exact = self.exact
         if exact in candidates:

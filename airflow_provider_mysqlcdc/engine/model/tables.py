@@ -39,7 +39,7 @@ class TableId:
         return f"{self.database}.{self.table}"
 
     @classmethod
-    def parse(cls, text: str) -> "TableId":
+    def parse(cls, text: str) -> TableId:
         database, sep, table = text.partition(".")
         if not sep or not database or not table:
             raise ConfigurationError(f"table {text!r} must be written as database.table")
@@ -125,7 +125,7 @@ class TableSchema:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "TableSchema":
+    def from_dict(cls, data: dict) -> TableSchema:
         return cls(
             TableId.parse(str(data["table"])),
             tuple(Column(**c) for c in data["columns"]),

@@ -57,8 +57,9 @@ import datetime as dt
 import json
 import re
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -72,7 +73,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import (
     quote_ident,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 _EPOCH = dt.datetime(1970, 1, 1)
 _EMPTY_SET = "empty set"  # pymysqlreplication.constants.NONE_SOURCE.EMPTY_SET
 _ONE_SECOND_US = 1_000_000
@@ -126,7 +127,8 @@ def unwritten_companions(schema: TableSchema, mode: str, key_columns: Iterable[s
     if check_zero_date_mode(mode) == "keep":
         return ()
     keys = set(schema.primary_key) | set(key_columns)
-    return tuple(zero_date_field(c.name) for c in schema.columns if holds_zero_dates(c) and c.name not in keys)
+    return tuple(zero_date_field(c.name) for c in schema.columns
+                 if holds_zero_dates(c) and c.name not in keys)
 
 
 class UnsupportedType(CdcError):
@@ -270,9 +272,9 @@ class UndecodableText(CdcError):
             what, find = f"not valid {charset or 'utf8mb4'}", ""
         super().__init__(
             f"table {table}, column {column.name!r} ({column.charset}): a value holds bytes {bad} (at byte "
-            f"{exc.start}), {what}: no Unicode character, so no Arrow, Parquet or Spark string can hold it. Fix "
-            f"such values at the source{find}, then rerun; a strict sql_mode prevents new ones. The stream "
-            "cannot pass a change that holds one (docs/output.md, Character sets)"
+            f"{exc.start}), {what}: no Unicode character, so no Arrow, Parquet or Spark string can hold it. "
+            f"Fix such values at the source{find}, then rerun; a strict sql_mode prevents new ones. The "
+            "stream cannot pass a change that holds one (docs/output.md, Character sets)"
         )
 
 
@@ -549,7 +551,8 @@ def _arrow_schema(schema: TableSchema) -> pa.Schema:
             if companion in schema.column_by_name:
                 raise UnsupportedType(
                     f"table {schema.table}: column {companion!r} has the name of the zero-date column of "
-                    f"{c.name!r} in the output; rename the column (ALTER TABLE ... RENAME COLUMN) or leave the table out"
+                    f"{c.name!r} in the output; rename the column (ALTER TABLE ... RENAME COLUMN) or leave "
+                    "the table out"
                 )
             fields.append(pa.field(companion, pa.string()))
     return pa.schema(fields)
@@ -622,7 +625,7 @@ def columns_to_arrow(schema: TableSchema, columns: Sequence[Sequence[Any]]) -> p
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-# --- for the compiled rows decoder (engine/binlog/rows_decoder), which must normalise exactly as this module --
+# --- for the compiled rows decoder (engine/binlog/rows_decoder), which normalises exactly as this module ----
 
 
 def value_kind(column: Column) -> str:

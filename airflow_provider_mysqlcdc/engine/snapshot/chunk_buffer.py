@@ -10,7 +10,7 @@ images appended, so a chunk no event touched costs nothing here. It needs a prim
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -57,8 +57,10 @@ class ChunkBuffer:
             return list(self._by_key.values())
         return list(self._multiset.elements())
 
-    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int, key_columns: tuple[str, ...]) -> int:
-        """Replay (LW, HW] in order: insert/update replace, delete remove, each image filtered by its own chunk."""
+    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int,
+              key_columns: tuple[str, ...]) -> int:
+        """Replay (LW, HW] in order: insert/update replace,
+        delete remove, each image filtered by its own chunk."""
         applied = 0
         for removes, row in chunk_images(self.schema, changes, locator, chunk_id, key_columns):
             applied += 1
@@ -89,7 +91,8 @@ class ArrowChunkBuffer:
         self._pk_index = [schema.column_names.index(c) for c in schema.primary_key]
         self._final: dict[tuple, tuple | None] = {}
 
-    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int, key_columns: tuple[str, ...]) -> int:
+    def apply(self, changes: list[RowChange], locator: ChunkLocator, chunk_id: int,
+              key_columns: tuple[str, ...]) -> int:
         """As ``ChunkBuffer.apply``."""
         applied = 0
         for removes, row in chunk_images(self.schema, changes, locator, chunk_id, key_columns):
@@ -98,7 +101,8 @@ class ArrowChunkBuffer:
         return applied
 
     def batches(self) -> list[pa.RecordBatch]:
-        """The corrected rows: the batches without the touched keys' rows, then the touched keys' final rows."""
+        """The corrected rows: the batches without the touched
+        keys' rows, then the touched keys' final rows."""
         if not self._final:
             return self._batches
         pk = list(self.schema.primary_key)

@@ -5,8 +5,8 @@ options, to the tasks; a task then reads its chunk with the engine's ``ChunkRead
 and gets batches of metadata columns + table columns, minus the excluded columns.
 
 Excluded columns are still selected (a backfill replays whole binlog row images, and the row must be whole to
-apply them) but are dropped before anything leaves the task. Key columns cannot be excluded: the mirror and the
-stream filter locate rows by them.
+apply them) but are dropped before anything leaves the task. Key columns cannot be excluded: the mirror and
+the stream filter locate rows by them.
 
 A chunk's columns are those of the table at the chunk's HW: when DDL changed the table after the driver loaded
 its schema, the read reloads it (``ChunkRead.schema``), and the chunk's output follows the read's schema, not
@@ -14,29 +14,30 @@ the driver's (``output_schema``); excluded columns stay excluded.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
-
-from airflow_provider_mysqlcdc.engine.model import values
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
-from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSessions
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema, load_schemas
 from airflow_provider_mysqlcdc.engine.source.connection import connect
 
 
 @dataclass(frozen=True)
 class ChunkGroupJob:
-    """One chunk group's job: its options plus what the driver resolved for them; picklable, free of secrets."""
+    """One chunk group's job: its options plus what the
+    driver resolved for them; picklable, free of secrets."""
 
     options: SnapshotOptions
     plan: ChunkPlan
@@ -44,7 +45,7 @@ class ChunkGroupJob:
 
     @classmethod
     def load(cls, options: SnapshotOptions, store: ChunkStore | None = None, conn: Any = None, *,
-             plan: ChunkPlan | None = None, schema: TableSchema | None = None) -> "ChunkGroupJob":
+             plan: ChunkPlan | None = None, schema: TableSchema | None = None) -> ChunkGroupJob:
         """Resolve the plan (latest generation unless given) and the table schema; check ids and exclusions.
         ``conn``: a MySQL session to load the schema with (many tables share one), else one of its own;
         ``plan``, ``schema``: already resolved (:meth:`load_all`)."""
@@ -75,10 +76,11 @@ class ChunkGroupJob:
         return cls(options.with_(generation=plan.generation, chunk_ids=tuple(ids)), plan, schema)
 
     @classmethod
-    def load_all(cls, options: Sequence[SnapshotOptions], store: ChunkStore, conn: Any) -> list["ChunkGroupJob"]:
-        """:meth:`load` of many tables: their plans in one chunk store read, and the schemas of the tables that
-        ``conn`` reaches (the first options' connection) in a few ``information_schema`` queries; the other
-        tables' schemas on sessions of their own."""
+    def load_all(cls, options: Sequence[SnapshotOptions], store: ChunkStore,
+                 conn: Any) -> list[ChunkGroupJob]:
+        """:meth:`load` of many tables: their plans in one chunk store read, and the schemas of the tables
+        that ``conn`` reaches (the first options' connection) in a few ``information_schema`` queries; the
+        other tables' schemas on sessions of their own."""
         plans = store.plans([(o.table, o.generation) for o in options])
         first = options[0]
         shared = [o.table_id for o in options
@@ -99,14 +101,16 @@ class ChunkGroupJob:
 
     def output_schema(self, schema: TableSchema) -> pa.Schema:
         """Metadata columns, then the columns of ``schema`` except the excluded ones."""
-        excluded = set(values.identity_names(schema, self.options.exclude_columns))  # with zero-date companions
+        # with zero-date companions
+        excluded = set(values.identity_names(schema, self.options.exclude_columns))
         excluded.update(values.unwritten_companions(schema, self.plan.zero_dates, self.plan.key_columns))
         return pa.schema([f for f in record_schema(schema) if f.name not in excluded])
 
     def read(self, chunk_id: int, slot: int, sessions: ReadSessions | None = None) -> ChunkRead:
         """One chunk's read; ``sessions``: the reading task's sessions, to share one with its other reads."""
         settings = self.options.settings()
-        return ChunkRead(settings, self.schema, self.plan, self.plan.chunk(chunk_id), self.options.read_options(slot),
+        return ChunkRead(settings, self.schema, self.plan, self.plan.chunk(chunk_id),
+                         self.options.read_options(slot),
                          session=sessions.for_settings(settings) if sessions is not None else None)
 
     def batches(self, read: ChunkRead) -> Iterator[pa.RecordBatch]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pymysql.cursors
@@ -40,12 +41,12 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import INSERT, UPDATE_AFTER
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_buffer import ArrowChunkBuffer, ChunkBuffer
-from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeReadFailed, NativeSelect
+from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
     open_consistent_snapshot,
@@ -149,7 +150,8 @@ class TableChangedDuringRead(CdcError):
 
 
 class ChunkKeyChanged(CdcError):
-    """DDL changed the primary key or the chunk key of a planned table: the plan's boundaries no longer apply."""
+    """DDL changed the primary key or the chunk key of a planned table: the plan's boundaries no
+    longer apply."""
 
 
 def _column_signature(name: Any, column_type: Any, nullable: bool, collation: Any, key: bool) -> tuple:
@@ -167,7 +169,8 @@ def schema_changed(conn: Any, schema: TableSchema) -> TableSchema | None:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLLATION_NAME, COLUMN_KEY "
-            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY ORDINAL_POSITION",
             (schema.table.database, schema.table.table),
         )
         now = [_column_signature(name, type_, nullable == "YES", collation, key == "PRI")
@@ -177,7 +180,8 @@ def schema_changed(conn: Any, schema: TableSchema) -> TableSchema | None:
               for c in schema.columns]
     if now == loaded:
         return None
-    # COLUMN_KEY may say PRI for a NOT NULL unique key of a table without a primary key: load and compare whole.
+    # COLUMN_KEY may say PRI for a NOT NULL unique key of a table without a primary key:
+    # load and compare whole.
     current = load_schema(conn, schema.table)
     if current.columns == schema.columns and current.primary_key == schema.primary_key:
         return None
@@ -195,9 +199,11 @@ class ChunkRead:
         (``read_session.py``); None: one of its own, closed after the read."""
         self.settings, self.schema, self.plan, self.chunk = settings, schema, plan, chunk
         self.session = session
-        self._given_schema = schema  # ``self.schema`` is what the read uses: reloaded when DDL changed the table
+        # ``self.schema`` is what the read uses: reloaded when DDL changed the table
+        self._given_schema = schema
         self.options = options or ChunkReadOptions()
-        self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id, mode=self.options.mode)
+        self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id,
+                                      mode=self.options.mode)
         self._used = False
 
     def batches(self) -> Iterator[pa.RecordBatch]:
@@ -235,7 +241,8 @@ class ChunkRead:
     # -- native reader: consistent snapshot in connectorx's session, Arrow from the wire ---------------------
 
     def _native_columns(self, info: Any, mode: str) -> list[native_columns.NativeColumn] | None:
-        """The native reader's column plan for this read, or None: the pure-Python reader reads (said once)."""
+        """The native reader's column plan for this read, or None: the pure-Python reader reads
+        (said once)."""
         rate_limited = bool(self.options.limits.per_read_rows_per_second)
         why = reader_choice.why_not_native(self.settings, mode, info.flavor, rate_limited)
         if why is None and mode != "consistent_snapshot" and not self.schema.primary_key:
@@ -250,13 +257,15 @@ class ChunkRead:
 
     def _plan_native(self) -> tuple[list[native_columns.NativeColumn], None] | tuple[None, str]:
         """The columns' expressions, the dates guarded once the table showed a zero date (``date_guard``)."""
-        return native_columns.plan_columns(self.schema, guard_dates=date_guard.guarded(str(self.schema.table)))
+        guard_dates = date_guard.guarded(str(self.schema.table))
+        return native_columns.plan_columns(self.schema, guard_dates=guard_dates)
 
     def _read_native(self, conn: Any, info: Any, started: float, planned: list[native_columns.NativeColumn],
                      binlog_file: str) -> Iterator[pa.RecordBatch]:
         """``_read_native_views``; if its dates were read as they are and one is unfit for connectorx, the
         table's dates are guarded from now on, and the chunk read again with the guard when nothing was handed
-        out yet (else ``ZeroDateSeen``: the consumer reads it again, ``date_guard.read_again_if_zero_date``)."""
+        out yet (else ``ZeroDateSeen``: the consumer reads it again,
+        ``date_guard.read_again_if_zero_date``)."""
         try:
             yield from self._read_native_views(conn, info, started, planned, binlog_file)
         except date_guard.UnfitDate as unfit:
@@ -274,22 +283,24 @@ class ChunkRead:
             yield from self._read_native_views(conn, info, started, guarded, binlog_file)
 
     def _read_native_views(self, conn: Any, info: Any, started: float,
-                           planned: list[native_columns.NativeColumn], binlog_file: str) -> Iterator[pa.RecordBatch]:
-        """As ``_read_consistent``, with connectorx reading the rows in a read view it opens itself. The view's
-        point (HW) is known when the first rows arrive: the columns are checked then, before anything is
-        yielded (the running SELECT holds DDL off from there on). An empty chunk carries no point: it is read
-        again by the pure-Python reader in a fresh view. ``binlog_file``: any binlog file name of the server
-        (the base of the names the view's point is unpacked into)."""
+                           planned: list[native_columns.NativeColumn],
+                           binlog_file: str) -> Iterator[pa.RecordBatch]:
+        """As ``_read_consistent``, with connectorx reading the rows in a read view it opens itself. The
+        view's point (HW) is known when the first rows arrive: the columns are checked then, before anything
+        is yielded (the running SELECT holds DDL off from there on). An empty chunk carries no point: it is
+        read again by the pure-Python reader in a fresh view. ``binlog_file``: any binlog file name of the
+        server (the base of the names the view's point is unpacked into)."""
         stale = False
         for attempt in range(DDL_REREADS + 1):
             if stale:
                 self._adopt(schema_changed(conn, self.schema))
                 stale = False
-                planned, why = self._plan_native()
-                if planned is None:
+                replanned, why = self._plan_native()
+                if replanned is None:
                     reader_choice.say_once(self.schema.table, why or "")
                     yield from self._read_consistent(conn, started)
                     return
+                planned = replanned
             select = self._native_select(conn, info, planned, binlog_file)
             unguarded = any(c.unguarded_date for c in planned)
             try:
@@ -317,7 +328,8 @@ class ChunkRead:
                 while batch is not None:
                     data = native_columns.to_canonical(self.schema, planned, batch, 0)
                     self.result.rows += data.num_rows
-                    yield snapshot_data_batch(self.schema, data, position, self.chunk.chunk_id, self.plan.generation)
+                    yield snapshot_data_batch(self.schema, data, position, self.chunk.chunk_id,
+                                              self.plan.generation)
                     limiter.take(data.num_rows)
                     batch = self._native_next(rest, unguarded)
                 break
@@ -333,7 +345,8 @@ class ChunkRead:
     def _native_select(self, conn: Any, info: Any, planned: list[native_columns.NativeColumn],
                        binlog_file: str) -> NativeSelect:
         where, params = plan_predicate(self.plan, self.schema, self.chunk)
-        with conn.cursor() as cur:  # the predicate's values escaped by pymysql, exactly as the Python reader sends them
+        # the predicate's values escaped by pymysql, exactly as the Python reader sends them
+        with conn.cursor() as cur:
             where_sql = cur.mogrify(where, params)
         sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
                f"FROM {self.schema.table.quoted} WHERE {where_sql}")
@@ -386,12 +399,13 @@ class ChunkRead:
                     continue
                 for rows in self._select(conn):
                     self.result.rows += len(rows)
-                    yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id, self.plan.generation)
+                    yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id,
+                                         self.plan.generation)
                 break
             except TableChangedDuringRead:
                 # DDL that rebuilt the table (or dropped a column the SELECT names) committed after the read
-                # view opened: the server refuses the SELECT before any row is sent, so the chunk is read again
-                # in a fresh view (a later HW).
+                # view opened: the server refuses the SELECT before any row is sent, so the chunk is read
+                # again in a fresh view (a later HW).
                 if self.result.rows or attempt == DDL_REREADS:
                     raise
                 self._reread(attempt, "after the read view opened")
@@ -414,15 +428,17 @@ class ChunkRead:
         changed = [k for k in keys if key_type(current, k) != key_type(planned, k)]
         if changed or current.primary_key != planned.primary_key:
             what = (f"key column(s) {changed} were dropped, renamed or changed type" if changed else
-                    f"the primary key changed from {list(planned.primary_key)} to {list(current.primary_key)}")
+                    f"the primary key changed from {list(planned.primary_key)} to "
+                    f"{list(current.primary_key)}")
             raise ChunkKeyChanged(
-                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table's chunk key or primary key "
-                f"while the chunk was read ({what}); the chunk boundaries of plan generation "
-                f"{self.plan.generation} no longer apply and nothing of this chunk was committed: the table must "
-                "be re-planned (run `mysqlcdc plan` for it again, or rerun the plan task) and then snapshotted"
+                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table's chunk key or "
+                f"primary key while the chunk was read ({what}); the chunk boundaries of plan generation "
+                f"{self.plan.generation} no longer apply and nothing of this chunk was committed: the table "
+                "must be re-planned (run `mysqlcdc plan` for it again, or rerun the plan task) and then "
+                "snapshotted"
             )
-        log.info("%s chunk %s: the table's columns changed (DDL): now %s", self.schema.table, self.chunk.chunk_id,
-                 [f"{c.name} {c.column_type}" for c in current.columns])
+        log.info("%s chunk %s: the table's columns changed (DDL): now %s", self.schema.table,
+                 self.chunk.chunk_id, [f"{c.name} {c.column_type}" for c in current.columns])
         self.schema = current
         return True
 
@@ -430,12 +446,12 @@ class ChunkRead:
         """Count one reread against DDL_REREADS; fail clearly when DDL keeps coming."""
         if attempt == DDL_REREADS:
             raise TableChangedDuringRead(
-                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was read "
-                f"({why}) and kept changing it over {DDL_REREADS + 1} read views; nothing of this chunk was "
-                "committed: rerun it once the schema change is done"
+                f"{self.schema.table} chunk {self.chunk.chunk_id}: DDL changed the table while the chunk was "
+                f"read ({why}) and kept changing it over {DDL_REREADS + 1} read views; nothing of this chunk "
+                "was committed: rerun it once the schema change is done"
             )
-        log.warning("%s chunk %s: the table's definition changed %s; reading the chunk again in a new read view",
-                    self.schema.table, self.chunk.chunk_id, why)
+        log.warning("%s chunk %s: the table's definition changed %s; reading the chunk again in a new "
+                    "read view", self.schema.table, self.chunk.chunk_id, why)
 
     def _select(self, conn: Any) -> Iterator[list[tuple]]:
         where, params = plan_predicate(self.plan, self.schema, self.chunk)
@@ -460,27 +476,28 @@ class ChunkRead:
         finally:
             _close_unbuffered(cur)
 
-    def _select_error(self, code: int | None, message: str, lost: bool, native: bool = False) -> Exception | None:
+    def _select_error(self, code: int | None, message: str, lost: bool,
+                      native: bool = False) -> Exception | None:
         """What a failed chunk SELECT means to the user (both readers); None: the driver's error as it is."""
         what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
         if code in QUERY_TIMEOUT_ERRORS:
             return CdcError(
                 f"{what}: the SELECT ran longer than the per-query time limit "
-                f"({self.options.limits.query_timeout_s:g}s, query_timeout) and the server stopped it; nothing "
-                "of this chunk was written. Raise query_timeout, or plan smaller chunks (chunk_size), then rerun "
-                "the chunk"
+                f"({self.options.limits.query_timeout_s:g}s, query_timeout) and the server stopped it; "
+                "nothing of this chunk was written. Raise query_timeout, or plan smaller chunks "
+                "(chunk_size), then rerun the chunk"
             )
         if code in (TABLE_DEF_CHANGED, BAD_FIELD):
             # BAD_FIELD: a column the SELECT names was dropped or renamed (DDL after the schema check)
             return TableChangedDuringRead(
-                f"{what}: DDL changed the table while the chunk was read ({message}) and kept changing it over "
-                f"{DDL_REREADS + 1} read views; nothing of this chunk was committed: rerun it once the schema "
-                "change is done"
+                f"{what}: DDL changed the table while the chunk was read ({message}) and kept changing it "
+                f"over {DDL_REREADS + 1} read views; nothing of this chunk was committed: rerun it once the "
+                "schema change is done"
             )
         if lost:
             return ServerUnavailable(
-                f"{what}: the connection to MySQL was lost during the read ({message}); nothing of this chunk "
-                "was committed: rerun it (a retry reads it again in a new read view)"
+                f"{what}: the connection to MySQL was lost during the read ({message}); nothing of this "
+                "chunk was committed: rerun it (a retry reads it again in a new read view)"
             )
         if native:  # connectorx's error is text: say what failed and the way out
             return CdcError(
@@ -493,8 +510,8 @@ class ChunkRead:
 
     def _read_with_watermarks(self, conn: Any, info: Any, started: float,
                               native: bool) -> Iterator[pa.RecordBatch]:
-        """DBLog: a LW marker, the chunk's SELECT (``native``: by connectorx, into Arrow), a HW marker, then the
-        binlog events between the markers applied to what was read. Nothing is yielded before the end."""
+        """DBLog: a LW marker, the chunk's SELECT (``native``: by connectorx, into Arrow), a HW marker, then
+        the binlog events between the markers applied to what was read. Nothing is yielded before the end."""
         table = self.options.watermark_table
         assert table is not None
         stale = False  # the previous view was refused after DDL: reload the schema before the next one
@@ -533,7 +550,8 @@ class ChunkRead:
             self.result.timings["read_s"] = read_done - started
             try:
                 if self.options.skip_backfill:
-                    # At-least-once: no binlog correction; the chunk counts as of its LW (found from the marker).
+                    # At-least-once: no binlog correction; the chunk counts as of its LW
+                    # (found from the marker).
                     lw, _hw, _events = self._locate_markers(low, high, table, apply_to=None)
                     self.result.low_watermark = self.result.high_watermark = lw
                 else:
@@ -556,7 +574,8 @@ class ChunkRead:
             data = buffer.batches() or [values.to_arrow_batch(self.schema, [])]
             self.result.rows = sum(b.num_rows for b in data)
             for batch in data:
-                yield snapshot_data_batch(self.schema, batch, hw_position, self.chunk.chunk_id, self.plan.generation)
+                yield snapshot_data_batch(self.schema, batch, hw_position, self.chunk.chunk_id,
+                                          self.plan.generation)
             return
         self.result.reader = "python"
         rows = buffer.rows()
@@ -564,13 +583,14 @@ class ChunkRead:
         for start in range(0, max(len(rows), 1), self.options.batch_rows):
             part = rows[start : start + self.options.batch_rows]
             if part or start == 0:
-                yield snapshot_batch(self.schema, part, hw_position, self.chunk.chunk_id, self.plan.generation)
+                yield snapshot_batch(self.schema, part, hw_position, self.chunk.chunk_id,
+                                     self.plan.generation)
 
     def _select_native_whole(self, conn: Any, info: Any,
                              planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:
         """The chunk's SELECT between the markers by connectorx, whole, in canonical Arrow. Dates unfit for
-        connectorx (``date_guard``) make the table guarded and the SELECT run again: still between the markers,
-        and nothing was handed out."""
+        connectorx (``date_guard``) make the table guarded and the SELECT run again: still between the
+        markers, and nothing was handed out."""
         try:
             return self._select_native_once(conn, info, planned)
         except date_guard.UnfitDate as unfit:
@@ -582,9 +602,11 @@ class ChunkRead:
     def _select_native_once(self, conn: Any, info: Any,
                             planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:
         where, params = plan_predicate(self.plan, self.schema, self.chunk)
-        with conn.cursor() as cur:  # the predicate's values escaped by pymysql, exactly as the Python reader sends them
+        # the predicate's values escaped by pymysql, exactly as the Python reader sends them
+        with conn.cursor() as cur:
             where_sql = cur.mogrify(where, params)
-        sql = f"SELECT {native_columns.select_list(planned)} FROM {self.schema.table.quoted} WHERE {where_sql}"
+        sql = (f"SELECT {native_columns.select_list(planned)} FROM {self.schema.table.quoted} "
+               f"WHERE {where_sql}")
         statements = native_session.session_statements(info.flavor, self.options.limits.query_timeout_s)
         select = NativeSelect(self.settings, sql, statements, self.options.batch_rows, "")
         try:
@@ -597,7 +619,7 @@ class ChunkRead:
                                               for b in batches])
 
     def _locate_markers(
-        self, low: Any, high: Any, table: TableId, apply_to: "ChunkBuffer | None"
+        self, low: Any, high: Any, table: TableId, apply_to: ChunkBuffer | ArrowChunkBuffer | None
     ) -> tuple[BinlogPosition, BinlogPosition, int]:
         """Scan the binlog from before the LW marker to the HW marker; apply chunk events in between."""
         from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
@@ -615,7 +637,7 @@ class ChunkRead:
 
     def _scan_markers(
         self, reader: BinlogReader, locator: ChunkLocator, low: Any, high: Any, table: TableId,
-        apply_to: "ChunkBuffer | None",
+        apply_to: ChunkBuffer | ArrowChunkBuffer | None,
     ) -> tuple[BinlogPosition, BinlogPosition, int]:
         lw: BinlogPosition | None = None
         events = 0
@@ -643,6 +665,6 @@ class ChunkRead:
                 pending.append(change)
         raise WatermarkNotFound(
             f"the watermark markers for chunk {self.chunk.chunk_id} of {self.schema.table} did not appear in "
-            f"the binlog within {self.options.backfill_timeout:.0f}s: check that the watermark table {table} is "
-            "not excluded by binlog-ignore-db/replicate filters and that binlog_format=ROW"
+            f"the binlog within {self.options.backfill_timeout:.0f}s: check that the watermark table {table} "
+            "is not excluded by binlog-ignore-db/replicate filters and that binlog_format=ROW"
         )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping
 
 from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids, parse_chunk_ids
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
@@ -65,7 +65,9 @@ class SnapshotOptions:
             )
         TableId.parse(self.table)
         if self.read_view_mode not in READ_VIEW_MODES:
-            raise ConfigurationError(f"read_view_mode must be one of {READ_VIEW_MODES}, got {self.read_view_mode!r}")
+            raise ConfigurationError(
+                f"read_view_mode must be one of {READ_VIEW_MODES}, got {self.read_view_mode!r}"
+            )
         if not self.output:
             raise ConfigurationError("output (the root path of the snapshot output) is required")
         if self.batch_rows < 1 or self.rows_per_file < 1:
@@ -94,10 +96,10 @@ class SnapshotOptions:
             backfill_timeout=self.backfill_timeout, limits=self.limits,
         )
 
-    def with_(self, **changes: object) -> "SnapshotOptions":
+    def with_(self, **changes: object) -> SnapshotOptions:
         return replace(self, **changes)  # type: ignore[arg-type]
 
-    # --- Spark options (strings) -----------------------------------------------------------------------------
+    # --- Spark options (strings) ----------------------------------------------------------------------------
 
     def to_options(self) -> dict[str, str]:
         opts = {
@@ -113,13 +115,14 @@ class SnapshotOptions:
             "generation": None if self.generation is None else str(self.generation),
             "chunk_ids": None if self.chunk_ids is None else format_chunk_ids(self.chunk_ids),
             "exclude_columns": ",".join(self.exclude_columns) or None,
-            "attempts": json.dumps({str(k): v for k, v in sorted(self.attempts.items())}) if self.attempts else None,
+            "attempts": (json.dumps({str(k): v for k, v in sorted(self.attempts.items())}) if self.attempts
+                         else None),
         }
         opts.update({k: v for k, v in optional.items() if v is not None})
         return opts
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "SnapshotOptions":
+    def from_options(cls, options: Mapping[str, str]) -> SnapshotOptions:
         o = {str(k).lower(): v for k, v in options.items()}  # Spark passes a case-insensitive dict
 
         def need(key: str) -> str:
@@ -142,7 +145,8 @@ class SnapshotOptions:
             run_id=o.get("run_id") or None,
             reader_slot_base=int(o.get("reader_slot_base") or DEFAULT_READER_SLOT_BASE),
             backfill_timeout=float(o.get("backfill_timeout") or 120.0),
-            attempts={int(k): int(v) for k, v in json.loads(o["attempts"]).items()} if o.get("attempts") else {},
+            attempts=({int(k): int(v) for k, v in json.loads(o["attempts"]).items()} if o.get("attempts")
+                      else {}),
             test_fault=o.get("test_fault") or None,
             limits=SourceLimits.from_options(o),
         )

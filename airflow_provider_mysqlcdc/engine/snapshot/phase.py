@@ -7,7 +7,7 @@ record the HW. The Spark layer splits the same steps across executors (read) and
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -17,12 +17,12 @@ from airflow_provider_mysqlcdc.engine.chunks.planner import DEFAULT_CHUNK_SIZE, 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern, matching_tables
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.snapshot.native_read.date_guard import read_again_if_zero_date
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
     ChunkRead,
     ChunkReadOptions,
     ChunkReadResult,
 )
+from airflow_provider_mysqlcdc.engine.snapshot.native_read.date_guard import read_again_if_zero_date
 from airflow_provider_mysqlcdc.engine.source.catalog import find_tables, load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.limits import DEFAULT_MAX_CONCURRENT_READS
@@ -78,7 +78,8 @@ def plan_tables(
         expected = store.next_generations(batch)
         planned = plan_batch(
             lambda: connect(settings), [(t, expected[str(t)]) for t in batch], chunk_size=chunk_size,
-            chunk_keys=chunk_keys, distribution_factor_bounds=distribution_factor_bounds, zero_dates=zero_dates,
+            chunk_keys=chunk_keys, distribution_factor_bounds=distribution_factor_bounds,
+            zero_dates=zero_dates,
         )
         stored = store.create_plans([(str(p.table), p.to_dict()) for p in planned], run_id=run_id)
         for plan, generation in zip(planned, stored):
@@ -91,7 +92,8 @@ def plan_tables(
                      generation, len(plan.chunks), plan.split, ", ".join(plan.key_columns),
                      f"{plan.row_estimate:,}")
         plans.extend(planned)
-    warning = retention_warning(report.retention_s, sum(p.row_estimate for p in plans), expected_rows_per_second)
+    warning = retention_warning(report.retention_s, sum(p.row_estimate for p in plans),
+                                expected_rows_per_second)
     if warning:
         log.warning("%s", warning)
     return plans

@@ -18,7 +18,7 @@ everything again.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -74,7 +74,8 @@ class ReadSession:
             self._timeout = (seconds,)
 
     def binlog_file(self) -> str:
-        """A binlog file name of the session's server (the native read takes the base of the names from it)."""
+        """A binlog file name of the session's server (the
+        native read takes the base of the names from it)."""
         if self._binlog_file is None:
             conn, info = self.open()
             self._binlog_file = current_binlog_status(conn, info).file
@@ -94,10 +95,10 @@ class ReadSession:
         if conn is not None:
             try:
                 conn.close()
-            except Exception:  # noqa: BLE001 - a dead session is closed already
+            except Exception:  # noqa: BLE001, S110 - a dead session is closed already
                 pass
 
-    def __enter__(self) -> "ReadSession":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -123,7 +124,7 @@ class ReadSessions:
             session.close()
         self._sessions.clear()
 
-    def __enter__(self) -> "ReadSessions":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

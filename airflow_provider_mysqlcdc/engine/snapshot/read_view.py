@@ -3,9 +3,9 @@
 ``SHOW MASTER STATUS`` reports what is *written* to the binlog; the storage engine commits after that, so a
 transaction before a naive LW can still be invisible to the chunk's SELECT (and would be lost). Two modes:
 
-- ``consistent_snapshot`` (MariaDB, Percona): ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and then the status
-  variables ``Binlog_snapshot_file``/``Binlog_snapshot_position`` are the binlog point of that very read view.
-  Exact: LW = HW, no binlog backfill.
+- ``consistent_snapshot`` (MariaDB, Percona): ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and then the
+  status variables ``Binlog_snapshot_file``/``Binlog_snapshot_position`` are the binlog point of that very
+  read view. Exact: LW = HW, no binlog backfill.
 - ``watermark_table`` (any server, required on Oracle MySQL): the DBLog method. Commit a marker row with a
   unique token into a small table the user grants (INSERT, UPDATE), then open the read view. With
   ``binlog_order_commits=ON`` (the default) every transaction before the marker in the binlog committed in the
@@ -40,7 +40,8 @@ def has_snapshot_status(conn: pymysql.connections.Connection) -> bool:
 
 
 def resolve_mode(
-    conn: pymysql.connections.Connection, info: ServerInfo, mode: ReadViewMode, watermark_table: TableId | None
+    conn: pymysql.connections.Connection, info: ServerInfo, mode: ReadViewMode,
+    watermark_table: TableId | None,
 ) -> ReadViewMode:
     """``auto`` picks the exact snapshot where the server has it, else the watermark table (if configured)."""
     if mode == "consistent_snapshot" and not has_snapshot_status(conn):
@@ -73,7 +74,8 @@ def open_consistent_snapshot(conn: pymysql.connections.Connection) -> BinlogPosi
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-        cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Binlog_snapshot_file', 'Binlog_snapshot_position')")
+        cur.execute("SHOW SESSION STATUS "
+                    "WHERE Variable_name IN ('Binlog_snapshot_file', 'Binlog_snapshot_position')")
         status = {str(k).lower(): v for k, v in cur.fetchall()}
     file, pos = status.get("binlog_snapshot_file"), status.get("binlog_snapshot_position")
     if not file or pos is None:

@@ -27,7 +27,8 @@ def replan_table(settings: MySQLSettings, store: ChunkStore, table: TableId,
             primary_key = load_schema(conn, table).primary_key
         if tuple(current.key_columns) != tuple(primary_key) and len(current.key_columns) == 1:
             options["chunk_keys"] = {str(table): current.key_columns[0]}
-    plans = [p for p in plan_tables(settings, store, [str(table)], run_id=run_id, **options) if p.table == table]
+    plans = [p for p in plan_tables(settings, store, [str(table)], run_id=run_id, **options)
+             if p.table == table]
     if not plans:
         raise ConfigurationError(f"table {table} is not in the source any more (or not visible to this user)")
     return plans[0]

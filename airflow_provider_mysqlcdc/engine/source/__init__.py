@@ -1,1 +1,2 @@
-"""The source server: connections, what server it is, readiness checks, limits on what we ask of it, outages."""
+"""The source server: connections, what server it is,
+readiness checks, limits on what we ask of it, outages."""

@@ -1,10 +1,12 @@
 """The source's catalog: which tables exist (names and patterns resolved), and each table's columns and keys.
 
-Read from ``information_schema`` on the caller's session; every value is a parameter, never formatted into SQL.
+Read from ``information_schema`` on the caller's session; every value is a parameter, never formatted into
+SQL.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pymysql
 
@@ -40,8 +42,8 @@ def list_tables(conn: pymysql.connections.Connection, patterns: Iterable[str]) -
         if not matches:
             kind = "pattern" if parsed.is_pattern else "table"
             raise ConfigurationError(
-                f"{kind} {pattern!r} matches no table the CDC user can see: check the name, and that the user "
-                "has SELECT on it"
+                f"{kind} {pattern!r} matches no table the CDC user can see: check the name, and that the "
+                "user has SELECT on it"
             )
         found.extend(t for t in sorted(matches) if t not in found)
     return found
@@ -66,18 +68,20 @@ def load_schema(conn: pymysql.connections.Connection, table: TableId) -> TableSc
         columns = tuple(_column(r) for r in rows)
         primary_key = primary_key_columns(cur, table)
         cur.execute(
-            "SELECT ENGINE, TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            "SELECT ENGINE, TABLE_ROWS FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
             (table.database, table.table),
         )
         engine, approx = cur.fetchone() or (None, 0)
     return TableSchema(table, columns, primary_key, engine=engine, approximate_rows=int(approx or 0))
 
 
-def load_schemas(conn: pymysql.connections.Connection, tables: Sequence[TableId]) -> dict[TableId, TableSchema]:
+def load_schemas(conn: pymysql.connections.Connection,
+                 tables: Sequence[TableId]) -> dict[TableId, TableSchema]:
     """The schemas of many tables in three ``information_schema`` queries per database (and per
     ``SCHEMA_BATCH`` tables), instead of three per table: what planning or starting a snapshot of thousands of
-    small tables would otherwise spend most of its time on. A table is matched by its exact name; one not found
-    so (a differently spelled name on a case-insensitive server, or a missing table) goes through
+    small tables would otherwise spend most of its time on. A table is matched by its exact name; one not
+    found so (a differently spelled name on a case-insensitive server, or a missing table) goes through
     :func:`load_schema`, which resolves it or raises the same error."""
     by_db: dict[str, list[str]] = {}
     for table in dict.fromkeys(tables):
@@ -95,11 +99,12 @@ def load_schemas(conn: pymysql.connections.Connection, tables: Sequence[TableId]
                 for row in cur.fetchall():
                     columns.setdefault(TableId(db, str(row[-1])), []).append(_column(row))
                 cur.execute("SELECT TABLE_NAME, COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE "
-                            f"{where} AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY TABLE_NAME, ORDINAL_POSITION", args)
+                            f"{where} AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY TABLE_NAME, ORDINAL_POSITION",
+                            args)
                 for name, column in cur.fetchall():
                     keys.setdefault(TableId(db, str(name)), []).append(str(column))
-                cur.execute(f"SELECT TABLE_NAME, ENGINE, TABLE_ROWS FROM information_schema.TABLES WHERE {where}",
-                            args)
+                cur.execute("SELECT TABLE_NAME, ENGINE, TABLE_ROWS FROM information_schema.TABLES "
+                            f"WHERE {where}", args)
                 for name, engine, approx in cur.fetchall():
                     info[TableId(db, str(name))] = (engine, approx)
     schemas = {}

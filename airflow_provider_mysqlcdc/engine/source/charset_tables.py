@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import pymysql
 
@@ -89,7 +89,8 @@ def _allow_deep_recursion(cur: pymysql.cursors.Cursor) -> None:
             pass
 
 
-def _converted(cur: pymysql.cursors.Cursor, charset: str, first: int, last: int, width: int) -> dict[int, str]:
+def _converted(cur: pymysql.cursors.Cursor, charset: str, first: int, last: int,
+               width: int) -> dict[int, str]:
     digits = 2 * width
     cur.execute(
         "WITH RECURSIVE seq (n) AS (SELECT %s UNION ALL SELECT n + 1 FROM seq WHERE n < %s) "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import pymysql
@@ -56,7 +56,7 @@ class MySQLSettings:
             )
 
     @classmethod
-    def from_url(cls, url: str, password: str | None = None) -> "MySQLSettings":
+    def from_url(cls, url: str, password: str | None = None) -> MySQLSettings:
         """Parse ``mysql://user[:password]@host[:port][/database][?ssl_ca=..&server_id=5400-5499]``."""
         parts = urlsplit(url)
         if parts.scheme not in ("mysql", "mariadb", "mysql+pymysql"):
@@ -123,22 +123,22 @@ class MySQLSettings:
         base = self.redacted_url()
         return f"{base}?{urlencode(query)}" if query else base
 
-    def with_database(self, database: str | None) -> "MySQLSettings":
+    def with_database(self, database: str | None) -> MySQLSettings:
         return dataclasses.replace(self, database=database)
 
     def pymysql_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = dict(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
-            charset=self.charset,
-            connect_timeout=self.connect_timeout,
-            read_timeout=self.read_timeout,
-            write_timeout=self.read_timeout,
-            autocommit=True,
-            init_command="SET time_zone = '+00:00'",
-        )
+        kwargs: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "charset": self.charset,
+            "connect_timeout": self.connect_timeout,
+            "read_timeout": self.read_timeout,
+            "write_timeout": self.read_timeout,
+            "autocommit": True,
+            "init_command": "SET time_zone = '+00:00'",
+        }
         if self.database:
             kwargs["database"] = self.database
         if self.ssl is not None:
@@ -147,17 +147,17 @@ class MySQLSettings:
 
     def replication_kwargs(self) -> dict[str, Any]:
         """Connection settings for mysql-replication's ``BinLogStreamReader``."""
-        kwargs: dict[str, Any] = dict(
-            host=self.host, port=self.port, user=self.user, passwd=self.password, charset=self.charset,
-            read_timeout=self.read_timeout, write_timeout=self.read_timeout,
-        )
+        kwargs: dict[str, Any] = {
+            "host": self.host, "port": self.port, "user": self.user, "passwd": self.password,
+            "charset": self.charset, "read_timeout": self.read_timeout, "write_timeout": self.read_timeout,
+        }
         if self.ssl is not None:
             kwargs["ssl"] = self.ssl
         return kwargs
 
 
 def _ssl_options(query: dict[str, str]) -> dict[str, Any] | None:
-    opts = {_SSL_KEYS[k]: v for k, v in query.items() if k in _SSL_KEYS and v}
+    opts: dict[str, Any] = {_SSL_KEYS[k]: v for k, v in query.items() if k in _SSL_KEYS and v}
     wanted = query.get("ssl", "").lower() in ("1", "true", "required", "on") or bool(opts)
     if not wanted:
         return None
@@ -176,7 +176,8 @@ def parse_read_timeout(value: str | float | None) -> float:
 
 
 def parse_server_id_range(value: str | None) -> tuple[int, int]:
-    """``"5400-5499"`` or ``"5400"``: the replica ids our binlog readers may use (each reader needs its own)."""
+    """``"5400-5499"`` or ``"5400"``: the replica ids our
+    binlog readers may use (each reader needs its own)."""
     if not value:
         return DEFAULT_SERVER_ID_RANGE
     try:
@@ -200,7 +201,7 @@ class Connection(BoundedReads, pymysql.connections.Connection):
     for the same options is the same every time and safe to share.
     """
 
-    _contexts: dict[tuple, Any] = {}
+    _contexts: ClassVar[dict[tuple, Any]] = {}  # shared by every connection of the process
 
     def _create_ssl_ctx(self, sslp: Any) -> Any:
         if not isinstance(sslp, dict):
@@ -213,7 +214,8 @@ class Connection(BoundedReads, pymysql.connections.Connection):
 
 
 def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Connection:
-    """Open a session in UTC; failures become a ConnectionFailed that names host and user, never the password."""
+    """Open a session in UTC; failures become a ConnectionFailed
+    that names host and user, never the password."""
     kwargs = settings.pymysql_kwargs()
     kwargs.update(overrides)
     try:
@@ -234,8 +236,8 @@ def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Co
         if "[SSL" in _message(exc):  # pymysql reports a failed TLS handshake as "can't connect"
             raise ConnectionFailed(
                 f"the TLS handshake with MySQL at {settings.host}:{settings.port} failed ({_message(exc)}): "
-                "the server's certificate must be signed by the CA in ssl_ca and name the host you connect to "
-                "(or set ssl_verify=false to skip the host name check only)"
+                "the server's certificate must be signed by the CA in ssl_ca and name the host you connect "
+                "to (or set ssl_verify=false to skip the host name check only)"
             ) from None
         if code in UNREACHABLE_ERRORS:
             raise ServerUnavailable(

@@ -46,13 +46,13 @@ class ServerIdentity:
         return describe_token(self.token)
 
     @classmethod
-    def of(cls, info: ServerInfo, where: str = "?") -> "ServerIdentity":
+    def of(cls, info: ServerInfo, where: str = "?") -> ServerIdentity:
         """The identity in a ``ServerInfo`` already read (no query; without the informational GTID domain)."""
         return cls(info.flavor, info.server_id, info.server_uuid, None, where)
 
 
 def describe_token(token: str) -> str:
-    flavor, server_id, uuid = parse_token(token)
+    _flavor, server_id, uuid = parse_token(token)
     text = f"server_id {server_id}"
     return f"{text}, server_uuid {uuid}" if uuid else text
 

@@ -17,8 +17,9 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.retry import Backoff
@@ -63,7 +64,7 @@ class SourceLimits:
         }
 
     @classmethod
-    def from_options(cls, options: dict[str, Any]) -> "SourceLimits":
+    def from_options(cls, options: dict[str, Any]) -> SourceLimits:
         def number(key: str, default: float | None) -> float | None:
             value = options.get(key)
             if value in (None, ""):
@@ -111,11 +112,12 @@ def read_slot(
         if backoff.exhausted():
             raise SlotWaitTimeout(
                 f"{what}: all {cap} chunk read slots of the server stayed in use for "
-                f"{limits.slot_wait_timeout_s:.0f}s (max_concurrent_reads={cap}); raise max_concurrent_reads, "
-                "or run fewer chunk groups at once"
+                f"{limits.slot_wait_timeout_s:.0f}s (max_concurrent_reads={cap}); raise "
+                "max_concurrent_reads, or run fewer chunk groups at once"
             )
         if not waited:
-            log.info("%s: waiting for one of the server's %d chunk read slots (max_concurrent_reads)", what, cap)
+            log.info("%s: waiting for one of the server's %d chunk read slots (max_concurrent_reads)",
+                     what, cap)
             waited = True
         backoff.wait()
 
@@ -150,5 +152,5 @@ def set_query_timeout(conn: Any, flavor: str, seconds: float | None) -> None:
 
 
 def is_query_timeout(exc: BaseException) -> bool:
-    args = getattr(exc, "args", ())
+    args: tuple[Any, ...] = getattr(exc, "args", ())
     return bool(args) and isinstance(args[0], int) and args[0] in QUERY_TIMEOUT_ERRORS

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import pymysql
 
@@ -51,19 +52,20 @@ def retry_while_unavailable(
     while True:
         try:
             result = work()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             if not is_transient(exc):
                 raise
             if backoff is None:
-                backoff = Backoff(budget_s, first_delay_s=0.5, max_delay_s=10.0, jitter=(0.75, 1.25), sleep=sleep)
+                backoff = Backoff(budget_s, first_delay_s=0.5, max_delay_s=10.0, jitter=(0.75, 1.25),
+                                  sleep=sleep)
                 log.warning("MySQL at %s is unavailable while %s (%s): retrying for up to %.0f s",
                             where, what, _brief(exc), budget_s)
             if backoff.exhausted(counting_next_wait=True):
                 raise ServerUnavailable(
                     f"MySQL at {where} stayed unavailable for {backoff.waited_s:.0f} s while {what} "
-                    f"({backoff.waits + 1} tries; last error: {_brief(exc)}); nothing after the last committed "
-                    "batch was written. Restart the job when the server is back: it resumes from its checkpoint "
-                    "(raise reconnect_timeout to wait longer)"
+                    f"({backoff.waits + 1} tries; last error: {_brief(exc)}); nothing after the last "
+                    "committed batch was written. Restart the job when the server is back: it resumes from "
+                    "its checkpoint (raise reconnect_timeout to wait longer)"
                 ) from None
             if on_retry is not None:
                 on_retry()

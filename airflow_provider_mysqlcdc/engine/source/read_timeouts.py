@@ -52,7 +52,7 @@ class BoundedReads:
     def __init__(self, *args: Any, timeout_setting: str | None = None, **kwargs: Any) -> None:
         if timeout_setting is not None:
             self.timeout_setting = timeout_setting
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]  # pymysql connects here
+        super().__init__(*args, **kwargs)  # pymysql connects here
 
     def connect(self, sock: Any = None) -> None:
         super().connect(sock)  # type: ignore[misc]

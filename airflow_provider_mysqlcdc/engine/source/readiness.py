@@ -73,7 +73,8 @@ class CheckReport:
             lines.append(line)
         if self.binlog:
             lines.append(f"current binlog position: {self.binlog}")
-        lines.append("result: ready for CDC" if self.ok else f"result: {len(self.failures())} check(s) failed")
+        lines.append("result: ready for CDC" if self.ok
+                     else f"result: {len(self.failures())} check(s) failed")
         return "\n".join(lines)
 
 

@@ -1,16 +1,17 @@
 """Overall snapshot progress of a pipeline: chunks and rows done of the total, the rate, and the time left.
 
-What an on-call engineer asks first during a long snapshot: how far, how fast, how long still. Counted over the
-latest plan generation of each table, from the tables' statuses (the planner's row estimate gives the total;
-committed chunks give the rows read). The rate is measured over this generation's work so far (first start to
-latest commit); the time left assumes the remaining chunks go at that pace, and is given only while something
-is left that is not failed (failed chunks wait for a rerun, which no rate predicts).
+What an on-call engineer asks first during a long snapshot: how far, how fast, how long still. Counted over
+the latest plan generation of each table, from the tables' statuses (the planner's row estimate gives the
+total; committed chunks give the rows read). The rate is measured over this generation's work so far (first
+start to latest commit); the time left assumes the remaining chunks go at that pace, and is given only while
+something is left that is not failed (failed chunks wait for a rerun, which no rate predicts).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.status.table_status import TableStatus
 
@@ -48,8 +49,8 @@ def snapshot_progress(tables: Iterable[TableStatus], now: datetime | None = None
         rate = rows / elapsed
         left = chunks - committed - failed
         if left > 0 and committed:
-            since = ((now or datetime.now(timezone.utc)) - last_commit).total_seconds()
+            since = ((now or datetime.now(UTC)) - last_commit).total_seconds()
             eta = max(left * elapsed / committed - max(since, 0.0), 0.0)
     estimated = max(sum(t.row_estimate for t in tables), rows)
-    return SnapshotProgress(chunks, committed, sum(t.running for t in tables), failed, rows, estimated, elapsed,
-                            rate, eta)
+    return SnapshotProgress(chunks, committed, sum(t.running for t in tables), failed, rows, estimated,
+                            elapsed, rate, eta)

@@ -14,9 +14,10 @@ Reads the chunk store and the output root; MySQL (optional) only for the server'
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import pymysql
 
@@ -130,13 +131,14 @@ def collect_status(
     mode = startup.get("mode")
     if mode:
         start = startup.get("start")
-        where = f"{start.get('file')}:{start.get('pos')}" if isinstance(start, dict) else "the smallest chunk HW"
+        where = (f"{start.get('file')}:{start.get('pos')}" if isinstance(start, dict)
+                 else "the smallest chunk HW")
         notes.append(f"stream startup mode {mode}: began at {where}")
     gc = _gc_report(root, notes)  # before the notes are taken: an unreadable report adds one
     return StatusReport(
         statuses,
         server.position if server else None,
-        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        datetime.now(UTC).isoformat(timespec="seconds"),
         tuple(notes),
         mode,
         snapshot_progress(statuses),

@@ -267,7 +267,8 @@ def _removal_notes(entry: TableEntry | None) -> list[str]:
     return [
         f"removed from the pipeline at {entry.removed_at:%Y-%m-%d %H:%M:%S} UTC"
         + (f" ({entry.removed_reason})" if entry.removed_reason else "")
-        + ": the stream no longer captures it, its output stays as it was; plan it again by name to add it back"
+        + ": the stream no longer captures it, its output stays as it was; plan it again by name to add it "
+        "back"
     ]
 
 
@@ -291,7 +292,8 @@ def _stream_notes(chunks: _Chunks, stream: TableStreamPosition, lag: _Lag) -> li
     return notes
 
 
-def _mirror_notes(view: MirrorView | None, manifest: MirrorManifest | None, own_batch: int | None) -> list[str]:
+def _mirror_notes(view: MirrorView | None, manifest: MirrorManifest | None,
+                  own_batch: int | None) -> list[str]:
     """Chunk snapshots and stream batches the mirror has not been refreshed with yet."""
     if manifest is None or manifest.generation != (view.generation if view else None):
         return []
@@ -305,7 +307,8 @@ def _mirror_notes(view: MirrorView | None, manifest: MirrorManifest | None, own_
     if stale:
         notes.append(f"mirror not yet refreshed for the snapshots of chunks {stale}")
     if own_batch is not None and (manifest.through_batch is None or manifest.through_batch < own_batch):
-        notes.append(f"mirror refreshed through batch {manifest.through_batch}, changelog at batch {own_batch}")
+        notes.append(f"mirror refreshed through batch {manifest.through_batch}, "
+                     f"changelog at batch {own_batch}")
     return notes
 
 
@@ -313,12 +316,15 @@ def _primary_key_notes(pk: tuple[str, ...] | None) -> list[str]:
     if pk != ():
         return []
     return [
-        "no primary key: the mirror is a multiset of rows, exact only for chunks read with the "
-        "consistent-snapshot read view (MariaDB); at-least-once otherwise"
+        (
+            "no primary key: the mirror is a multiset of rows, exact only for chunks read with the "
+            "consistent-snapshot read view (MariaDB); at-least-once otherwise"
+        )
     ]
 
 
-def _mirror_summary(manifest: MirrorManifest | None, root: str | None, table: TableId) -> dict[str, Any] | None:
+def _mirror_summary(manifest: MirrorManifest | None, root: str | None,
+                    table: TableId) -> dict[str, Any] | None:
     """The manifest's figures, and where the Delta tables readers open stand: the mirror's current version
     (and the position it is exact at) and the last batch the changelog's Delta table holds."""
     if manifest is None or root is None:

@@ -13,8 +13,8 @@ that is far behind into partitions decoded in parallel (parallel catch-up), at n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import pymysql
 

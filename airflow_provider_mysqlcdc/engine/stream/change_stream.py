@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowBlock, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
@@ -114,7 +114,8 @@ class ChangeStream:
                 order = KeyOrder(lambda: connect(self.settings), schema, plan.key_columns)
                 locators = _Locators(order, ChunkLocator(plan, order))
                 self._locators[(table, gen_view.generation)] = locators
-            if plan.planned_at is not None and gen_view.generation == max(g.generation for g in view.generations):
+            if (plan.planned_at is not None
+                    and gen_view.generation == max(g.generation for g in view.generations)):
                 self._replanned[table] = plan.planned_at
             hws = {c.chunk_id: c.hw for c in gen_view.chunks}
             generations.append(GenerationFilter(gen_view.generation, plan.key_columns, locators.locator, hws))
@@ -150,7 +151,7 @@ class ChangeStream:
         offset = start
         rows = 0
         for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout, blocks=True):
-            if type(item) is SchemaChange:
+            if isinstance(item, SchemaChange):
                 ddl.append(item)
                 offset = item.offset
                 continue
@@ -178,8 +179,8 @@ class ChangeStream:
         schemas = {b.schema.schema_id: b.schema for b in pending}
         batch = StreamBatch(
             rows=self._filter.apply_blocks(pending), start=start, end=offset, rows_read=rows,
-            seconds=time.monotonic() - started, dropped=self._filter.dropped - dropped_before, schemas=schemas,
-            schema_changes=ddl,
+            seconds=time.monotonic() - started, dropped=self._filter.dropped - dropped_before,
+            schemas=schemas, schema_changes=ddl,
         )
         if on_batch is not None:
             on_batch(batch.records)
@@ -188,7 +189,7 @@ class ChangeStream:
 
 def _captured_schema(conn: object, table: TableId) -> TableSchema:
     try:
-        return load_schema(conn, table)  # type: ignore[arg-type]
+        return load_schema(conn, table)
     except ConfigurationError as exc:
         raise ConfigurationError(
             f"{exc}. If {table} was dropped or renamed for good, take it out of the pipeline (mysqlcdc "

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import pymysql
 
@@ -56,7 +57,7 @@ def resolve_offset(
     conn: pymysql.connections.Connection,
     offset: BinlogOffset,
     identity: ServerIdentity,
-    table_views: Callable[[], Mapping[str, "TableView"]],
+    table_views: Callable[[], Mapping[str, TableView]],
 ) -> BinlogOffset:
     """``offset`` as an offset of the server behind ``conn`` (see the module docstring).
 
@@ -98,7 +99,7 @@ def move_offset(
     conn: pymysql.connections.Connection,
     offset: BinlogOffset,
     identity: ServerIdentity,
-    table_views: Callable[[], Mapping[str, "TableView"]],
+    table_views: Callable[[], Mapping[str, TableView]],
     reason: str,
 ) -> BinlogOffset:
     """The same point of the stream on another server of the topology, found by its GTID position."""
@@ -150,7 +151,7 @@ def move_offset(
     return moved
 
 
-def tables_before_failover_point(offset: BinlogOffset, views: Mapping[str, "TableView"]) -> list[str]:
+def tables_before_failover_point(offset: BinlogOffset, views: Mapping[str, TableView]) -> list[str]:
     """Tables whose snapshot the stream is not past at ``offset``: a chunk HW after it, or a chunk without a
     committed snapshot (its HW will be a position of whichever server it is read from)."""
     here = offset.key[:2]

@@ -10,15 +10,22 @@ the chunk of its own row image.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowBlock
 from airflow_provider_mysqlcdc.engine.chunks.locator import Locator
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.key_changes import identity_columns, split_key_changes
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, Record
+from airflow_provider_mysqlcdc.engine.model.records import (
+    DELETE,
+    INSERT,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    Op,
+    Record,
+)
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 
 
@@ -44,7 +51,8 @@ class GenerationFilter:
         """``covered`` for the images of one rows event (one position), their keys read off its columns."""
         names = block.schema.column_names
         nothing = [None] * len(block)
-        keys = list(zip(*(block.columns[names.index(c)] if c in names else nothing for c in self.key_columns)))
+        keys = list(zip(*(block.columns[names.index(c)] if c in names else nothing
+                          for c in self.key_columns)))
         pos = block.key_base
         out = []
         for chunk_id in self.locator.locate(keys):
@@ -169,7 +177,7 @@ class EmittedRows:
     key-changing update takes (-D/+I)."""
 
     block: RowBlock
-    ops: list[str]
+    ops: list[Op]
     keep: list[bool] | None
 
     def __len__(self) -> int:
@@ -181,14 +189,16 @@ class EmittedRows:
         table, schema_id = str(block.table), block.schema.schema_id
         rows = zip(*block.columns) if block.columns else [()] * len(block)
         return [
-            Record(table=table, op=self.ops[j], phase="stream", key=block.key(j), values=dict(zip(names, row)),
-                   commit_ts=block.commit_ts, binlog_file=block.binlog_file, schema_id=schema_id)
+            Record(table=table, op=self.ops[j], phase="stream", key=block.key(j),
+                   values=dict(zip(names, row)), commit_ts=block.commit_ts, binlog_file=block.binlog_file,
+                   schema_id=schema_id)
             for j, row in enumerate(rows) if self.keep is None or self.keep[j]
         ]
 
 
-def split_block_key_changes(block: RowBlock, identity: Sequence[str]) -> list[str]:
-    """``split_key_changes`` on a block: the ops of its images, -U/+U pairs whose identity differs as -D/+I."""
+def split_block_key_changes(block: RowBlock, identity: Sequence[str]) -> list[Op]:
+    """``split_key_changes`` on a block: the ops of its
+    images, -U/+U pairs whose identity differs as -D/+I."""
     ops = list(block.ops)
     names = block.schema.column_names
     columns = [block.columns[names.index(c)] for c in identity if c in names]
@@ -207,5 +217,7 @@ def stream_start(high_watermarks: Iterable[BinlogPosition | None]) -> BinlogPosi
     """min(HW) over all committed chunks: every row a chunk does not cover lies after it."""
     committed = [hw for hw in high_watermarks if hw is not None]
     if not committed:
-        raise CdcError("no committed chunk: run the snapshot phase before the stream (or choose a start offset)")
+        raise CdcError(
+            "no committed chunk: run the snapshot phase before the stream (or choose a start offset)"
+        )
     return min(committed)

@@ -1,9 +1,10 @@
-"""A stream's server_id range is its own while it runs: a second stream on an overlapping range fails at start.
+"""A stream's server_id range is its own while it runs:
+a second stream on an overlapping range fails at start.
 
-Every binlog reader of a stream (its own, the partitions of a parallel catch-up, the backfills of the chunks it
-snapshots again) takes a replica ``server_id`` from the stream's configured range, and the server drops one of
-two readers with one id. Readers of one stream never collide (``engine/binlog/server_ids.py`` claims ids per
-reader); two streams whose ranges overlap would. So a stream claims its whole range when it starts:
+Every binlog reader of a stream (its own, the partitions of a parallel catch-up, the backfills of the chunks
+it snapshots again) takes a replica ``server_id`` from the stream's configured range, and the server drops one
+of two readers with one id. Readers of one stream never collide (``engine/binlog/server_ids.py`` claims ids
+per reader); two streams whose ranges overlap would. So a stream claims its whole range when it starts:
 
 * one MySQL session of the stream takes ``GET_LOCK('mysqlcdc.stream_ids.<id>', 0)`` for every id of the range
   (low .. high, the id ``mysqlcdc check`` uses included) and holds them until the stream stops. A lock held by
@@ -24,8 +25,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pymysql
 
@@ -72,14 +74,14 @@ class ServerIdRangeClaim:
     def range(self) -> tuple[int, int]:
         return self.settings.server_id_range
 
-    def claim(self) -> "ServerIdRangeClaim":
+    def claim(self) -> ServerIdRangeClaim:
         """Take every id of the range, record the holder, start the heartbeat; ``ServerIdRangeTaken`` if
         another stream holds one of them."""
         low, high = self.range
         if high - low + 1 > MAX_RANGE_IDS:
             raise ConfigurationError(
-                f"server_id range {low}-{high} has {high - low + 1} ids; a stream claims each id of its range "
-                f"(at most {MAX_RANGE_IDS}): configure a smaller range (e.g. server_id=5400-5499)"
+                f"server_id range {low}-{high} has {high - low + 1} ids; a stream claims each id of its "
+                f"range (at most {MAX_RANGE_IDS}): configure a smaller range (e.g. server_id=5400-5499)"
             )
         self._take()
         log.info("the stream on %s holds server_id range %d-%d on %s (MySQL connection %s)", self.checkpoint,
@@ -106,7 +108,7 @@ class ServerIdRangeClaim:
         if conn is not None:
             try:
                 conn.close()  # ends the session: the server frees its locks
-            except Exception:  # noqa: BLE001 - a dead session holds nothing
+            except Exception:  # noqa: BLE001, S110 - a dead session holds nothing
                 pass
 
     # -- internals --
@@ -160,13 +162,13 @@ class ServerIdRangeClaim:
             who = (f"the stream on checkpoint {found.checkpoint} (server_id range {found.low_id}-"
                    f"{found.high_id}, {found.holder}, MySQL connection {holder}{since})")
         return (
-            f"the stream on checkpoint {self.checkpoint} cannot claim its server_id range {low}-{high} on the "
-            f"server at {identity.where}: server_id {server_id} is held by {who}. Two streams whose ranges "
-            "overlap would give their binlog readers (the stream's own, parallel catch-up partitions, "
-            "backfills) the same replica server_id, and the server drops one of two readers with one id. Give "
-            "each stream on this server a server_id range of its own, disjoint from the others: the MySQL URL "
-            "option ?server_id=<low>-<high> (mysqlcdc --mysql-url), or the Airflow connection's extra "
-            '{"server_id": "<low>-<high>"}'
+            f"the stream on checkpoint {self.checkpoint} cannot claim its server_id range {low}-{high} on "
+            f"the server at {identity.where}: server_id {server_id} is held by {who}. Two streams whose "
+            "ranges overlap would give their binlog readers (the stream's own, parallel catch-up partitions, "
+            "backfills) the same replica server_id, and the server drops one of two readers with one id. "
+            "Give each stream on this server a server_id range of its own, disjoint from the others: the "
+            "MySQL URL option ?server_id=<low>-<high> (mysqlcdc --mysql-url), or the Airflow connection's "
+            'extra {"server_id": "<low>-<high>"}'
         )
 
     def _heartbeat(self) -> None:
@@ -200,10 +202,12 @@ class ServerIdRangeClaim:
 
 
 def claim_server_id_range(
-    settings: MySQLSettings, checkpoint: str, chunk_store: str, *, on_lost: Callable[[str], None] | None = None
+    settings: MySQLSettings, checkpoint: str, chunk_store: str, *,
+    on_lost: Callable[[str], None] | None = None,
 ) -> ServerIdRangeClaim:
     """Claim the stream's whole server_id range on its server for as long as it runs (``release()`` gives it
-    back); fails with ``ServerIdRangeTaken``, naming both checkpoints, when another stream holds part of it."""
+    back); fails with ``ServerIdRangeTaken``, naming both checkpoints, when another stream holds part of
+    it."""
     return ServerIdRangeClaim(settings, checkpoint, chunk_store, on_lost).claim()
 
 

@@ -21,8 +21,8 @@ server before the first batch is caught by ``failover.resolve_offset`` like any 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import pymysql
 
@@ -86,7 +86,8 @@ def check_snapshot_server(
         reason = _foreign_reason(conn, identity, chunks, planned_on.get(name))
         if reason is not None:
             foreign.append(ForeignTable(name, reason))
-        elif any(c.hw_server is None for c in chunks) or (view.latest_generation and not planned_on.get(name)):
+        elif (any(c.hw_server is None for c in chunks)
+              or (view.latest_generation and not planned_on.get(name))):
             unrecorded.append(name)
     if unrecorded:
         log.warning(

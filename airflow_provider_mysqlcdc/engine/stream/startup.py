@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pymysql
@@ -54,7 +54,7 @@ class StartupMode:
     )
 
     @classmethod
-    def parse(cls, text: str | None) -> "StartupMode":
+    def parse(cls, text: str | None) -> StartupMode:
         value = (text or INITIAL).strip()
         mode, _, arg = value.partition(":")
         mode = mode.strip().lower()
@@ -96,8 +96,8 @@ class StartupMode:
 def _parse_time(text: str) -> datetime:
     try:
         if re.fullmatch(r"\d+(\.\d+)?", text):
-            return datetime.fromtimestamp(float(text), timezone.utc)
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            return datetime.fromtimestamp(float(text), UTC)
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         raise ConfigurationError(
             f"startup mode timestamp {text!r}: use ISO 8601 (2026-11-21T08:00:00Z) or epoch seconds"
@@ -106,10 +106,11 @@ def _parse_time(text: str) -> datetime:
         raise ConfigurationError(
             f"startup mode timestamp {text!r} has no time zone: add one (Z, +02:00); the binlog keeps UTC"
         )
-    return parsed.astimezone(timezone.utc)
+    return parsed.astimezone(UTC)
 
 
-def resolve_start(settings: MySQLSettings, mode: StartupMode, *, server_id: int | None = None) -> BinlogOffset:
+def resolve_start(settings: MySQLSettings, mode: StartupMode, *,
+                  server_id: int | None = None) -> BinlogOffset:
     """The transaction start the stream of a ``from_offset`` mode begins at, on this server."""
     if not mode.from_offset:
         raise ConfigurationError(f"startup mode {mode} starts from the chunks' HWs, not from an offset")
@@ -226,7 +227,9 @@ def _group_starts(settings: MySQLSettings, server_id: int, file: str, stop_after
             if stop_after is not None and len(out) >= stop_after:
                 break
     except pymysql.err.MySQLError as exc:
-        raise StartupError(f"reading binlog file {file} for a timestamp start failed: {exc.args[-1]}") from None
+        raise StartupError(
+            f"reading binlog file {file} for a timestamp start failed: {exc.args[-1]}"
+        ) from None
     finally:
         stream.close()
     return out

@@ -26,8 +26,9 @@ no change of a captured table was in it, so batch markers can carry the exact st
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -109,7 +110,8 @@ def _blocks_batches(rows: Iterable[EmittedRows], size: int) -> Iterator[pa.Recor
         block = emitted.block
         group = (str(block.table), block.schema.schema_id)
         positions = format_row_keys(*block.key_base, block.rows, block.halves)
-        data = changes_batch(block.schema, emitted.ops, positions, block.commit_ts, block.columns, emitted.keep)
+        data = changes_batch(block.schema, emitted.ops, positions, block.commit_ts, block.columns,
+                             emitted.keep)
         pending.setdefault(group, []).append(data)
         schemas[group] = block.schema
         counts[group] = counts.get(group, 0) + data.num_rows
@@ -209,7 +211,8 @@ def stream_changes(
         elif op == DDL_OP:
             if ddl is not None:
                 commit_ts = columns["_commit_ts"][i].as_py()
-                ddl.append({**json.loads(columns["_values"][i].as_py()), "table": columns["_table"][i].as_py(),
+                ddl.append({**json.loads(columns["_values"][i].as_py()),
+                            "table": columns["_table"][i].as_py(),
                             "position": columns["_position"][i].as_py(),
                             "commit_ts": commit_ts.isoformat() if commit_ts else None})
         else:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -79,7 +80,8 @@ class ChunkGroupResult:
 def run_chunk_group(spark: SparkSession, options: SnapshotOptions, *, progress: Progress | None = None,
                     raise_on_failure: bool = True, job_group: str | None = None,
                     chunks_per_task: int = tasks.MAX_CHUNKS_PER_TASK) -> ChunkGroupResult:
-    """Snapshot the chunks of ``options`` (all chunks of the plan if ``chunk_ids`` is None) in one Spark job."""
+    """Snapshot the chunks of ``options`` (all chunks of
+    the plan if ``chunk_ids`` is None) in one Spark job."""
     return run_snapshot(spark, [options], progress=progress, raise_on_failure=raise_on_failure,
                         job_group=job_group, chunks_per_task=chunks_per_task)[0]
 
@@ -121,7 +123,8 @@ def run_snapshot(spark: SparkSession, options: Sequence[SnapshotOptions], *, pro
         watcher.start()
         written = tasks.written_accumulator(spark)
         try:
-            out = tasks.run_tasks(spark, writers, work, written, chunks_per_task, while_running=commits.complete)
+            out = tasks.run_tasks(spark, writers, work, written, chunks_per_task,
+                                  while_running=commits.complete)
         except Exception as exc:  # noqa: BLE001 - recorded per chunk, then raised as SnapshotFailed
             commits.failed(written.value, task_failure_summary(exc))
         else:
@@ -172,7 +175,8 @@ class _TableCommits:
     before the failure (``failed``: the others are discarded and recorded failed). A table's commit is its own
     chunk store transaction; one table's failure holds back no other."""
 
-    def __init__(self, store: ChunkStore, writers: Sequence[SnapshotWriter], jobs: Sequence[ChunkGroupJob]) -> None:
+    def __init__(self, store: ChunkStore, writers: Sequence[SnapshotWriter],
+                 jobs: Sequence[ChunkGroupJob]) -> None:
         self.store, self.writers, self.jobs = store, writers, jobs
         self.errors: list[str | None] = [None] * len(jobs)
         self.done: set[int] = set()
@@ -206,8 +210,9 @@ class _TableCommits:
             writer.commit(messages, self.store)
         except Exception as exc:  # noqa: BLE001 - this table failed; the others still commit
             writer.abort(messages, self.store)
-            self.errors[i] = f"{type(exc).__name__}: {exc}"[:500]
-            _record_failure(self.store, job, self.errors[i])
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            self.errors[i] = error
+            _record_failure(self.store, job, error)
 
 
 def _result(store: ChunkStore, job: ChunkGroupJob, error: str | None, seconds: float) -> ChunkGroupResult:
@@ -227,7 +232,8 @@ def _result(store: ChunkStore, job: ChunkGroupJob, error: str | None, seconds: f
 
 
 def _record_failure(store: ChunkStore, job: ChunkGroupJob, error: str) -> None:
-    """Put the real error on chunks still marked as running by this attempt (``abort`` wrote a generic one)."""
+    """Put the real error on chunks still marked as running
+    by this attempt (``abort`` wrote a generic one)."""
     for state in store.chunks(job.options.table, job.plan.generation):
         attempt = job.options.attempts.get(state.chunk_id)
         if attempt is None or state.attempts != attempt:
@@ -269,4 +275,5 @@ class _ProgressWatcher:
                 return
             if done != self._last:
                 self._last = done
-                self.say(f"snapshot {self.label}: {done}/{count} Spark task(s) done ({self.total} chunks in all)")
+                self.say(f"snapshot {self.label}: {done}/{count} Spark task(s) done "
+                         f"({self.total} chunks in all)")

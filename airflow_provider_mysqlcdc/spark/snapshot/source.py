@@ -14,7 +14,7 @@ Options (strings): ``mysql_url`` (no password), ``password_file``, ``table``, ``
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -29,9 +29,9 @@ SOURCE_NAME = "mysql_cdc_snapshot"
 
 
 def spark_schema(arrow_schema: pa.Schema) -> StructType:
-    """Spark types of the output, the same as Spark infers from the Parquet output: DECIMAL(p,s) stays decimal,
-    DATETIME is TimestampNTZ, TIMESTAMP a (UTC instant) TimestampType, BIGINT UNSIGNED and BIT(64) are
-    decimal(20,0), TIME is bigint microseconds (Parquet has no duration type; pyarrow reads it back as
+    """Spark types of the output, the same as Spark infers from the Parquet output: DECIMAL(p,s) stays
+    decimal, DATETIME is TimestampNTZ, TIMESTAMP a (UTC instant) TimestampType, BIGINT UNSIGNED and BIT(64)
+    are decimal(20,0), TIME is bigint microseconds (Parquet has no duration type; pyarrow reads it back as
     duration[us] from the schema it stores)."""
     return from_arrow_schema(_spark_arrow_schema(arrow_schema), prefer_timestamp_ntz=True)
 
@@ -71,8 +71,9 @@ class SnapshotReader(DataSourceReader):
                 # DDL changed the table's columns after the DataFrame's schema was resolved on the driver: the
                 # chunk was read with the new ones, which Spark cannot take under the old schema.
                 raise CdcError(
-                    f"{self.job.options.table} chunk {partition.chunk_id}: the table's columns changed (DDL) since "
-                    f"this DataFrame's schema was resolved ({declared.names} -> {batch.schema.names}): read it again"
+                    f"{self.job.options.table} chunk {partition.chunk_id}: the table's columns changed (DDL) "
+                    f"since this DataFrame's schema was resolved ({declared.names} -> {batch.schema.names}): "
+                    "read it again"
                 )
             yield spark_batch(batch)
 

@@ -24,8 +24,9 @@ directory of a task killed hard, which no manifest names.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import chain, groupby
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from pyspark import InheritableThread
 from pyspark.accumulators import AccumulatorParam
@@ -106,7 +107,8 @@ def run_tasks(spark: Any, writers: Sequence[SnapshotWriter], work: Sequence[tupl
     costs = [chunk_cost(writers[table_index].job.plan) for table_index, _ in work]
     groups = split_work(work, costs, max(1, spark.sparkContext.defaultParallelism), chunks_per_task)
 
-    def task(index: int, items: Iterator[list[tuple[int, int]]]) -> Iterator[tuple[int, SnapshotCommitMessage]]:
+    def task(index: int,
+             items: Iterator[list[tuple[int, int]]]) -> Iterator[tuple[int, SnapshotCommitMessage]]:
         out = write_items(writers, index, chain.from_iterable(items))
         written.add(out)
         return iter(out)
@@ -115,7 +117,8 @@ def run_tasks(spark: Any, writers: Sequence[SnapshotWriter], work: Sequence[tupl
     return _collect_polling(spark, rdd, written, while_running)
 
 
-def _collect_polling(spark: Any, rdd: Any, written: Any, while_running: Callable[[Written], None] | None) -> Written:
+def _collect_polling(spark: Any, rdd: Any, written: Any,
+                     while_running: Callable[[Written], None] | None) -> Written:
     """``rdd.collect()`` on a thread that inherits this one's job group; this thread polls meanwhile. If this
     thread is interrupted, the job group is cancelled first, so no task outlives the run."""
     if while_running is None:
@@ -145,7 +148,8 @@ def _collect_polling(spark: Any, rdd: Any, written: Any, while_running: Callable
     return outcome["rows"]
 
 
-def write_items(writers: Sequence[SnapshotWriter], partition: int, items: Iterable[tuple[int, int]]) -> Written:
+def write_items(writers: Sequence[SnapshotWriter], partition: int,
+                items: Iterable[tuple[int, int]]) -> Written:
     """Read and write the chunks of one task, table after table, each with this task's reader slot and one
     MySQL session for its checks (``ReadSessions``); if one fails, the chunks this task wrote before it are
     deleted too."""

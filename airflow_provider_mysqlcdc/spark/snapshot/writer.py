@@ -1,4 +1,5 @@
-"""Committing chunk snapshots from Spark: versioned Parquet on the executors, chunk store + manifest on the driver.
+"""Committing chunk snapshots from Spark: versioned Parquet
+on the executors, chunk store + manifest on the driver.
 
 Handoff of LW/HW: the *task itself performs the chunk read*. A snapshot run's job (``tasks.run_tasks``) is an
 RDD of chunk ids; each task reads its chunks with the engine's ``ChunkRead``, streams the Arrow batches into
@@ -32,9 +33,10 @@ import logging
 import os
 import posixpath
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,10 +86,11 @@ class SnapshotCommitMessage:
     chunks: list[WrittenChunk]
 
 
-# --- executor side --------------------------------------------------------------------------------------------
+# --- executor side ------------------------------------------------------------------------------------------
 
 
-def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int, sessions: ReadSessions | None = None) -> WrittenChunk:
+def write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int,
+                sessions: ReadSessions | None = None) -> WrittenChunk:
     """Read one chunk and write it to a fresh version directory; on any error the directory is removed (and
     a read that met a zero date after handing out rows goes again: ``date_guard``). ``sessions``: the task's
     MySQL sessions, shared with its other reads (``read_session.py``)."""
@@ -120,8 +123,9 @@ def _write_chunk(job: ChunkGroupJob, chunk_id: int, slot: int, sessions: ReadSes
     )
 
 
-def _write_parquet(directory: str, schema: pa.Schema | Callable[[], pa.Schema], batches: Iterator[pa.RecordBatch],
-                   rows_per_file: int, fault: tuple[str, int] | None) -> tuple[list[str], int, int]:
+def _write_parquet(directory: str, schema: pa.Schema | Callable[[], pa.Schema],
+                   batches: Iterator[pa.RecordBatch], rows_per_file: int,
+                   fault: tuple[str, int] | None) -> tuple[list[str], int, int]:
     """Stream batches into the version directory; return (file names, rows, bytes)."""
     files = VersionFiles(directory, schema, rows_per_file)
     try:
@@ -142,7 +146,8 @@ class VersionFiles:
     (maybe empty) file, so readers always find the schema. ``schema`` may be a function, called when the first
     file opens (the chunk read knows its columns only once it yields, or ends)."""
 
-    def __init__(self, directory: str, schema: pa.Schema | Callable[[], pa.Schema], rows_per_file: int) -> None:
+    def __init__(self, directory: str, schema: pa.Schema | Callable[[], pa.Schema],
+                 rows_per_file: int) -> None:
         self.fs, self.inner = filesystem(directory)
         self.fs.create_dir(self.inner, recursive=True)
         self._schema, self.rows_per_file = schema, rows_per_file
@@ -183,7 +188,7 @@ class VersionFiles:
         """Close quietly (the caller deletes the directory)."""
         try:
             self._close_file()
-        except Exception:  # noqa: BLE001 - the output is being thrown away
+        except Exception:  # noqa: BLE001, S110 - the output is being thrown away
             pass
 
     def _open_file(self) -> None:
@@ -215,7 +220,7 @@ def _fail(kind: str) -> None:
     raise InjectedFault("test_fault: the chunk write fails half way")
 
 
-# --- one table's writes and their commit ---------------------------------------------------------------------
+# --- one table's writes and their commit --------------------------------------------------------------------
 
 
 class SnapshotWriter:
@@ -225,7 +230,8 @@ class SnapshotWriter:
     def __init__(self, job: ChunkGroupJob) -> None:
         self.job = job
 
-    def write_chunks(self, ids: Sequence[int], slot: int, sessions: ReadSessions | None = None) -> SnapshotCommitMessage:
+    def write_chunks(self, ids: Sequence[int], slot: int,
+                     sessions: ReadSessions | None = None) -> SnapshotCommitMessage:
         """Read and write ``ids`` one after another with reader ``slot`` (and the task's ``sessions``); on
         failure nothing of them stays."""
         stray = sorted(set(ids) - set(self.job.chunk_ids))
@@ -247,7 +253,8 @@ class SnapshotWriter:
         for chunk in message.chunks:
             delete_dir(chunk.directory)
 
-    def commit(self, messages: Sequence[SnapshotCommitMessage | None], store: ChunkStore | None = None) -> None:
+    def commit(self, messages: Sequence[SnapshotCommitMessage | None],
+               store: ChunkStore | None = None) -> None:
         """Commit every written chunk: all in one store transaction with one manifest publish; if that is
         refused (a stale attempt, say), each chunk in its own, so the others still commit. ``store``: the
         driver's open chunk store (else one of its own)."""
@@ -268,37 +275,42 @@ class SnapshotWriter:
                 except Exception as exc:  # noqa: BLE001 - the others still commit; abort() cleans this one
                     errors.append(f"chunk {chunk.chunk_id}: {type(exc).__name__}: {exc}")
         if errors:
-            raise CdcError(f"{self.job.options.table}: {len(errors)} chunk(s) not committed: " + "; ".join(errors))
+            raise CdcError(f"{self.job.options.table}: {len(errors)} chunk(s) not committed: "
+                           + "; ".join(errors))
 
-    def abort(self, messages: Sequence[SnapshotCommitMessage | None], store: ChunkStore | None = None) -> None:
+    def abort(self, messages: Sequence[SnapshotCommitMessage | None],
+              store: ChunkStore | None = None) -> None:
         """Discard what did not commit; record the failure; committed chunks (a partial commit) stay."""
         options = self.job.options
-        with _store(self.job, store) as store:
-            republish_manifest(store, self.job)  # first: the manifest must not name a directory deleted below
+        with _store(self.job, store) as opened:
+            # first: the manifest must not name a directory deleted below
+            republish_manifest(opened, self.job)
             committed: set[int] = set()
             for chunk in _written(messages):
-                state = store.chunk(options.table, self.job.plan.generation, chunk.chunk_id)
+                state = opened.chunk(options.table, self.job.plan.generation, chunk.chunk_id)
                 if state.output_version == chunk.directory:
                     committed.add(chunk.chunk_id)
                 else:
                     delete_dir(chunk.directory)
             for chunk_id in self.job.chunk_ids:
                 if chunk_id not in committed:
-                    store.fail_chunk(options.table, self.job.plan.generation, chunk_id,
-                                     "the Spark write was aborted (a task or the commit failed; see the Spark "
-                                     "job's error); the previous snapshot of the chunk stays in force",
-                                     run_id=options.run_id, attempt=options.attempts.get(chunk_id))
+                    opened.fail_chunk(options.table, self.job.plan.generation, chunk_id,
+                                      "the Spark write was aborted (a task or the commit failed; see the "
+                                      "Spark job's error); the previous snapshot of the chunk stays in force",
+                                      run_id=options.run_id, attempt=options.attempts.get(chunk_id))
 
 
 def commit_written_chunks(store: ChunkStore, job: ChunkGroupJob, chunks: Sequence[WrittenChunk]) -> None:
-    """Store rows + one manifest publish in one transaction; deadlocks between concurrent groups are retried."""
+    """Store rows + one manifest publish in one transaction;
+    deadlocks between concurrent groups are retried."""
     options = job.options
     results = [_result(options, chunk) for chunk in chunks]
     for attempt in range(_COMMIT_RETRIES):
         try:
             store.commit_chunks(
                 options.table, job.plan.generation, results, run_id=options.run_id,
-                in_transaction=lambda conn, _states: publish_snapshot_manifest(conn, options.output, job.plan.table),
+                in_transaction=lambda conn, _states: publish_snapshot_manifest(conn, options.output,
+                                                                               job.plan.table),
             )
             return
         except StaleAttempt:
@@ -315,9 +327,9 @@ def commit_written_chunks(store: ChunkStore, job: ChunkGroupJob, chunks: Sequenc
 def _result(options: Any, chunk: WrittenChunk) -> ChunkResult:
     extra = {"files": chunk.files, "bytes": chunk.bytes, "read_view_mode": chunk.mode,
              "backfill_events": chunk.backfill_events, "excluded_columns": list(options.exclude_columns)}
-    return ChunkResult(chunk.chunk_id, chunk.rows, BinlogPosition.parse(chunk.lw), BinlogPosition.parse(chunk.hw),
-                       chunk.directory, chunk.attempt, chunk.timings, extra, chunk.hw_server,
-                       chunk.hw_gtid_position)
+    return ChunkResult(chunk.chunk_id, chunk.rows, BinlogPosition.parse(chunk.lw),
+                       BinlogPosition.parse(chunk.hw), chunk.directory, chunk.attempt, chunk.timings, extra,
+                       chunk.hw_server, chunk.hw_gtid_position)
 
 
 def republish_manifest(store: ChunkStore, job: ChunkGroupJob) -> None:

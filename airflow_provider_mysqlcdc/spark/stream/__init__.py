@@ -1,1 +1,2 @@
-"""The stream phase on Spark: the mysql_cdc_binlog streaming source, the changelog sink, the streaming query."""
+"""The stream phase on Spark: the mysql_cdc_binlog streaming
+source, the changelog sink, the streaming query."""

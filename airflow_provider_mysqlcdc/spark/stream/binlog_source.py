@@ -39,8 +39,8 @@ Options (all strings; none of them is secret):
 ``read_timeout``        seconds a batch read may take (default 600)
 ``reconnect_timeout``   seconds to wait out a MySQL outage (restart, failover, network cut) before the query
                         fails (default 300); a part of a read cut by it is run again from its start
-``starting_offset``     a new checkpoint's first offset (JSON of a ``BinlogOffset``; startup modes that take no
-                        snapshot); without it, the smallest chunk HW
+``starting_offset``     a new checkpoint's first offset (JSON of a ``BinlogOffset``; startup modes that take
+                        no snapshot); without it, the smallest chunk HW
 
 The password travels to executors inside the pickled source, never in options, plans or logs.
 """
@@ -49,11 +49,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import itertools
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -127,7 +130,7 @@ class BinlogSourceOptions:
             )
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "BinlogSourceOptions":
+    def from_options(cls, options: Mapping[str, str]) -> BinlogSourceOptions:
         def get(name: str) -> str | None:
             value = options.get(name)
             return value if value not in (None, "") else None
@@ -212,7 +215,9 @@ def _offset_option(text: str | None) -> BinlogOffset | None:
     try:
         return BinlogOffset.from_dict(json.loads(text))
     except (ValueError, TypeError, OffsetFormatError) as exc:
-        raise ConfigurationError(f"{SOURCE_NAME}: option starting_offset is not a binlog offset: {exc}") from None
+        raise ConfigurationError(
+            f"{SOURCE_NAME}: option starting_offset is not a binlog offset: {exc}"
+        ) from None
 
 
 @dataclass
@@ -247,7 +252,7 @@ class BinlogSource(DataSource):
 
         return STREAM_SCHEMA_DDL
 
-    def streamReader(self, schema: Any) -> "BinlogMicroBatchStream":
+    def streamReader(self, schema: Any) -> BinlogMicroBatchStream:
         return BinlogMicroBatchStream(self.config, self._password)
 
     def __repr__(self) -> str:  # never the password
@@ -256,8 +261,9 @@ class BinlogSource(DataSource):
 
 @dataclass
 class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The binlog source's PySpark ``DataSourceStreamReader`` (not mysql-replication's ``BinLogStreamReader``):
-    driver side, offsets and admission control; executor side, ``read`` of one batch range."""
+    """The binlog source's PySpark ``DataSourceStreamReader`` (not mysql-replication's
+    ``BinLogStreamReader``): driver side, offsets and admission control; executor side, ``read`` of one batch
+    range."""
 
     config: BinlogSourceOptions
     password: str = field(repr=False)
@@ -337,8 +343,8 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The next batch end, planned on the server the stream talks to now: ``start`` is first resolved
-        to that server (``engine.stream.failover``: the same server, or a move by GTID position after a failover);
-        the end records that server and its GTID position."""
+        to that server (``engine.stream.failover``: the same server, or a move by GTID position after a
+        failover); the end records that server and its GTID position."""
         from airflow_provider_mysqlcdc.engine.stream.admission import next_batch_end
         from airflow_provider_mysqlcdc.engine.stream.failover import end_offset
 
@@ -365,9 +371,10 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         return end.to_dict()
 
     def _resolve_offsets(self, conn: Any, *offsets: dict) -> tuple[Any, list[BinlogOffset]]:
-        """The offsets as offsets of the server behind ``conn`` (``engine.stream.failover.resolve_offset``), and that
-        server's identity. Memoized per offset and server: a move by GTID scans binlog events, and gives the
-        same answer every time (so a replayed batch reads the same range), but need not run every trigger."""
+        """The offsets as offsets of the server behind ``conn`` (``engine.stream.failover.resolve_offset``),
+        and that server's identity. Memoized per offset and server: a move by GTID scans binlog events, and
+        gives the same answer every time (so a replayed batch reads the same range), but need not run every
+        trigger."""
         from airflow_provider_mysqlcdc.engine.stream.failover import resolve_offset, server_identity
 
         identity = server_identity(conn)
@@ -428,12 +435,12 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             log.info("batch %s -> %s: %d partitions read in parallel", bounds[0], bounds[-1], count)
         return [
             BinlogPartition(a.to_dict(), b.to_dict(), index=i, count=count, batch_start=bounds[0].to_dict())
-            for i, (a, b) in enumerate(zip(bounds, bounds[1:]))
+            for i, (a, b) in enumerate(itertools.pairwise(bounds))
         ]
 
     def _cuts(self, conn: Any, token: str, first: BinlogOffset, last: BinlogOffset) -> list[BinlogPosition]:
-        """Where a batch splits (``engine/stream/admission.cut_points``), from the marks its planning scan left; a
-        batch planned by an earlier run (replayed after a restart) is scanned again."""
+        """Where a batch splits (``engine/stream/admission.cut_points``), from the marks its planning scan
+        left; a batch planned by an earlier run (replayed after a restart) is scanned again."""
         from airflow_provider_mysqlcdc.engine.stream.admission import cut_points, next_batch_end
 
         low, high = self.settings().server_id_range
@@ -455,13 +462,13 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception:  # noqa: BLE001 - closing a dead session
+            except Exception:  # noqa: BLE001, S110 - closing a dead session
                 pass
             self._conn = None
 
     # -- executor: one batch --
 
-    def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id, claimed_server_id
         from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
         from airflow_provider_mysqlcdc.engine.stream.batch_failover import (
@@ -536,7 +543,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         begin, previous, first, rows, emitted, seconds = start, start, None, 0, 0, 0.0
         while True:
             part_first, last, batch, known = retry_while_unavailable(
-                lambda begin=begin: read_range(begin),
+                functools.partial(read_range, begin),
                 what=f"reading the batch {begin} -> {end}",
                 where=f"{settings.host}:{settings.port}",
                 budget_s=self.config.reconnect_timeout,
@@ -591,8 +598,8 @@ def _on_server_read(
     settings: MySQLSettings, store: Any, tables: Sequence[TableId], start: BinlogOffset, end: BinlogOffset,
     *, movable: bool, failover: Callable[[str | None, Any], Exception],
 ) -> tuple[BinlogOffset, BinlogOffset]:
-    """A batch's range as offsets of the server a read reaches (``engine.stream.failover.resolve_offset``): the
-    planned range as it is on the server the driver planned it on, else (``movable``) moved there by GTID
+    """A batch's range as offsets of the server a read reaches (``engine.stream.failover.resolve_offset``):
+    the planned range as it is on the server the driver planned it on, else (``movable``) moved there by GTID
     position; a range that may not move raises ``failover(planned_on, now)``."""
     from airflow_provider_mysqlcdc.engine.stream.failover import resolve_offset, server_identity
 

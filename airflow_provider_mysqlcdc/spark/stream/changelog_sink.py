@@ -4,7 +4,8 @@ Per batch id and table (``output_layout``):
 
 1. executors take the typed record batches the source built (``stream_rows``: the
    ``arrow_batches.records_batch`` layout, in Arrow IPC) and write
-   ``changelog/batch=<id>/part-<partition>-<attempt>.parquet`` (and, optionally, the Flink ``changelog-json`` form under ``changelog-json/batch=<id>/``);
+   ``changelog/batch=<id>/part-<partition>-<attempt>.parquet`` (and, optionally, the Flink ``changelog-json``
+   form under ``changelog-json/batch=<id>/``);
 2. the driver writes the batch marker ``changelog/_committed/batch=<id>.json`` atomically for every table
    with changes in the batch: the files of this attempt (readers that follow markers never see a torn or
    duplicated batch), ``rows``, ``first_position``/``last_position`` and the binlog range the batch covered,
@@ -37,10 +38,11 @@ import logging
 import posixpath
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -194,9 +196,10 @@ class PartitionWriter:
         finally:
             results = [row for out in files.values() for row in out.close()]
         results += [("", RANGE, json.dumps(r, separators=(",", ":")), 0, None, None) for r in ranges]
-        results += [(d["table"], DDL, json.dumps(d, separators=(",", ":")), 0, d["position"], None) for d in ddl]
+        results += [(d["table"], DDL, json.dumps(d, separators=(",", ":")), 0, d["position"], None)
+                    for d in ddl]
         names = ["table", "kind", "file", "rows", "first_position", "last_position"]
-        columns = list(zip(*results)) if results else [[] for _ in names]
+        columns: list[Sequence[Any]] = list(zip(*results)) if results else [[] for _ in names]
         yield pa.RecordBatch.from_arrays(
             [pa.array(list(c), pa.int64() if n == "rows" else pa.string()) for n, c in zip(names, columns)],
             names=names,
@@ -248,7 +251,7 @@ class ChangelogSink:
     def __post_init__(self) -> None:
         self._by_name = {str(t): s for t, s in self.schemas.items()}
 
-    def __call__(self, df: "DataFrame", batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         attempt = new_version()
         ledger = self.ledger_path(batch_id)
@@ -273,7 +276,7 @@ class ChangelogSink:
                 "rows": batch.rows,
                 "start_offset": batch.start_offset,
                 "end_offset": batch.end_offset,
-                "committed_at": datetime.now(timezone.utc).isoformat(),
+                "committed_at": datetime.now(UTC).isoformat(),
             },
         )
         if batch_id >= LEDGER_RETAIN:
@@ -293,7 +296,8 @@ class ChangelogSink:
         return found
 
     def _delta_holds(self, batch_id: int, tables: set[str]) -> set[str]:
-        """The tables whose Delta changelog already holds ``batch_id`` (an earlier attempt committed it there)."""
+        """The tables whose Delta changelog already holds
+        ``batch_id`` (an earlier attempt committed it there)."""
         return {t for t in tables if self._delta(TableId.parse(t)).holds(batch_id)}
 
     def ledger_path(self, batch_id: int) -> str:
@@ -372,7 +376,7 @@ class ChangelogSink:
                     "last_position": max(lasts) if lasts else None,
                     "start_offset": start_offset,
                     "end_offset": end_offset,
-                    "committed_at": datetime.now(timezone.utc).isoformat(),
+                    "committed_at": datetime.now(UTC).isoformat(),
                 },
             )
         if replay:
@@ -380,11 +384,11 @@ class ChangelogSink:
                 _keep_committed_attempt(self.root, TableId.parse(table), batch_id)
             for table in sorted({*self._by_name, *by_table} - settled):
                 tid = TableId.parse(table)
-                kinds = by_table.get(table)
-                if kinds is None:  # an earlier attempt may have written this table: drop its marker first
+                written = by_table.get(table)
+                if written is None:  # an earlier attempt may have written this table: drop its marker first
                     _delete_file(changelog_marker(self.root, tid, batch_id))
                 for kind in (CHANGELOG, CHANGELOG_JSON):
-                    keep = {r[2] for r in (kinds or {}).get(kind, [])}
+                    keep = {r[2] for r in (written or {}).get(kind, [])}
                     _delete_other_files(changelog_dir(self.root, tid, batch_id, kind), keep)
         for table, kinds in sorted(by_table.items()):  # after the markers: Delta readers see whole batches
             if table not in settled:
@@ -398,7 +402,7 @@ class ChangelogSink:
                     "batch_id": batch_id,
                     "end_offset": end_offset,
                     "tables": sorted({*self._by_name, *by_table, *ddl}),
-                    "committed_at": datetime.now(timezone.utc).isoformat(),
+                    "committed_at": datetime.now(UTC).isoformat(),
                 },
             )
         return BatchCommit(batch_id, rows, replay, 0.0, start_offset, end_offset,
@@ -493,7 +497,7 @@ def _flink_value(value: Any) -> Any:
         return _RawNumber(format(value, "f"))
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%fZ")
+            return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%fZ")
         return value.strftime("%Y-%m-%d %H:%M:%S.%f")
     if isinstance(value, date):
         return value.isoformat()

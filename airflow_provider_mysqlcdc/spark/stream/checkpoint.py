@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -43,11 +43,12 @@ def claim_output(checkpoint: str, output: str, startup: dict[str, Any] | None = 
     identity_path = posixpath.join(checkpoint.rstrip("/"), STREAM_ID_FILE)
     identity = read_json(identity_path)
     if identity is None:
-        identity = {"stream_id": uuid.uuid4().hex, "created_at": datetime.now(timezone.utc).isoformat()}
+        identity = {"stream_id": uuid.uuid4().hex, "created_at": datetime.now(UTC).isoformat()}
         write_json_atomic(identity_path, identity)
     owner_path = stream_owner_path(output)
     owner = read_json(owner_path)
-    if owner is None or (owner.get("stream_id") == identity["stream_id"] and startup and "startup" not in owner):
+    if owner is None or (owner.get("stream_id") == identity["stream_id"] and startup
+                         and "startup" not in owner):
         write_json_atomic(owner_path, {"stream_id": identity["stream_id"], "checkpoint": checkpoint,
                                        **({"startup": startup} if startup else {})})
     elif owner.get("stream_id") != identity["stream_id"]:
@@ -91,7 +92,7 @@ def startup_offset(
     if offset is not None:
         log.info("startup mode %s: the stream begins at %s", mode, offset)
     write_json_atomic(path, {"mode": str(mode), "start": offset.to_dict() if offset else None,
-                             "resolved_at": datetime.now(timezone.utc).isoformat()})
+                             "resolved_at": datetime.now(UTC).isoformat()})
     _remove_legacy_position(checkpoint)
     return offset
 

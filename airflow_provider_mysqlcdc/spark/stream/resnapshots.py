@@ -9,7 +9,8 @@ share of the executors), and the mirror switches to the new generation when its 
 A second such DDL while the table is being read plans it again; the job in flight is cancelled and the newest
 plan is read. Pending re-snapshots are kept in ``<checkpoint>/mysqlcdc/resnapshots.json``: a stream stopped or
 killed meanwhile takes them up at its next start. A re-snapshot that fails is retried with backoff; until it
-commits, nothing is lost (the stream emits all of the table's changes) and ``mysqlcdc status`` shows its chunks.
+commits, nothing is lost (the stream emits all of the table's changes) and ``mysqlcdc status`` shows its
+chunks.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import logging
 import posixpath
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -96,7 +98,8 @@ class BackgroundResnapshots:
     # -- the driver's calls ----------------------------------------------------------------------------------
 
     def request(self, table: TableId, position: str) -> None:
-        """The stream stopped at DDL of ``table`` at ``position``: plan it again now, read it in the background."""
+        """The stream stopped at DDL of ``table`` at ``position``:
+        plan it again now, read it in the background."""
         with ChunkStore(self.config.chunk_store) as store:
             try:
                 plan = replan_table(self.config.settings(), store, table)
@@ -123,8 +126,9 @@ class BackgroundResnapshots:
             if entry.table not in active:  # taken out of the pipeline meanwhile: nothing is owed
                 self.ledger.done(entry.table, entry.generation)
                 continue
-            log.warning("taking up the re-snapshot of %s (generation %s, after the DDL at %s) that an earlier "
-                        "run of this stream left unfinished", entry.table, entry.generation, entry.position)
+            log.warning("taking up the re-snapshot of %s (generation %s, after the DDL at %s) that an "
+                        "earlier run of this stream left unfinished", entry.table, entry.generation,
+                        entry.position)
             self._start(entry.table)
 
     def running(self) -> list[str]:
@@ -224,8 +228,8 @@ class _Worker:
                 if error is None or self._newer.is_set():
                     continue  # committed (the loop sees it), or a newer plan replaced this one
                 if owner._stop.is_set():
-                    log.warning("the re-snapshot of %s (generation %s) stopped with the stream; its next start "
-                                "takes it up", table, generation)
+                    log.warning("the re-snapshot of %s (generation %s) stopped with the stream; its next "
+                                "start takes it up", table, generation)
                     return
                 failures += 1
                 owner.failures[table] = error
@@ -233,11 +237,11 @@ class _Worker:
                     if not self._finish():
                         failures = 0
                         continue
-                    log.error("the re-snapshot of %s (generation %s) failed %d times, last: %s. The stream goes "
-                              "on emitting all of its changes; the mirror keeps the previous snapshot until "
-                              "it commits. Fix the cause and restart the stream (it takes the re-snapshot up "
-                              "again), or run it yourself: mysqlcdc snapshot --table %s", table, generation,
-                              failures, error, table)
+                    log.error("the re-snapshot of %s (generation %s) failed %d times, last: %s. The stream "
+                              "goes on emitting all of its changes; the mirror keeps the previous snapshot "
+                              "until it commits. Fix the cause and restart the stream (it takes the "
+                              "re-snapshot up again), or run it yourself: mysqlcdc snapshot --table %s",
+                              table, generation, failures, error, table)
                     return
                 delay = RETRY_DELAYS_S[failures - 1]
                 log.warning("the re-snapshot of %s (generation %s) failed: %s; trying again in %.0f s", table,
@@ -246,7 +250,7 @@ class _Worker:
         finally:
             with owner._lock:
                 self.finished = True
-            sc.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+            sc.setLocalProperty("spark.scheduler.pool", None)
 
     def _finish(self) -> bool:
         """Done, unless a newer plan arrived meanwhile (then the loop reads it)."""
@@ -276,6 +280,6 @@ class _Worker:
         if owner.on_committed is not None:
             try:
                 owner.on_committed(TableId.parse(self.table))
-            except Exception:  # noqa: BLE001 - the next batch refreshes the mirror again
+            except Exception:  # the next batch refreshes the mirror again
                 log.exception("refreshing the mirror of %s after its re-snapshot failed; the next batch "
                               "refreshes it", self.table)

@@ -8,8 +8,8 @@ writer unknown: the writer then reads its plan itself, as those executors do.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.model import values
@@ -21,11 +21,11 @@ Layout = tuple[str, tuple[str, ...]]  # a plan's zero_dates mode and key columns
 
 @dataclass
 class ZeroDateLayouts:
-    chunk_store: str | None
+    chunk_store: str
     known: dict[str, Layout] = field(default_factory=dict)  # planned tables
     unplanned: set[str] = field(default_factory=set)  # streamed without a plan at the last refresh: "keep"
 
-    def refresh(self, streamed: Iterable[str]) -> "ZeroDateLayouts":
+    def refresh(self, streamed: Iterable[str]) -> ZeroDateLayouts:
         """Before a batch: every planned table's layout (reading only new plans); of the ``streamed`` tables,
         those without a plan keep every companion."""
         self._load(None)

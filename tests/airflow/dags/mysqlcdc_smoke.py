@@ -16,7 +16,8 @@ APP = str(Path(__file__).resolve().parents[1] / "smoke" / "copy_table_app.py")
 
 
 class SmokeCopyOperator(SparkSubmitOperator):
-    """Resolves the MySQL connection at run time and hands the password to spark-submit by environment only."""
+    """Resolves the MySQL connection at run time and hands the password to spark-submit by environment
+    only."""
 
     def __init__(self, *, mysql_conn_id: str, **kw: Any) -> None:
         super().__init__(application=APP, **kw)

@@ -54,7 +54,8 @@ class SmokeTableReader(DataSourceReader):
             rows = cur.fetchall()
         ids, names, amounts = (list(c) for c in zip(*rows)) if rows else ([], [], [])
         yield pa.RecordBatch.from_arrays(
-            [pa.array(ids, pa.int64()), pa.array(names, pa.string()), pa.array(amounts, pa.decimal128(10, 2))],
+            [pa.array(ids, pa.int64()), pa.array(names, pa.string()),
+             pa.array(amounts, pa.decimal128(10, 2))],
             names=["id", "name", "amount"],
         )
 

@@ -19,10 +19,10 @@ _warned = False
 _rows: ModuleType | None
 _missing: str | None
 try:
-    from airflow_provider_mysqlcdc.engine.binlog.rows_decoder import _rows  # type: ignore[attr-defined,no-redef]
+    from airflow_provider_mysqlcdc.engine.binlog.rows_decoder import _rows as _built
 
-    _rows.check_codes(Wire, Out, Flag)
-    _missing = None
+    _built.check_codes(Wire, Out, Flag)
+    _rows, _missing = _built, None
 except ImportError as exc:  # not built, built for another interpreter, or codes out of step
     _rows = None
     _missing = (

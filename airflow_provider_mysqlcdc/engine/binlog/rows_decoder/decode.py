@@ -53,7 +53,9 @@ def decode_event(event: Any, layout: EventLayout) -> DecodedRows:
     if halves is None or event.event_type not in _ROWS_EVENT_TYPES:
         raise NotDecodable(f"{type(event).__name__} (type {event.event_type}) is not a plain rows event")
     if event.number_of_columns != layout.column_count or not layout.matches(event.columns):
-        raise NotDecodable(f"the rows event of {layout.table} does not have the columns the layout was built for")
+        raise NotDecodable(
+            f"the rows event of {layout.table} does not have the columns the layout was built for"
+        )
     try:
         data, start, end = rows_body(event)
     except BodyNotFound as exc:

@@ -25,6 +25,7 @@ class DecodedRows:
         for each row (for differential tests and callers that still want dicts)."""
         names = self.column_names
         return {
-            half: [dict(zip(names, row)) for row in zip(*columns)] if columns else [{} for _ in range(self.row_count)]
+            half: ([dict(zip(names, row)) for row in zip(*columns)] if columns
+                   else [{} for _ in range(self.row_count)])
             for half, columns in zip(self.halves, self.images)
         }

@@ -12,8 +12,9 @@ version (and logs it once). Nothing is ever skipped.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from pymysqlreplication.constants import FIELD_TYPE as T
 
@@ -79,14 +80,14 @@ class ColumnPlan:
 class LayoutChoice(NamedTuple):
     """``EventLayout.of``'s answer: a layout, or None and the reason the table keeps the Python path."""
 
-    layout: "EventLayout | None"
+    layout: EventLayout | None
     reason: str | None
 
 
 class EventLayout:
     """The compiled decoding of the rows events of one TABLE_MAP layout, normalised for one schema."""
 
-    __slots__ = ("table", "column_names", "columns", "signature", "compiled", "_seen")
+    __slots__ = ("_seen", "column_names", "columns", "compiled", "signature", "table")
 
     def __init__(self, table: TableId, columns: tuple[ColumnPlan, ...], signature: list[dict],
                  compiled_layout: Any):
@@ -141,7 +142,8 @@ def column_signature(columns: Sequence[Any]) -> list[dict]:
     return [_decoding_attributes(c) for c in columns]
 
 
-def plan_columns(columns: Sequence[Any], schema: TableSchema, decoders: Decoders | None) -> tuple[ColumnPlan, ...]:
+def plan_columns(columns: Sequence[Any], schema: TableSchema,
+                 decoders: Decoders | None) -> tuple[ColumnPlan, ...]:
     """A plan per column, or Unsupported naming the first column the compiled decoder cannot reproduce."""
     names = [c.name for c in columns]
     if any(not isinstance(n, str) or not n for n in names):
@@ -220,7 +222,8 @@ def _wire(tm: Any) -> tuple[Wire, int, dict]:
     if code == T.BIT:
         if not 1 <= tm.bytes <= 8:
             raise Unsupported(f"column {tm.name!r}: BIT of {tm.bytes} bytes")
-        # RowsEvent.__read_bit: the first byte holds bits % 8 of the value (8 when that is 0; all of a 1-byte BIT)
+        # RowsEvent.__read_bit: the first byte holds bits % 8
+        # of the value (8 when that is 0; all of a 1-byte BIT)
         end = tm.bits if tm.bytes == 1 else (tm.bits % 8 or 8)
         return Wire.BIT, tm.bytes, {"first_mask": (1 << min(end, 8)) - 1}
     if code in (T.VARCHAR, T.STRING):
@@ -266,9 +269,10 @@ def _text_out(decoder: Any) -> tuple[Out, Any]:
         with _tables_lock:
             found = _multibyte_tables.get(id(decoder))
             if found is None or found[0] is not decoder:
+                module = compiled.module()
+                assert module is not None, "layouts are planned only where the compiled module loaded"
                 try:
-                    mb = compiled.module().MultibyteTable(  # type: ignore[union-attr]
-                        single, dict(table.multi), width, decoder.ascii_identity)
+                    mb = module.MultibyteTable(single, dict(table.multi), width, decoder.ascii_identity)
                 except ValueError:
                     return Out.PYCALL, None
                 found = _multibyte_tables[id(decoder)] = (decoder, mb)

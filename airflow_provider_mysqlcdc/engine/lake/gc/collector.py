@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Callable, Iterable
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
@@ -77,7 +77,7 @@ def collect_garbage(
                         delete(item)
                     for parent in retired_parents(root, table, [g for g in found if g.is_dir]):
                         remove_if_empty(parent)
-            except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
+            except Exception as exc:  # one table's failure must not stop the others
                 if find is changelog:  # its garbage may not all be deleted: look at those batches again
                     run.changelog_clean_through.pop(str(table), None)
                 run.errors.append(f"{table} {what}: {type(exc).__name__}: {exc}")
@@ -88,7 +88,7 @@ def collect_garbage(
         try:
             for item in cleanup_logs(root, table, dry_run):
                 run.count(item)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             run.errors.append(f"{table} Delta log cleanup: {type(exc).__name__}: {exc}")
             log.warning("Delta log cleanup of %s failed: %s", table, exc, exc_info=True)
     run.seconds = time.monotonic() - started
@@ -123,7 +123,7 @@ class PeriodicGc:
         try:
             self.last_run = collect_garbage(self.root, self.store, self.retention, trigger="stream",
                                             removes=self._removes)
-        except Exception as exc:  # noqa: BLE001 - the stream goes on
+        except Exception as exc:  # the stream goes on
             log.warning("garbage collection of %s failed (%s: %s); the stream goes on and tries again in %g "
                         "minutes. Nothing was lost: at worst some garbage stays until a run succeeds; run "
                         "`mysqlcdc gc --output %s --chunk-store ...` to see the error in full",

@@ -73,7 +73,7 @@ def mirror_garbage(
                                         full=True)
     manifest = read_manifest(root, table)  # after the listing: a manifest switched meanwhile is seen
     prefix = MIRROR_DIR + "/"
-    named = {f[len(prefix):] if f.startswith(prefix) else f for f in (manifest.files if manifest else ())}
+    named = {f.removeprefix(prefix) for f in (manifest.files if manifest else ())}
     wanted = [unquote(c) for c in candidates if unquote(c) not in named]
     if not wanted:
         return []

@@ -100,7 +100,7 @@ def remove_if_empty(directory: str) -> None:
     """Remove a directory that is empty now (local file systems only: elsewhere directories are prefixes and
     vanish with their last file). ``rmdir`` refuses a directory that is not empty, so a writer that just put
     a file into it keeps it."""
-    local = directory[len("file://"):] if directory.startswith("file://") else directory
+    local = directory.removeprefix("file://")
     if "://" in local:
         return
     try:

@@ -103,9 +103,9 @@ class GcReport:
     def describe(self) -> str:
         """Two short lines for ``status``: the last run, and the totals."""
         last = self.last_run
-        lines = [f"garbage collection: last run {last.get('finished_at') or last.get('started_at')} "
-                 f"({last.get('trigger')}), deleted {last.get('files', 0)} files, "
-                 f"{bytes_text(int(last.get('bytes') or 0))}, retention {last.get('retention')}"]
+        lines = [(f"garbage collection: last run {last.get('finished_at') or last.get('started_at')} "
+                  f"({last.get('trigger')}), deleted {last.get('files', 0)} files, "
+                  f"{bytes_text(int(last.get('bytes') or 0))}, retention {last.get('retention')}")]
         lines.append(f"garbage collection: since {self.since}: {self.runs} runs, {self.total.files} files, "
                      f"{bytes_text(self.total.bytes)} reclaimed")
         if last.get("errors"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
@@ -82,7 +82,7 @@ class Retention:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def parse_interval_minutes(value: float | str, setting: str = "gc interval") -> float:

@@ -17,7 +17,7 @@ Ages come from the chunk store's ``committed_at`` and the files' modification ti
 from __future__ import annotations
 
 import posixpath
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.gc.files import SNAPSHOT, Garbage, newest_mtime, subdirs
@@ -31,8 +31,8 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 def snapshot_garbage(root: str, store: ChunkStore, table: TableId, cutoff: float) -> list[Garbage]:
     """The table's snapshot version directories that are garbage at ``cutoff`` (epoch seconds)."""
     base = posixpath.join(table_dir(root, table), SNAPSHOT_DIR)
-    generations = {_number(name, "generation"): path for name, path in subdirs(base)}
-    generations.pop(None, None)
+    numbered = {_number(name, "generation"): path for name, path in subdirs(base)}
+    generations = {number: path for number, path in numbered.items() if number is not None}
     if not generations:
         return []
     view = store.mirror_view(str(table))
@@ -43,7 +43,7 @@ def snapshot_garbage(root: str, store: ChunkStore, table: TableId, cutoff: float
     used_since = _latest_commit(store, table, used) if used is not None else None
     published = _published(root, table)  # what readers of the snapshot manifest may read: never deleted
     out: list[Garbage] = []
-    for generation, gen_path in sorted(generations.items()):  # type: ignore[arg-type]
+    for generation, gen_path in sorted(generations.items()):
         if not _planned(store, table, generation):
             continue  # not this chunk store's (a wrong --chunk-store): leave it alone
         states = {s.chunk_id: s for s in store.chunks(str(table), generation)}
@@ -51,7 +51,7 @@ def snapshot_garbage(root: str, store: ChunkStore, table: TableId, cutoff: float
         for chunk_name, chunk_path in subdirs(gen_path):
             chunk_id = _number(chunk_name, "chunk")
             state = states.get(chunk_id) if chunk_id is not None else None
-            if state is None:
+            if chunk_id is None or state is None:
                 continue
             current = _inner(_version_path(root, table, generation, chunk_id, state.output_version)) if (
                 state.output_version) else None
@@ -127,4 +127,4 @@ def _seconds(value: datetime | None) -> float | None:
     """A chunk store time (naive UTC) as epoch seconds."""
     if value is None:
         return None
-    return (value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)).timestamp()
+    return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()

@@ -1,4 +1,5 @@
-"""What the native chunk reader SELECTs for each column, and how connectorx's Arrow becomes our canonical Arrow.
+"""What the native chunk reader SELECTs for each column,
+and how connectorx's Arrow becomes our canonical Arrow.
 
 connectorx returns most MySQL types exactly, but not all (``../shared/research/fast-reads.md``): DECIMAL above
 precision 28 or scale 10 crashes or loses digits, TIME outside a day crashes, zero dates crash, GEOMETRY is
@@ -74,7 +75,8 @@ def _native_column(column: Column, guard_dates: bool) -> NativeColumn | str:
     return NativeColumn(column, kind, q)
 
 
-def plan_columns(schema: TableSchema, guard_dates: bool = True) -> tuple[list[NativeColumn], None] | tuple[None, str]:
+def plan_columns(schema: TableSchema,
+                 guard_dates: bool = True) -> tuple[list[NativeColumn], None] | tuple[None, str]:
     """Every column's expressions, or (None, why the table needs the pure-Python reader). ``guard_dates``:
     read DATE/DATETIME/TIMESTAMP behind the zero-date guard (``date_guard.py``)."""
     planned = []

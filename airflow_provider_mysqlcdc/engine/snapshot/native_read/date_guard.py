@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import date
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -90,7 +91,8 @@ class NativeSelect:
         return batches
 
     def _start(self) -> None:
-        """connectorx runs the statements, then the SELECT, on one connection, streaming from a thread of its own."""
+        """connectorx runs the statements, then the SELECT, on
+        one connection, streaming from a thread of its own."""
         import connectorx
 
         self._reader = connectorx.read_sql(

@@ -20,7 +20,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_E
 
 HW_VARIABLE = "@mysqlcdc_hw"
 POSITION_BITS = 40
-_MYSQL_ERROR = re.compile(r"ERROR (\d+) \(\w+\): (.*?)\s*\}?\s*$", re.S)
+_MYSQL_ERROR = re.compile(r"ERROR (\d+) \(\w+\): (.*?)\s*\}?\s*$", re.DOTALL)
 # connectorx's words for a connection that broke (the server or the network went away, or a KILL)
 _LOST_WORDS = ("IO error", "IoError", "server disconnected", "bytes remaining on stream", "Connection reset",
                "Broken pipe", "connection closed", "Could not connect", "timed out waiting for connection")
