@@ -9,43 +9,49 @@ work; ``cli/validation.py``) or an error the message explains, 130 a stream stop
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from airflow_provider_mysqlcdc import __version__
 from airflow_provider_mysqlcdc.cli.validation import USAGE_ERROR, ArgumentParser
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.pipeline.arguments import redacted
 
+# Each command's module, in the order ``--help`` lists them, and the function that adds its parser(s). A
+# command's run imports only its own module: the others load pyarrow, Delta or PySpark (~1 s a run).
+_MODULES = {"check": "add_parser", "plan": "add_parsers", "snapshot": "add_parser", "stream": "add_parser",
+            "status": "add_parsers", "gc": "add_parser"}
+_COMMANDS = {"check": "check", "plan": "plan", "remove-table": "plan", "snapshot": "snapshot",
+             "stream": "stream", "status": "status", "mirror": "status", "gc": "gc"}
 
-def build_parser() -> argparse.ArgumentParser:
-    from airflow_provider_mysqlcdc.cli import (  # here: stream loads pyspark
-        check,
-        gc,
-        plan,
-        snapshot,
-        status,
-        stream,
-    )
 
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; or, for a known ``command``, one that knows only that command's module."""
     parser = ArgumentParser(
         prog="mysqlcdc",
-        description="Replicate MySQL tables into a data lake: snapshot chunks and the binlog stream on Spark.",
+        description="Replicate MySQL tables into a data lake: snapshot chunks and the binlog stream on "
+                    "Spark.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    check.add_parser(sub)
-    plan.add_parsers(sub)  # plan, remove-table
-    snapshot.add_parser(sub)
-    stream.add_parser(sub)
-    status.add_parsers(sub)  # status, mirror
-    gc.add_parser(sub)
+    modules = [_COMMANDS[command]] if command in _COMMANDS else list(_MODULES)
+    for name in modules:
+        module = importlib.import_module(f"{__package__}.{name}")
+        getattr(module, _MODULES[name])(sub)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command named on the command line: its first argument that is not an option (``mysqlcdc`` itself
+    takes only ``--help`` and ``--version``)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command(argv)).parse_args(argv)
     try:
         return int(args.func(args))
     except CdcError as exc:

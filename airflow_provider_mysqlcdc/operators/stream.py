@@ -8,7 +8,8 @@ the running stream picks up the rerun chunks' new HWs by itself.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -19,7 +20,6 @@ from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
-from airflow_provider_mysqlcdc.engine.status.report import collect_status
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 from airflow_provider_mysqlcdc.operators.arguments import (
@@ -144,7 +144,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         checkpoint: str | None = None,
         mysql_conn_id: str = MySqlCdcHook.default_conn_name,
         trigger: str = AVAILABLE_NOW,
-        exclude_columns: Mapping[str, Sequence[str] | str] | None = None,
+        exclude_columns: Mapping[str, Sequence[str] | str] | str | None = None,
         changelog_json: bool = False,
         max_bytes_per_batch: int | str | None = None,
         skip_if_running: bool | str = True,
@@ -187,15 +187,19 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.max_concurrent_reads = max_concurrent_reads
         self.rows_per_second = rows_per_second
         self.query_timeout = query_timeout
-        self.gc_retention = gc_retention  # garbage is deleted this long after no reader needs it (default 3d)
-        self.gc_interval_minutes = gc_interval_minutes  # GC after a batch at most this often (default 60; 0 off)
+        # garbage is deleted this long after no reader needs it (default 3d)
+        self.gc_retention = gc_retention
+        # GC after a batch at most this often (default 60; 0 off)
+        self.gc_interval_minutes = gc_interval_minutes
         check_literals(vars(self), _LITERAL_CHECKS)
 
     def checked_arguments(self) -> dict[str, Any]:
         """Every argument as rendered, checked: a bad one fails the task before spark-submit starts."""
         return check_rendered(self, _CHECKS)
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    # SparkSubmitOperator annotates its execute ``-> None``, narrower than BaseOperator's: what execute
+    # returns is the task's XCom value, here the outcome the downstream tasks read
+    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
         args = self.checked_arguments()
         hook = MySqlCdcHook(args["mysql_conn_id"])
         output = args["output_path"]
@@ -204,7 +208,9 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         trigger = args["trigger"]
         mode: StartupMode = args["startup_mode"]
         if not mode.streams:
-            raise AirflowSkipException(f"startup mode {mode}: the tables are snapshotted, nothing is streamed")
+            raise AirflowSkipException(
+                f"startup mode {mode}: the tables are snapshotted, nothing is streamed"
+            )
         patterns = args["tables"]
         owner = StreamLock(checkpoint).read()
         if owner is not None and owner.stale_reason() is None:
@@ -249,6 +255,10 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
         super().execute(context)
         settings = hook.settings()
+        # here, not at the top: it loads pyarrow.dataset and pandas (~0.3 s), which every parse of a DAG
+        # that uses this operator and every other task would pay
+        from airflow_provider_mysqlcdc.engine.status.report import collect_status
+
         with ChunkStore(store_url) as store:
             report = collect_status(store, output, tables)
         result = {

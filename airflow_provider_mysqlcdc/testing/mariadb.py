@@ -5,6 +5,7 @@ on the machine.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -13,6 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Self
 
 import pymysql
 
@@ -48,8 +50,38 @@ def _die_with_parent() -> None:
         pass
 
 
+# options that mariadb-install-db bakes into the datadir: a server with one of them gets its own install
+_INSTALL_TIME_OPTIONS = {"innodb-page-size", "lower-case-table-names", "innodb-data-file-path"}
+_template: Path | None = None
+
+
+def _install_datadir(datadir: Path) -> None:
+    install = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
+    if not install:
+        raise RuntimeError("mariadb-install-db not found: install Debian's mariadb-server")
+    user_args = ["--user=root"] if os.geteuid() == 0 else []
+    subprocess.run(
+        [install, "--no-defaults", f"--datadir={datadir}", "--auth-root-authentication-method=normal",
+         "--skip-test-db", *user_args],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def _template_datadir() -> Path:
+    """A datadir installed once per process (never started: every server copies it and starts from the
+    same fresh state), removed at exit. Tests start servers by the dozen; the install is the slow part."""
+    global _template
+    if _template is None or not _template.exists():
+        base = Path(tempfile.mkdtemp(prefix="mysqlcdc-mariadb-template-"))
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
+        _install_datadir(base / "data")
+        _template = base / "data"
+    return _template
+
+
 def find_mariadbd() -> str:
-    for candidate in (shutil.which("mariadbd"), "/usr/sbin/mariadbd", shutil.which("mysqld"), "/usr/sbin/mysqld"):
+    for candidate in (shutil.which("mariadbd"), "/usr/sbin/mariadbd", shutil.which("mysqld"),
+                      "/usr/sbin/mysqld"):
         if candidate and os.path.exists(candidate):
             return candidate
     raise RuntimeError("mariadbd not found: install Debian's mariadb-server (make setup does this)")
@@ -59,6 +91,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class _AdminConnection(pymysql.connections.Connection):
+    """pymysql tries TLS on every connection and builds a fresh context for it, loading the system CA store:
+    20-50 ms per connection, ten times the rest of a loopback connect. Tests open admin sessions by the
+    thousand (fixtures, writers), so the context is built once per process (as the engine's connections
+    do)."""
+
+    _contexts: ClassVar[dict[tuple, object]] = {}
+
+    def _create_ssl_ctx(self, sslp: Any) -> Any:
+        if not isinstance(sslp, dict):
+            return super()._create_ssl_ctx(sslp)
+        key = tuple(sorted((k, str(v)) for k, v in sslp.items()))
+        ctx = _AdminConnection._contexts.get(key)
+        if ctx is None:
+            ctx = _AdminConnection._contexts[key] = super()._create_ssl_ctx(sslp)
+        return ctx
 
 
 @dataclass
@@ -80,24 +130,20 @@ class MariaDBServer:
         return f"mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{self.port}/"
 
     def admin(self, database: str | None = None) -> pymysql.connections.Connection:
-        return pymysql.connect(
+        return _AdminConnection(
             host="127.0.0.1", port=self.port, user="root", password="", database=database,
             autocommit=True, charset="utf8mb4", init_command="SET time_zone = '+00:00'",
         )
 
-    def start(self) -> "MariaDBServer":
+    def start(self) -> Self:
         mariadbd = find_mariadbd()
         self.basedir = Path(tempfile.mkdtemp(prefix="mysqlcdc-mariadb-"))
         datadir = self.basedir / "data"
-        install = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
-        if not install:
-            raise RuntimeError("mariadb-install-db not found: install Debian's mariadb-server")
         user_args = ["--user=root"] if os.geteuid() == 0 else []
-        subprocess.run(
-            [install, "--no-defaults", f"--datadir={datadir}", "--auth-root-authentication-method=normal",
-             "--skip-test-db", *user_args],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
+        if _INSTALL_TIME_OPTIONS & set(self.options):
+            _install_datadir(datadir)
+        else:  # a copy of the process's freshly installed datadir: a fraction of mariadb-install-db's time
+            shutil.copytree(_template_datadir(), datadir, symlinks=True)
         self.port = self.port or free_port()
         merged: dict[str, str | None | bool] = {**DEFAULT_OPTIONS, **self.options}
         args = [mariadbd, "--no-defaults", f"--datadir={datadir}", f"--port={self.port}",
@@ -117,7 +163,8 @@ class MariaDBServer:
 
     def _launch(self) -> None:
         self.process = subprocess.Popen(
-            self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            self._args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only calls prctl(), which takes no lock
         )
         self._wait_ready()
 
@@ -167,7 +214,7 @@ class MariaDBServer:
             shutil.rmtree(self.basedir, ignore_errors=True)
             self.basedir = None
 
-    def __enter__(self) -> "MariaDBServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -19,9 +19,10 @@ import re
 import struct
 import uuid
 from collections import OrderedDict
-from datetime import date, datetime, time, timedelta, timezone
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
 import pymysql
 
@@ -74,6 +75,10 @@ _COLLATION_PROBES = (
 _PAD_PROBES = tuple("a" + chr(i) for i in range(0x100)) + tuple(
     "a" + c for c in _COLLATION_PROBES if len(c) == 1 and ord(c) > 0xFF
 )
+
+
+# (host, port, server version, sort-key SQL, pad weight) of string sort keys whose order was verified
+_VERIFIED: set[tuple[Any, ...]] = set()
 
 
 def unorderable_reason(column: Column) -> str | None:
@@ -145,8 +150,8 @@ class _StringColumn:
         missing = width - len(weight)
         if missing < 0 or missing % len(self.space_pad):
             raise CdcError(
-                f"column {self.column.name!r}: a sort key of {len(weight)} bytes does not pad to {width} bytes "
-                f"in weights of {len(self.space_pad)} bytes: set the option chunk_key to another column"
+                f"column {self.column.name!r}: a sort key of {len(weight)} bytes does not pad to {width} "
+                f"bytes in weights of {len(self.space_pad)} bytes: set the option chunk_key to another column"
             )
         return weight + self.space_pad * (missing // len(self.space_pad))
 
@@ -190,7 +195,7 @@ class KeyOrder:
                 pass
             self._conn = None
 
-    def __enter__(self) -> "KeyOrder":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -206,7 +211,7 @@ class KeyOrder:
     def nullable(self) -> tuple[bool, ...]:
         return tuple(c.nullable for c in self.columns)
 
-    def predicate(self, chunk: "Chunk") -> tuple[str, list[Any]]:
+    def predicate(self, chunk: Chunk) -> tuple[str, list[Any]]:
         """``chunk_predicate`` for this table's key columns."""
         return chunk_predicate(chunk, self.quoted_columns, self.nullable)
 
@@ -260,7 +265,7 @@ class KeyOrder:
         if kind == "float" and isinstance(value, (int, float, Decimal)):
             return struct.unpack("<f", struct.pack("<f", float(value)))[0]
         if isinstance(value, datetime) and value.tzinfo is not None:
-            return value.astimezone(timezone.utc).replace(tzinfo=None)
+            return value.astimezone(UTC).replace(tzinfo=None)
         return value
 
     def _binary(self, column: Column, value: Any) -> bytes:
@@ -482,7 +487,14 @@ class KeyOrder:
     def _verify(self, index: int, info: _StringColumn) -> None:
         """Compare our order with the server's on tricky strings, once per column: every pair of
         ``_COLLATION_PROBES``, and each of ``_PAD_PROBES`` against "a". Disagreement is an error, so a
-        collation whose sort keys do not reproduce its comparisons can never misplace an event."""
+        collation whose sort keys do not reproduce its comparisons can never misplace an event.
+
+        A check that passed holds for every later instance asking the same server the same way (a stream
+        makes one per table and batch): it is done once per process (``_VERIFIED``), not per instance."""
+        conn = self._connection()
+        verified = (conn.host, conn.port, conn.server_version, info.weight_sql, info.space_pad)
+        if verified in _VERIFIED:
+            return
         probes = list(dict.fromkeys(["a", *_COLLATION_PROBES, *_PAD_PROBES]))
         row = self._query_row("SELECT " + ", ".join([info.weight_sql] * len(probes)), probes)
         if len(row) != len(probes) or any(w is None for w in row):
@@ -503,14 +515,16 @@ class KeyOrder:
                 raise self._unreproducible(info, a, b, int(server), ours)
         for value in _COLLATION_PROBES:
             self._remember((index, value), weights[value])
+        _VERIFIED.add(verified)
 
-    def _unreproducible(self, info: _StringColumn, a: str, b: str, server: int, ours: int) -> ConfigurationError:
+    def _unreproducible(self, info: _StringColumn, a: str, b: str, server: int,
+                        ours: int) -> ConfigurationError:
         return ConfigurationError(
             f"table {self.schema.table}: the order of collation {info.column.collation} of column "
             f"{info.column.name!r} cannot be reproduced from its sort keys ({a!r} vs {b!r}: server {server}, "
-            f"ours {ours}), so the stream could not place changes in chunks. Fix: set the option chunk_key to "
-            "a column with another collation (any orderable column, unique or not), or change the column's "
-            "collation"
+            f"ours {ours}), so the stream could not place changes in chunks. Fix: set the option chunk_key "
+            "to a column with another collation (any orderable column, unique or not), or change the "
+            "column's collation"
         )
 
 
@@ -531,7 +545,7 @@ def _datetime_parts(value: Any) -> tuple[int, ...]:
     returns as text."""
     if isinstance(value, datetime):
         if value.tzinfo is not None:
-            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+            value = value.astimezone(UTC).replace(tzinfo=None)
         return (value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond)
     if isinstance(value, date):
         return (value.year, value.month, value.day, 0, 0, 0, 0)

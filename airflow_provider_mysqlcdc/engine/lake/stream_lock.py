@@ -7,9 +7,10 @@ token) and ``heartbeat_at``, renewed every ``lease / 4`` seconds.
 
 A lock is *stale*, and is taken over with a warning, when its heartbeat is older than its lease, or when it
 was written on this host by a process that no longer exists (a killed stream restarts at once). Otherwise a
-second start fails with ``StreamLocked``, saying who holds it and how to break it. Taking over is
-write-then-verify (the lock file may live on HDFS or an object store, which have no exclusive create): of two
-starts racing for a stale lock, the one whose token is not read back gives up.
+second start fails with ``StreamLocked``, saying who holds it and how to break it. A free lock on a local file
+system is created exclusively (a hard link); otherwise (taking over, HDFS, object stores, which have no
+exclusive create) it is write-then-verify: of two starts racing, the one whose token is not read back after
+``SETTLE_SECONDS`` gives up.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
-from typing import Callable
+from datetime import UTC, datetime
+from typing import Self
+
+import pyarrow.fs as pafs
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
@@ -63,7 +67,7 @@ class LockOwner:
         return None
 
     def describe(self) -> str:
-        started = datetime.fromtimestamp(self.started_at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        started = datetime.fromtimestamp(self.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         what = f" ({self.description})" if self.description else ""
         return (
             f"{self.user}@{self.host} pid {self.pid}{what}, started {started}, last heartbeat "
@@ -118,11 +122,16 @@ class StreamLock:
             lease_seconds=self.lease_seconds,
             description=self.description,
         )
-        self._write(owner)
-        time.sleep(SETTLE_SECONDS)
-        back = self.read()
-        if back is None or back.token != owner.token:
-            raise StreamLocked(self._held_message(back) if back else f"lost the race for {self.path}; retry")
+        if current is None and self._create_exclusively(owner):
+            pass  # a local file no one held: created only if absent, so no racer can have written it too
+        else:
+            self._write(owner)
+            time.sleep(SETTLE_SECONDS)
+            back = self.read()
+            if back is None or back.token != owner.token:
+                raise StreamLocked(
+                    self._held_message(back) if back else f"lost the race for {self.path}; retry"
+                )
         self.owner = owner
         self._stop.clear()
         self._thread = threading.Thread(target=self._heartbeat, name="mysqlcdc-stream-lock", daemon=True)
@@ -164,7 +173,7 @@ class StreamLock:
                 "delete the file"
             ) from None
 
-    def __enter__(self) -> "StreamLock":
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 
@@ -190,6 +199,28 @@ class StreamLock:
         with fs.open_output_stream(tmp) as out:
             out.write(json.dumps(asdict(owner), indent=1).encode("utf-8"))
         fs.move(tmp, inner)
+
+    def _create_exclusively(self, owner: LockOwner) -> bool:
+        """On a local file system, create the lock only if it does not exist (a hard link of a written file
+        is atomic and fails if the name is taken): True once created. False elsewhere (HDFS, object stores:
+        no exclusive create), where the caller writes and reads back."""
+        fs, inner = filesystem(self.path)
+        if not isinstance(fs, pafs.LocalFileSystem):
+            return False
+        fs.create_dir(posixpath.dirname(inner), recursive=True)
+        tmp = f"{inner}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "wb") as out:
+            out.write(json.dumps(asdict(owner), indent=1).encode("utf-8"))
+        try:
+            os.link(tmp, inner)
+        except FileExistsError:
+            holder = self.read()
+            raise StreamLocked(
+                self._held_message(holder) if holder else f"lost the race for {self.path}; retry"
+            ) from None
+        finally:
+            os.unlink(tmp)
+        return True
 
     def _heartbeat(self) -> None:
         interval = max(0.5, self.lease_seconds / 4)

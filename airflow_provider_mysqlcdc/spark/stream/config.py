@@ -1,13 +1,15 @@
-"""What one stream is configured with: the source, its tables and column exclusions, the output, the checkpoint,
-the trigger, and its limits."""
+"""What one stream is configured with: the source, its tables and column exclusions, the output, the
+checkpoint, the trigger, and its limits."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from airflow_provider_mysqlcdc.engine.binlog.ddl import ColumnChanges
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
@@ -53,7 +55,8 @@ class StreamConfig:
     # DDL that changes rows without row events (TRUNCATE, RENAME TABLE, partition DROP/EXCHANGE, ...): the
     # stream plans and snapshots the table again by itself and goes on; False stops with an error instead
     resnapshot: bool = True
-    # the limits a re-snapshot's chunk reads keep on the source (the snapshot phase's: concurrent reads, rows/s)
+    # the limits a re-snapshot's chunk reads keep on the source
+    # (the snapshot phase's: concurrent reads, rows/s)
     source_limits: SourceLimits = field(default_factory=SourceLimits)
     query_name: str | None = None
     lock_lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -104,26 +107,62 @@ def parse_exclude_columns(items: list[str]) -> dict[str, tuple[str, ...]]:
 def written_schemas(
     schemas: dict[TableId, TableSchema], exclude: dict[str, tuple[str, ...]],
     history: Callable[[TableId], list[SchemaEvent]] | None = None,
+    pending: Callable[[TableId], list[ColumnChanges]] | None = None,
 ) -> dict[TableId, TableSchema]:
     """The schemas the changelog is written with: excluded columns (secrets, blobs) never reach a file, under
-    any name DDL the stream followed gave them (``history``: the table's schema history)."""
+    any name DDL gave them (``history``: the table's schema history, the DDL the stream followed).
+
+    ``schemas`` are today's, and the stream may resume behind DDL it has not read yet (a column renamed or
+    dropped after its last batch): when today's schema lacks an excluded column under the name the history
+    gives it, ``pending`` (the table's column changes between where the stream resumes and now, read from the
+    binlog) decides. A name that none of them knows is refused, naming the table, the column and the fix."""
     out = dict(schemas)
     for name, configured in exclude.items():
         table = TableId.parse(name)
         if table not in schemas:
             raise ConfigurationError(f"--exclude-columns names {name}, which this stream does not capture")
         schema = schemas[table]
-        events = history(table) if history is not None else []
-        gone = {n for e in events for n in (*e.changes.renamed, *e.changes.dropped)}  # renamed, dropped
-        unknown = [c for c in configured if c not in schema.column_by_name and c not in gone]
-        columns = tuple(sorted(excluded_after(configured, events)))
+        events: list[SchemaEvent | ColumnChanges] = list(history(table) if history is not None else [])
+        live = schema.column_by_name
+        if pending is not None and (
+            any(c not in live and c not in renamed_or_dropped(events) for c in configured)
+            or any(n not in live for n in _names_now(configured, events))
+        ):
+            events += pending(table)
+        gone = renamed_or_dropped(events)
+        unknown = [c for c in configured if c not in live and c not in gone]
         keys = [c for c in configured if c in schema.primary_key]
-        if unknown or keys:
+        if unknown:
             raise ConfigurationError(
-                f"{table}: cannot exclude {unknown or keys}: "
-                + ("no such column" if unknown else "primary key columns identify rows in the mirror")
+                f"{table}: cannot exclude column(s) {unknown}: the table has no such column, and no DDL "
+                "since the stream's last batch renamed or dropped one of that name (its columns: "
+                f"{', '.join(schema.column_names)}). Fix the name in --exclude-columns (exclude_columns) "
+                "or remove it"
             )
+        if keys:
+            raise ConfigurationError(
+                f"{table}: cannot exclude {keys}: primary key columns identify rows in the mirror"
+            )
+        columns = excluded_after(configured, events)
         out[table] = dataclasses.replace(
             schema, columns=tuple(c for c in schema.columns if c.name not in columns), column_by_name={}
         )
     return out
+
+
+def _changes(event: SchemaEvent | ColumnChanges) -> ColumnChanges:
+    return event.changes if isinstance(event, SchemaEvent) else event
+
+
+def renamed_or_dropped(events: list[SchemaEvent | ColumnChanges]) -> set[str]:
+    """Names that DDL renamed away or dropped: they were columns once."""
+    return {n for e in events for n in (*_changes(e).renamed, *_changes(e).dropped)}
+
+
+def _names_now(configured: tuple[str, ...], events: list[SchemaEvent | ColumnChanges]) -> set[str]:
+    """The names the configured columns have after ``events`` (renames followed, drops removed)."""
+    names = set(configured)
+    for event in events:
+        c = _changes(event)
+        names = {c.renamed.get(n, n) for n in names if n not in c.dropped}
+    return names

@@ -27,9 +27,12 @@ import logging
 import posixpath
 import re
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from airflow_provider_mysqlcdc.engine.binlog.ddl import ColumnChanges
+from airflow_provider_mysqlcdc.engine.binlog.pending_ddl import column_changes_since
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
@@ -55,9 +58,14 @@ from airflow_provider_mysqlcdc.spark.stream.changelog_sink import (
     BatchHook,
     ChangelogSink,
 )
-from airflow_provider_mysqlcdc.spark.stream.resnapshots import BackgroundResnapshots, ResnapshotPlanFailed
 from airflow_provider_mysqlcdc.spark.stream.checkpoint import STARTUP_FILE, claim_output, startup_offset
-from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig, written_schemas
+from airflow_provider_mysqlcdc.spark.stream.config import (
+    AVAILABLE_NOW,
+    StreamConfig,
+    renamed_or_dropped,
+    written_schemas,
+)
+from airflow_provider_mysqlcdc.spark.stream.resnapshots import BackgroundResnapshots, ResnapshotPlanFailed
 from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
 
 log = logging.getLogger(__name__)
@@ -84,7 +92,7 @@ class StreamRun:
             done = (
                 self.query.awaitTermination(timeout) if timeout is not None else self.query.awaitTermination()
             )
-        except Exception as exc:  # noqa: BLE001 - StreamingQueryException: re-raised with its cause
+        except Exception as exc:  # StreamingQueryException: re-raised with its cause
             self.release()
             raise StreamFailed(
                 f"the stream on {self.config.checkpoint} failed: {stream_failure_message(exc)}"
@@ -139,12 +147,14 @@ def start_stream(
         claim = claim_server_id_range(settings, config.checkpoint, config.chunk_store, on_lost=watch)
         lock.release_with(claim.release)  # the server_id range is the stream's for as long as its lock
         starting = startup_offset(config.checkpoint, settings, mode, config.chunk_store, tables)
-        claim_output(config.checkpoint, config.output, read_json(posixpath.join(config.checkpoint, STARTUP_FILE)))
+        claim_output(config.checkpoint, config.output,
+                     read_json(posixpath.join(config.checkpoint, STARTUP_FILE)))
         source = _source_options(spark, config, tables, starting)
         sink = ChangelogSink(
             root=config.output,
             schemas=written_schemas(schemas, config.exclude_columns,
-                                    lambda table: read_schema_history(config.output, table)),
+                                    lambda table: read_schema_history(config.output, table),
+                                    _PendingDdl(config, settings, starting)),
             checkpoint=config.checkpoint,
             changelog_json=config.changelog_json,
             on_batch_committed=on_batch_committed,
@@ -198,6 +208,35 @@ def _stream_tables(
     return mode, schemas
 
 
+class _PendingDdl:
+    """The column changes of DDL between where the stream resumes (the end of the last batch the sink
+    committed; a new stream's start) and the binlog's end, per table: the DDL a restart has not read yet.
+    Read once, from event headers, and only when today's schema lacks an excluded column (``written_schemas``,
+    ``_excluded_now``)."""
+
+    def __init__(self, config: StreamConfig, settings: MySQLSettings, starting: BinlogOffset | None) -> None:
+        self.config, self.settings, self.starting = config, settings, starting
+        self._found: dict[TableId, list[ColumnChanges]] | None = None
+
+    def resume_position(self) -> BinlogOffset | None:
+        progress = read_stream_progress(self.config.output)
+        return progress.end_offset if progress is not None else self.starting
+
+    def __call__(self, table: TableId) -> list[ColumnChanges]:
+        if self._found is None:
+            since = self.resume_position()
+            found = None
+            if since is not None:
+                tables = [TableId.parse(t) for t in self.config.exclude_columns]
+                with connect(self.settings.with_database(None)) as conn:
+                    found = column_changes_since(conn, since.position, tables)
+            if found is None:
+                log.warning("cannot read the DDL after %s (no such binlog file on the server): excluded "
+                            "columns are checked against today's schema and the schema history only", since)
+            self._found = found or {}
+        return list(self._found.get(table, []))
+
+
 class _LockWatch:
     """The lock's ``on_lost``: keeps why the lock was lost, and stops the query once there is one."""
 
@@ -242,7 +281,46 @@ def _start_query(spark: Any, config: StreamConfig, source: BinlogSourceOptions, 
     )
     if config.query_name:
         writer = writer.queryName(config.query_name)
-    return writer.start()
+    with _checkpoint_file_manager(spark, config.checkpoint):
+        return writer.start()
+
+
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+_FILE_SYSTEM_MANAGERS = (  # Spark 4 moved it into a package of its own
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+)
+
+
+@contextlib.contextmanager
+def _checkpoint_file_manager(spark: Any, checkpoint: str) -> Iterator[None]:
+    """Start the query with Hadoop's FileSystem API for a local checkpoint (what the query keeps from its
+    start). Spark's default goes through FileContext, whose rename runs the ``readlink`` program several
+    times per file without Hadoop's native library (which pip's PySpark lacks): Spark's two checkpoint
+    writes of every micro-batch (``offsets/``, ``commits/``) cost 16 process starts, ~90 ms of a 250 ms
+    batch here. A local file system renames atomically either way, and one stream per checkpoint is ours to
+    enforce (``stream_lock``). Any other file system, and a manager the user chose, keep Spark's choice."""
+    scheme = checkpoint.split("://", 1)[0].lower() if "://" in checkpoint else "file"
+    if scheme != "file" or spark.conf.get(CHECKPOINT_FILE_MANAGER, None):
+        yield
+        return
+    manager = next((m for m in _FILE_SYSTEM_MANAGERS if _jvm_class_exists(spark, m)), None)
+    if manager is None:
+        yield
+        return
+    spark.conf.set(CHECKPOINT_FILE_MANAGER, manager)
+    try:
+        yield  # the query reads it while it starts (StreamExecution creates its offset and commit logs)
+    finally:
+        spark.conf.unset(CHECKPOINT_FILE_MANAGER)
+
+
+def _jvm_class_exists(spark: Any, name: str) -> bool:
+    try:
+        spark._jvm.java.lang.Class.forName(name)
+        return True
+    except Exception:  # noqa: BLE001 - py4j's error for a missing class
+        return False
 
 
 def run_stream(
@@ -284,7 +362,7 @@ def run_stream(
             except BaseException:  # Ctrl-C, or the query failed: stop it before giving up the lock
                 try:
                     run.query.stop()
-                except Exception:  # noqa: BLE001 - already stopped
+                except Exception:  # noqa: BLE001, S110 - already stopped
                     pass
                 run.release()
                 raise
@@ -355,14 +433,23 @@ def snapshot_table(
 
 
 def _excluded_now(config: StreamConfig, table: TableId) -> tuple[str, ...]:
-    """The table's excluded columns under the names they have after the DDL the stream followed (an excluded
-    column renamed is excluded under its new name; one dropped is gone): what a re-snapshot leaves out."""
+    """The table's excluded columns under the names they have now: after the DDL the stream followed (an
+    excluded column renamed is excluded under its new name; one dropped is gone) and, when today's table
+    lacks one of those names, the DDL the stream has not read yet. What a re-snapshot (which reads today's
+    table) leaves out; a configured name that no DDL explains stays, for the snapshot to refuse by name."""
     configured = config.exclude_columns.get(str(table), ())
-    history = read_schema_history(config.output, table) if configured else []
-    if not history:
+    if not configured:
         return configured
-    present = set(columns_after(list(configured), history)) & excluded_after(configured, history)
-    return tuple(sorted(present))
+    settings = config.settings()
+    with connect(settings) as conn:
+        live = set(load_schema(conn, table).column_names)
+    history: list = list(read_schema_history(config.output, table))
+    names = excluded_after(configured, history)
+    if not set(columns_after(list(configured), history)) & names <= live:
+        history += _PendingDdl(config, settings, None)(table)
+        names = excluded_after(configured, history)
+    unknown = {c for c in configured if c not in live and c not in renamed_or_dropped(history)}
+    return tuple(sorted((names & live) | unknown))
 
 
 _RESNAPSHOT = re.compile(r"\[resnapshot table=(\S+) position=(\S+)\]")
