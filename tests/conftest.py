@@ -9,12 +9,13 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -28,11 +29,13 @@ REPO = Path(__file__).resolve().parents[1]
 # The process runs in a third zone (server: -07:00, sessions: UTC) so zone mistakes show up as wrong values.
 PROCESS_TZ = "Asia/Kolkata"
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="mysqlcdc-airflow-"))
+MIGRATED_DB = "airflow-migrated.db"  # in the Airflow home: the metadata DB as `airflow db migrate` left it
 _LOCAL_BUNDLE = "airflow.dag_processing.bundles.local.LocalDagBundle"
 # The project's dags/ (as users get it) plus the tests' own DAGs (smoke scaffolding) as a second bundle.
 DAG_BUNDLES = [
     {"name": "dags-folder", "classpath": _LOCAL_BUNDLE, "kwargs": {}},
-    {"name": "tests-dags", "classpath": _LOCAL_BUNDLE, "kwargs": {"path": str(REPO / "tests" / "airflow" / "dags")}},
+    {"name": "tests-dags", "classpath": _LOCAL_BUNDLE,
+     "kwargs": {"path": str(REPO / "tests" / "airflow" / "dags")}},
 ]
 
 
@@ -69,7 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def mysql_server() -> Iterator[object]:
-    """The shared CDC-ready server; ``.admin()`` opens a root session, ``.cdc_url`` is the least-privilege user."""
+    """The shared CDC-ready server; ``.admin()`` opens a root session, ``.cdc_url`` is the least-privilege
+    user."""
     url = os.environ.get("MYSQLCDC_TEST_MYSQL_URL")
     if url:
         from tests.support.external_server import ExternalServer
@@ -171,9 +175,14 @@ def spark():
 
 @pytest.fixture(scope="session")
 def airflow_home() -> Path:
-    """An Airflow home in a temp dir with a migrated SQLite metadata DB, examples off, ``dags/`` as DAGs folder."""
+    """An Airflow home in a temp dir with a migrated SQLite metadata DB, examples off, ``dags/`` as DAGs
+    folder."""
     result = subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, env=os.environ
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=False, capture_output=True, text=True,
+        env=os.environ,
     )
     assert result.returncode == 0, f"airflow db migrate failed:\n{result.stdout}\n{result.stderr}"
+    # an untouched copy: a whole Airflow deployment (tests/support/airflow_services.py) starts from it
+    # instead of migrating a DB of its own
+    shutil.copyfile(_AIRFLOW_HOME / "airflow.db", _AIRFLOW_HOME / MIGRATED_DB)
     return _AIRFLOW_HOME

@@ -1,36 +1,60 @@
-"""The example DAG through real Airflow, Spark and MariaDB, with writers running the whole time.
+"""The example DAG through real Airflow, Spark and MariaDB, with writers, and a Spark driver killed mid-chunk.
 
-1. ``dag.test()``: plan -> mapped snapshot groups (Spark) -> available-now stream; map indexes are named;
+1. ``dag.test()``: plan -> mapped snapshot groups (Spark) -> available-now stream; map indexes are named.
+   While it runs, a watcher SIGKILLs the first snapshot driver caught half way through a chunk read (the chunk
+   ``running`` in the chunk store, its first Parquet file on disk, not committed), as when a node dies (the
+   fault matrix, issue 7). Once Airflow has failed that try, the group's chunks are ``failed``, not
+   ``running``; Airflow retries exactly that mapped task (``retries=1``, only the delay shortened) and the run
+   succeeds: the killed chunks show two attempts (the first failed, the second committed), no other chunk is
+   read twice, and the snapshot manifest (what readers follow) names only the committed attempt's files, every
+   key once;
 2. one mapped snapshot task instance is cleared (Airflow's own clear) and the run is driven again: exactly
    that chunk group is read again, nothing else;
 3. the stream task runs in continuous mode (``airflow tasks test`` in a subprocess) while a second DAG run
    redoes two chunk ids: that run's stream task skips, the running stream picks up the new HWs;
-4. the continuous stream task is killed (SIGTERM): spark-submit and its driver go away; the next available-now
-   run resumes from the checkpoint; then the mirror of every table equals the source row by row;
+4. the continuous stream task is killed (SIGTERM) once it has committed a batch of its own: spark-submit and
+   its driver go away; the next available-now run resumes from the checkpoint; then the mirror of every table
+   equals the source row by row (nothing of the killed attempt lost or duplicated);
 5. the MySQL password appears in no task log, XCom value, rendered template field or process command line.
+
+The writers are bounded by volume: a first set overlaps the first run (its snapshot and the kill), a second
+one the continuous stream and the redo run.
 """
 from __future__ import annotations
 
+import glob
 import importlib.util
 import json
 import os
+import posixpath
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.assets import table_asset_uri
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
+from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
+from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
+from airflow_provider_mysqlcdc.testing.mariadb import CDC_GRANTS
 from tests.support.engine_harness import assert_mirror_equals_source
-from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
+from tests.support.processes import argv_of, snapshot_tables
+from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "mysqlcdc_replication"
@@ -39,14 +63,16 @@ SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci")]
 
 
 def _load_dag():
-    spec = importlib.util.spec_from_file_location("mysqlcdc_replication_dag", REPO / "dags" / "mysqlcdc_replication.py")
+    spec = importlib.util.spec_from_file_location("mysqlcdc_replication_dag",
+                                                  REPO / "dags" / "mysqlcdc_replication.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.dag
 
 
 class CommandLines(threading.Thread):
-    """Samples every process's command line while the test runs (the password must never be on one)."""
+    """Samples every process's command line while the test runs (the password must never be on one; the
+    test's CDC user has a password of its own, so other test sessions on the machine cannot show it)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
@@ -57,7 +83,8 @@ class CommandLines(threading.Thread):
         while not self.halt.is_set():
             for proc in Path("/proc").glob("[0-9]*"):
                 try:
-                    self.seen.add((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                    line = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+                    self.seen.add(line.decode(errors="replace"))
                 except OSError:
                     pass
             time.sleep(0.25)
@@ -110,7 +137,8 @@ def _rendered_fields(run_ids: list[str]) -> list:
     from sqlalchemy import select
 
     with create_session() as session:
-        return [r.rendered_fields for r in session.scalars(select(RTIF).where(RTIF.run_id.in_(run_ids))).all()]
+        rows = session.scalars(select(RTIF).where(RTIF.run_id.in_(run_ids))).all()
+        return [r.rendered_fields for r in rows]
 
 
 def _clear_and_rerun(dag, run_id: str, task_id: str, map_index: int) -> str:
@@ -148,7 +176,9 @@ def _clear_and_rerun(dag, run_id: str, task_id: str, map_index: int) -> str:
                 ti.try_number += 1
                 ti.state = TaskInstanceState.SCHEDULED
             session.commit()
-            for ti in [t for t in dr.get_task_instances(session=session) if t.state == TaskInstanceState.SCHEDULED]:
+            scheduled = [t for t in dr.get_task_instances(session=session)
+                         if t.state == TaskInstanceState.SCHEDULED]
+            for ti in scheduled:
                 _run_task(ti=ti, task=dag.task_dict[ti.task_id])
         return str(dr.state)
 
@@ -163,9 +193,10 @@ def _airflow_task(args: list[str], log_path: Path) -> subprocess.Popen:
 def _wait(condition, what: str, log_path: Path | None = None, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
-        tail = log_path.read_text(errors="replace")[-3000:] if log_path and log_path.exists() else ""
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{tail}"
-        time.sleep(0.5)
+        if time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace")[-3000:] if log_path and log_path.exists() else ""
+            raise AssertionError(f"timed out waiting for {what}\n{tail}")
+        time.sleep(0.1)
 
 
 def _spark_processes(checkpoint: str) -> list[str]:
@@ -180,10 +211,277 @@ def _spark_processes(checkpoint: str) -> list[str]:
     return out
 
 
+def _stream_batches(checkpoint: str) -> int:
+    """Micro-batches the stream has committed to its Spark checkpoint (``commits/<batch id>``)."""
+    commits = Path(checkpoint, "commits")
+    return sum(p.name.isdigit() for p in commits.iterdir()) if commits.is_dir() else 0
+
+
+# --- the driver killed mid-chunk ---------------------------------------------------------------------------
+
+
+@dataclass
+class Kill:
+    """What the watcher saw and did: the killed driver, its chunk group, the chunk it was in, the try."""
+
+    pid: int = 0
+    table: str = ""
+    generation: int = 0
+    running: tuple[int, ...] = ()  # chunk ids of the group (all started by the driver before its Spark job)
+    chunk_id: int = -1  # the chunk whose read was half way (its first Parquet file on disk)
+    version_dirs: tuple[str, ...] = ()  # the killed attempt's version directories (none was committed yet)
+    attempt: int = 0  # the killed chunk's attempt number in the chunk store
+    run_id: str | None = None
+    map_index: int | None = None
+    try_number: int | None = None
+    after_failure: dict[int, str] = field(default_factory=dict)  # chunk statuses once Airflow failed the try
+    ti_state_after: str | None = None
+    error: str | None = None
+
+
+def _snapshot_drivers(output: str) -> list[tuple[int, list[str]]]:
+    """Python driver processes of snapshot spark-submits writing to ``output`` (not the JVM, not the test)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        argv = argv_of(proc.name)
+        if len(argv) < 2 or int(proc.name) == os.getpid() or output not in argv:
+            continue
+        if Path(argv[0]).name.startswith("java") or "org.apache.spark.deploy.SparkSubmit" in argv:
+            continue
+        if any(a.endswith("/" + SNAPSHOT_APP) for a in argv[1:3]):
+            found.append((int(proc.name), argv))
+    return found
+
+
+def _snapshot_tis(run_id: str | None = None) -> list[tuple[int, int, str | None, str]]:
+    """(map index, try number, state, run id) of the snapshot task's instances in runs still running (or in
+    ``run_id``), from the metadata DB."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    query = (select(TaskInstance.map_index, TaskInstance.try_number, TaskInstance.state, TaskInstance.run_id)
+             .join(DagRun, (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id))
+             .where(TaskInstance.dag_id == DAG_ID, TaskInstance.task_id == SNAPSHOT_TASK))
+    query = query.where(TaskInstance.run_id == run_id) if run_id else query.where(DagRun.state == "running")
+    with create_session() as session:
+        rows = session.execute(query).all()
+        return [(int(m), int(t), None if s is None else str(s), str(r)) for m, t, s, r in rows]
+
+
+class DriverKiller(threading.Thread):
+    """Kills the first snapshot driver caught half way through a chunk read, then waits for Airflow to fail
+    that try and records what the chunk store says about the killed chunks at that moment."""
+
+    def __init__(self, output: str, timeout: float = 300) -> None:
+        super().__init__(daemon=True, name="driver-killer")
+        self.output, self.timeout = output, timeout
+        self.store_path = os.path.join(output, CHUNK_STORE_FILE)
+        self.kill = Kill()
+        self.killed = threading.Event()
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.kill.error = f"{type(exc).__name__}: {exc}"
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not self.halt.is_set() and time.monotonic() < deadline:
+            if os.path.exists(self.store_path) and self._try_kill():
+                break
+            time.sleep(0.05)
+        if not self.killed.is_set():
+            return
+        # Airflow fails the try once spark-submit has exited; the try stays the same (up_for_retry) for the
+        # retry delay (1 s): polled often enough to see it
+        while not self.halt.is_set() and time.monotonic() < deadline:
+            states = {m: s for m, _t, s, _r in _snapshot_tis(self.kill.run_id)}
+            state = states.get(self.kill.map_index)
+            if state in ("up_for_retry", "failed"):
+                self.kill.ti_state_after = state
+                with ChunkStore(self.store_path) as store:
+                    self.kill.after_failure = {c.chunk_id: c.status
+                                               for c in store.chunks(self.kill.table, self.kill.generation)
+                                               if c.chunk_id in self.kill.running}
+                return
+            time.sleep(0.1)
+
+    def _try_kill(self) -> bool:
+        for pid, argv in _snapshot_drivers(self.output):
+            for table in snapshot_tables(argv):
+                if self._kill_in(pid, table):
+                    return True
+        return False
+
+    def _kill_in(self, pid: int, table: str) -> bool:
+        with ChunkStore(self.store_path) as store:
+            running = [c for c in store.chunks(table) if c.status == RUNNING]
+        snapshot = posixpath.join(table_dir(self.output, TableId.parse(table)), "snapshot")
+        for chunk in running:
+            if not glob.glob(posixpath.join(snapshot, f"generation={chunk.generation}",
+                                            f"chunk={chunk.chunk_id}", "version=*", "part-*.parquet")):
+                continue
+            tis = [(m, t, r) for m, t, s, r in _snapshot_tis() if s == "running"]
+            os.kill(pid, signal.SIGKILL)  # the driver only: spark-submit's JVM sees it die
+            started = glob.glob(posixpath.join(snapshot, f"generation={chunk.generation}", "chunk=*",
+                                               "version=*"))
+            self.kill = Kill(
+                pid=pid, table=table, generation=chunk.generation,
+                running=tuple(c.chunk_id for c in running), chunk_id=chunk.chunk_id,
+                version_dirs=tuple(sorted(started)), attempt=chunk.attempts,
+                run_id=tis[0][2] if len(tis) == 1 else None,
+                map_index=tis[0][0] if len(tis) == 1 else None,
+                try_number=tis[0][1] if len(tis) == 1 else None,
+            )
+            self.killed.set()
+            return True
+        return False
+
+
+def _running_run_states() -> dict[str, str | None]:
+    """The state of each unmapped task (plan, stream) of the DAG's run in progress."""
+    from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.state)
+            .join(DagRun, (DagRun.dag_id == TaskInstance.dag_id) & (DagRun.run_id == TaskInstance.run_id))
+            .where(TaskInstance.dag_id == DAG_ID, TaskInstance.map_index == -1, DagRun.state == "running")
+        ).all()
+        return {str(task): None if state is None else str(state) for task, state in rows}
+
+
+class SnapshotPhaseWriters(threading.Thread):
+    """Runs ``workload`` over the snapshot phase of the run in progress: its writers start once the plan task
+    has succeeded (the plan, and so the number of chunk groups, is that of the seeded rows) and stop as the
+    stream task starts (which then has changes of every table to catch up). The workload's own bound caps
+    the volume on a slow machine."""
+
+    def __init__(self, workload: Workload, timeout: float = 600) -> None:
+        super().__init__(daemon=True, name="snapshot-phase-writers")
+        self.workload, self.timeout = workload, timeout
+        self.started = threading.Event()
+        self.halt = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not self.halt.is_set() and time.monotonic() < deadline:
+            states = _running_run_states()
+            if not self.started.is_set() and states.get("plan") == "success":
+                self.workload.start()
+                self.started.set()
+            if self.started.is_set() and states.get("stream") not in (None, "scheduled", "queued"):
+                break
+            time.sleep(0.1)
+        if self.started.is_set():
+            self.workload.stop()
+
+    def stop(self) -> WorkloadStats:
+        """Stops the writers (if they ran); returns their figures."""
+        self.halt.set()
+        self.join(timeout=10)
+        return self.workload.stop() if self.started.is_set() else self.workload.stats
+
+
+def _assert_killed_try_retried(kill: Kill, tis: dict, tables: list[TableId], store: ChunkStore, output: str,
+                               run_id: str) -> None:
+    """What the kill left once the run succeeded: Airflow retried exactly that mapped task, the killed attempt
+    failed and the retry committed; readers following the manifest see only the committed attempt's files."""
+    # the kill hit the first try of one mapped task; once Airflow failed it, the chunks were not "running"
+    assert kill.try_number == 1 and kill.map_index is not None and kill.run_id == run_id, kill
+    assert kill.ti_state_after == "up_for_retry", kill
+    assert kill.after_failure == {c: FAILED for c in kill.running}, kill
+
+    # Airflow retried exactly that mapped task; every other task ran once
+    mapped = {k[1]: v for k, v in tis.items() if k[0] == SNAPSHOT_TASK}
+    tries = {i: v[2] for i, v in mapped.items()}
+    assert tries == {i: 2 if i == kill.map_index else 1 for i in mapped}, mapped
+    assert all(v[0] == "success" for v in tis.values()), tis
+    assert tis[("plan", -1)][2] == 1 and tis[("stream", -1)][2] == 1, tis
+    killed_name = mapped[kill.map_index][1]
+    assert killed_name.startswith(f"{kill.table} ") and " chunks " in killed_name, (killed_name, kill)
+
+    assert all(len(store.chunks(str(t))) >= 3 for t in tables), "want several chunks per table"
+    assert kill.chunk_id in kill.running and kill.version_dirs and kill.attempt == 1, kill
+    for table in map(str, tables):
+        for chunk in store.chunks(table):
+            history = [(e.attempt, e.event) for e in store.history(table, chunk.chunk_id, chunk.generation)]
+            assert chunk.status == COMMITTED and not chunk.rerun_pending, chunk
+            if table == kill.table and chunk.chunk_id in kill.running:
+                # the killed attempt failed (recorded when Airflow failed the try), the retry committed
+                assert chunk.attempts == 2 and chunk.committed_run_id == run_id, chunk
+                assert history == [(1, "started"), (1, "failed"), (2, "started"), (2, "committed")], history
+            else:  # outside the killed group: read exactly once
+                assert chunk.attempts == 1 and history == [(1, "started"), (1, "committed")], (table, history)
+
+    # readers follow the manifest: it names only the committed attempt's files of the killed chunks
+    manifest = read_snapshot_manifest(output, TableId.parse(kill.table))
+    assert manifest is not None and manifest.current is not None
+    states = {c.chunk_id: c for c in store.chunks(kill.table)}
+    by_chunk = {c.chunk_id: c for c in manifest.current.chunks}
+    assert set(by_chunk) == set(states), (by_chunk, states)
+    for chunk_id, entry in by_chunk.items():
+        state = states[chunk_id]
+        assert entry.directory(manifest.root) == state.output_version, (entry, state)
+        assert entry.rows == state.rows, (entry, state)
+        assert list(entry.files) == state.extra["files"], (entry, state.extra)
+        if chunk_id in kill.running:  # the directory that attempt 2 committed, none of attempt 1's
+            history = store.history(kill.table, chunk_id, kill.generation)
+            committed = [(e.attempt, e.output_version) for e in history if e.event == COMMITTED]
+            assert committed == [(2, state.output_version)], committed
+            assert state.output_version not in kill.version_dirs, (state, kill.version_dirs)
+    keys = []
+    for chunk_id, paths in manifest.chunk_files().items():
+        assert paths and not [p for p in paths if posixpath.dirname(p) in kill.version_dirs], paths
+        rows = pq.read_table(paths, partitioning=None)
+        assert rows.num_rows == by_chunk[chunk_id].rows, (chunk_id, paths)
+        keys += rows.column("id").to_pylist()
+    assert len(keys) == len(set(keys)) == sum(e.rows for e in by_chunk.values())  # every key once
+
+
+@pytest.fixture
+def task_processes() -> Iterator[list[subprocess.Popen]]:
+    """The test's ``airflow tasks test`` processes: one still running when the test ends (it failed) is
+    killed with its process group (spark-submit and its driver)."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture
+def unique_cdc_user(mysql_server) -> Iterator[str]:
+    """A CDC user with the CDC grants and a password no other process on the machine knows: the URL."""
+    name, password = f"cdc_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (name, password))
+        cur.execute(f"GRANT {CDC_GRANTS} ON *.* TO %s@'%%'", (name,))
+    server = MySQLSettings.from_url(mysql_server.cdc_url)
+    yield f"mysql://{name}:{password}@{server.host}:{server.port}/"
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
+
+
 def test_example_dag_snapshot_rerun_redo_and_stream(
-    mysql_server, mysql_db, airflow_home, tmp_path, monkeypatch, capfd
+    mysql_server, mysql_db, airflow_home, tmp_path, monkeypatch, capfd, task_processes, unique_cdc_user
 ):
-    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    settings = MySQLSettings.from_url(unique_cdc_user)
     password = settings.password
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, SPECS)
@@ -194,18 +492,44 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     output = str(tmp_path / "lake")
     # stream_trigger stays at its default (available-now): a run's conf would override the task params that
-    # `airflow tasks test -t` sets below
-    conf = {"tables": f"{mysql_db}.t_*", "output": output, "chunk_size": 60, "chunks_per_group": 2}
+    # `airflow tasks test -t` sets below. The read rate (100 rows/s per read, two reads at once) makes a
+    # chunk read (60 rows and more) take over half a second, so the watcher (a look every ~0.05 s) catches
+    # one half way.
+    conf = {"tables": f"{mysql_db}.t_*", "output": output, "chunk_size": 60, "chunks_per_group": 2,
+            "max_concurrent_reads": 2, "rows_per_second": 200}
     tables = [TableId(mysql_db, s.name) for s in SPECS]
     dag = _load_dag()
+    # Airflow's default retry_delay is 5 minutes; only the delay changes, the retry is Airflow's own
+    dag.task_dict[SNAPSHOT_TASK].retry_delay = timedelta(seconds=1)
+    assert dag.task_dict[SNAPSHOT_TASK].retries == 1
     cmdlines = CommandLines()
     cmdlines.start()
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=31, writers=2, specs=SPECS, pace=0.1)
-    workload.start()
+    # writers over the first run's snapshot phase (and the kill in it): slow (each row they add is read at the
+    # rate above), at most 100 transactions
+    writers = SnapshotPhaseWriters(Workload(lambda: mysql_server.admin(), mysql_db, seed=31, writers=2,
+                                            specs=SPECS, pace=1.5, max_transactions=100))
+    # and a second set for the continuous stream and the redo run (started there)
+    more = Workload(lambda: mysql_server.admin(), mysql_db, seed=32, writers=2, specs=SPECS, pace=0.1,
+                    max_transactions=30)
+    more_started = False
+    killer = DriverKiller(output)
     logs: list[str] = []
+    # the watchers' first queries import Airflow's models and configure its mappers: here, not in a thread
+    # while dag.test() does the same (that deadlocks on the import lock)
+    assert _running_run_states() == {} and _snapshot_tis() == []
     try:
-        # 1. the whole DAG while the writers run
-        run = dag.test(run_conf=conf)
+        # 1. the whole DAG while the writers run; one snapshot driver killed mid-chunk, Airflow retries it
+        writers.start()
+        killer.start()
+        try:
+            run = dag.test(run_conf=conf)
+        finally:
+            killer.halt.set()
+            killer.join(timeout=10)
+            stats = writers.stop()
+        kill = killer.kill
+        assert kill.error is None and writers.error is None, (kill.error, writers.error)
+        assert killer.killed.is_set(), "no snapshot driver was caught half way through a chunk"
         assert run.state == "success", f"DAG run ended {run.state}: {_task_instances(run.run_id)}"
         tis = _task_instances(run.run_id)
         mapped = sorted((k[1], v[1]) for k, v in tis.items() if k[0] == SNAPSHOT_TASK)
@@ -214,6 +538,7 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         record = next(v for (_, _, k, v) in _xcoms([run.run_id]) if k == XCOM_KEY)
         store = ChunkStore(record["chunk_store"])
         counts = [len(store.chunks(str(t))) for t in tables]
+        # one mapped task per group of chunks_per_group chunks, each table its own groups (no group is lost)
         assert min(counts) >= 3 and len(mapped) == sum(-(-n // 2) for n in counts), (counts, mapped)
         results = [v for (t, _, k, v) in _xcoms([run.run_id]) if t == SNAPSHOT_TASK and k == "return_value"]
         assert sum(r["rows"] for r in results) > 300 and all(r["max_hw"] for r in results)
@@ -221,10 +546,12 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         events = _asset_events(run.run_id)
         for t in tables:
             uri = table_asset_uri(settings.host, settings.port, str(t))
-            assert events.count((uri, SNAPSHOT_TASK)) == 1 and events.count((uri, "stream")) == 1, (uri, events)
+            assert events.count((uri, SNAPSHOT_TASK)) == 1, (uri, events)
+            assert events.count((uri, "stream")) == 1, (uri, events)
+        _assert_killed_try_retried(kill, tis, tables, store, output, run.run_id)
 
-        # 2. clear one mapped snapshot task: exactly its chunk group is read again
-        index, name = mapped[1]
+        # 2. clear one mapped snapshot task (not the retried one): exactly its chunk group is read again
+        index, name = next((i, n) for i, n in mapped[1:] + mapped[:1] if i != kill.map_index)
         group_table = name.split(" ")[0]
         before = {(t, c.chunk_id): c.attempts for t in map(str, tables) for c in store.chunks(t)}
         assert _clear_and_rerun(dag, run.run_id, SNAPSHOT_TASK, index) == "success"
@@ -236,11 +563,16 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
 
         # 3. the stream task in continuous mode (a long-running task) while another run redoes two chunks
         checkpoint = record["checkpoint"]
+        batches_before = _stream_batches(checkpoint)
         stream_log = tmp_path / "stream_task.log"
-        stream_task = _airflow_task(["stream", run.run_id, "-t", json.dumps({"stream_trigger": "continuous"})],
-                                    stream_log)
+        continuous = json.dumps({"stream_trigger": "continuous"})
+        stream_task = _airflow_task(["stream", run.run_id, "-t", continuous], stream_log)
+        task_processes.append(stream_task)
         logs.append(str(stream_log))
         _wait(lambda: StreamLock(checkpoint).read() is not None, "the continuous stream to start", stream_log)
+        more.start()
+        more_started = True
+        more.wait_for_transactions(5)  # the redo's chunks then get HWs past the first run's
         redo_table = str(tables[0])
         redo_before = {c.chunk_id: c for c in store.chunks(redo_table)}
         redo = dag.test(run_conf={**conf, "redo_chunks": f"{redo_table}=0,2"})
@@ -253,12 +585,16 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         assert redo_after[0].hw > redo_before[0].hw and redo_after[1].hw == redo_before[1].hw
         assert stream_task.poll() is None, stream_log.read_text()[-3000:]
     finally:
-        stats = workload.stop()
-    assert stats.transactions > 50, stats
+        killer.halt.set()
+        stats = writers.stop()
+        more_stats = more.stop() if more_started else more.stats
+    assert stats.transactions > 20 and stats.transactions + more_stats.transactions > 50, (stats, more_stats)
 
-    # 4. kill the long-running stream task the way Airflow does (SIGTERM): the Spark job stops with it
+    # 4. kill the long-running stream task the way Airflow does (SIGTERM) once it has taken a batch of its
+    # own: the Spark job stops with it
     _wait(lambda: bool(_spark_processes(checkpoint)), "spark-submit of the stream", stream_log)
-    time.sleep(3)  # let it take a batch or two
+    _wait(lambda: _stream_batches(checkpoint) > batches_before, "the continuous stream to commit a batch",
+          stream_log)
     os.killpg(stream_task.pid, signal.SIGTERM)
     try:
         stream_task.wait(timeout=60)
@@ -269,7 +605,9 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     # catch up what the writers left (the checkpoint resumes; the lock of the dead job is taken over)
     final_log = tmp_path / "final_stream.log"
     logs.append(str(final_log))
-    final = _airflow_task(["stream", redo.run_id, "-t", json.dumps({"stream_trigger": "available-now"})], final_log)
+    final = _airflow_task(["stream", redo.run_id, "-t", json.dumps({"stream_trigger": "available-now"})],
+                          final_log)
+    task_processes.append(final)
     assert final.wait(timeout=300) == 0, final_log.read_text()[-4000:]
     assert_mirror_equals_source(settings, output, tables, min_rows=100)
 
@@ -283,7 +621,8 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     with create_session() as session:
         page = load_run_status(session, DAG_ID, run.run_id)
     want = collect_status(store, output, [str(t) for t in tables])
-    fields = ("phase", "chunks", "committed", "failed", "rows", "min_hw", "max_hw", "stream_position", "consistent")
+    fields = ("phase", "chunks", "committed", "failed", "rows", "min_hw", "max_hw", "stream_position",
+              "consistent")
     shown = {t.table: [getattr(t, f) for f in fields] for t in page.report.tables}
     assert shown == {t.table: [getattr(t, f) for f in fields] for t in want.tables}
     assert all(t.phase == "stream" and t.consistent and t.failed == 0 for t in page.report.tables)
@@ -292,7 +631,8 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
 
     # 5. the password: nowhere
     seen = cmdlines.stop()
-    assert any("spark-submit" in line or "SparkSubmit" in line for line in seen), "the sampler saw no Spark job"
+    assert any("spark-submit" in line or "SparkSubmit" in line for line in seen), \
+        "the sampler saw no Spark job"
     assert not [line for line in seen if password in line]
     captured = capfd.readouterr()
     assert password not in captured.out + captured.err

@@ -24,8 +24,8 @@ from airflow_provider_mysqlcdc.operators.snapshot import reader_slot_base
 
 
 def _conn(**kw) -> Connection:
-    base = dict(conn_id="src", conn_type="mysql", host="db.example.com", port=3307, login="cdc",
-                password="s3cr3t-pw", schema="shop")
+    base = {"conn_id": "src", "conn_type": "mysql", "host": "db.example.com", "port": 3307, "login": "cdc",
+            "password": "s3cr3t-pw", "schema": "shop"}
     base.update(kw)
     return Connection(**base)
 
@@ -49,7 +49,8 @@ def test_connection_fields_and_extras_become_engine_settings():
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        ({"conn_type": "postgres"}, "needs a connection of type mysqlcdc; recreate it: airflow connections delete src"),
+        ({"conn_type": "postgres"},
+         "needs a connection of type mysqlcdc; recreate it: airflow connections delete src"),
         ({"conn_type": "generic"}, "stores --conn-type mysql as 'generic'"),
         ({"host": None}, "has no host"),
         ({"extra": json.dumps({"sslmode": "require"})}, "unknown extra"),
@@ -65,7 +66,8 @@ def test_bad_connections_say_what_to_fix(kw, message):
 
 def test_connection_test_runs_the_cdc_check(mysql_server, monkeypatch):
     cdc = MySQLSettings.from_url(mysql_server.cdc_url)
-    conn = {"conn_type": "mysql", "host": cdc.host, "port": cdc.port, "login": cdc.user, "password": cdc.password}
+    conn = {"conn_type": "mysql", "host": cdc.host, "port": cdc.port, "login": cdc.user,
+            "password": cdc.password}
     monkeypatch.setenv("AIRFLOW_CONN_CDC_OK", json.dumps(conn))
     monkeypatch.setenv("AIRFLOW_CONN_CDC_BAD", json.dumps({**conn, "password": "wrong-pw"}))
     ok, message = MySqlCdcHook("cdc_ok").test_connection()
@@ -76,7 +78,9 @@ def test_connection_test_runs_the_cdc_check(mysql_server, monkeypatch):
 
 
 def test_redo_chunks_parsing():
-    assert parse_redo_chunks("shop.orders=3,7; shop.items:0-2") == {"shop.orders": (3, 7), "shop.items": (0, 1, 2)}
+    assert parse_redo_chunks("shop.orders=3,7; shop.items:0-2") == {
+        "shop.orders": (3, 7), "shop.items": (0, 1, 2),
+    }
     assert parse_redo_chunks({"shop.orders": [7, 3]}) == {"shop.orders": (3, 7)}
     assert parse_redo_chunks("") == {} and parse_redo_chunks(None) == {}
     with pytest.raises(ConfigurationError, match="db.table=3,7"):
@@ -135,7 +139,8 @@ def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url + "?server_id=7000-7005")
     with contextlib.ExitStack() as stack:
-        ids = [stack.enter_context(claimed_server_id(settings, prefer=reader_slot_base(i, 64))) for i in range(4)]
+        ids = [stack.enter_context(claimed_server_id(settings, prefer=reader_slot_base(i, 64)))
+               for i in range(4)]
         assert sorted(ids) == [7001, 7002, 7003, 7004]
         with pytest.raises(ServerNotReady, match="in use: widen server_id"):
             stack.enter_context(claimed_server_id(settings))
@@ -145,8 +150,8 @@ def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
 
 @pytest.mark.parametrize("page", ["docs/getting-started.md", "docs/dag-authors.md"])
 def test_the_documented_connection_command_gives_a_working_source_connection(page, airflow_home, tmp_path):
-    """The docs' own ``airflow connections add mysqlcdc_source ...`` line, run with the real Airflow CLI on this
-    install (the MySQL provider absent, as for a new user), makes a connection the plan task accepts."""
+    """The docs' own ``airflow connections add mysqlcdc_source ...`` line, run with the real Airflow CLI on
+    this install (the MySQL provider absent, as for a new user), makes a connection the plan task accepts."""
     import re
     import shlex
     import subprocess
@@ -154,24 +159,23 @@ def test_the_documented_connection_command_gives_a_working_source_connection(pag
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / page).read_text()
-    found = re.search(r"airflow connections add mysqlcdc_source .*?(?<!\\)\n", text, re.S)
+    found = re.search(r"airflow connections add mysqlcdc_source .*?(?<!\\)\n", text, re.DOTALL)
     assert found, f"{page} shows no `airflow connections add mysqlcdc_source` command"
     argv = shlex.split(found.group(0).replace("\\\n", " ").replace("'...'", "pw-from-docs"))
     conn_id = "docs_" + Path(page).stem.replace("-", "_")
-    argv[3] = conn_id
+    argv[3] = conn_id  # new in the session's fresh metadata DB: nothing to delete first
     airflow = [sys.executable, "-m", "airflow"]
-    subprocess.run([*airflow, "connections", "delete", conn_id], capture_output=True, cwd=tmp_path)
-    done = subprocess.run([*airflow, *argv[1:]], capture_output=True, text=True, cwd=tmp_path)
+    done = subprocess.run([*airflow, *argv[1:]], capture_output=True, text=True, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stderr
     stored = subprocess.run([*airflow, "connections", "get", conn_id, "-o", "json"], capture_output=True,
-                            text=True, cwd=tmp_path)
+                            text=True, cwd=tmp_path, check=False)
     assert stored.returncode == 0, stored.stderr
     row = json.loads(stored.stdout)[0]
     assert row["conn_type"] == "mysqlcdc", row
-    settings = settings_from_connection(Connection(conn_id=conn_id, conn_type=row["conn_type"], host=row["host"],
-                                                   port=row["port"], login=row["login"],
-                                                   password=row["password"], extra=row["extra_dejson"] and
-                                                   json.dumps(row["extra_dejson"])))
+    settings = settings_from_connection(Connection(
+        conn_id=conn_id, conn_type=row["conn_type"], host=row["host"], port=row["port"], login=row["login"],
+        password=row["password"], extra=row["extra_dejson"] and json.dumps(row["extra_dejson"]),
+    ))
     assert (settings.host, settings.port, settings.user) == ("db.example.com", 3306, "cdc")
     assert settings.server_id_range == (5400, 5499)
 
@@ -181,7 +185,8 @@ def test_chunk_keys_as_the_dag_param_renders_them():
     assert parse_chunk_keys(want) == want  # a native rendering
     assert parse_chunk_keys('{"shop.events": "id", "shop.log": "ts"}') == want  # rendered as text
     assert parse_chunk_keys("shop.events=id; shop.log=ts") == want
-    assert parse_chunk_keys(None) == parse_chunk_keys("") == parse_chunk_keys("None") == parse_chunk_keys({}) == {}
+    assert (parse_chunk_keys(None) == parse_chunk_keys("") == parse_chunk_keys("None")
+            == parse_chunk_keys({}) == {})
     for bad in ('["shop.events"]', "shop.events", '{"shop.events": ""}', '{"shop.events": 3}', "{nope"):
         with pytest.raises(ConfigurationError, match="chunk_keys must map"):
             parse_chunk_keys(bad)

@@ -1,17 +1,20 @@
-"""The on-call engineer's worst hour, end to end: a real api-server, scheduler (LocalExecutor) and dag-processor,
-the example DAG as users get it, MariaDB with writers, Spark, and Chromium on a 1366 px screen.
+"""The on-call engineer's worst hour, end to end: a real api-server, scheduler (LocalExecutor) and
+dag-processor, the example DAG as users get it, MariaDB with writers, Spark, and Chromium on a 1366 px
+screen.
 
 1. The run's two chunk groups fail on both of their tries: the ``spark-submit`` of ``t_nopk`` (no primary key,
    planned through the DAG's ``chunk_keys`` param) is killed before any chunk starts (exit -9), the ``t_ci``
    group's driver mid-chunk. The stream task stays ``upstream_failed``, the run ends failed.
-2. The MySQL CDC tab says what failed and why (the real cause, not "planned"), names each failed mapped task by
-   map index and group name, links it, and gives a ready-to-paste ``redo_chunks`` value; the task's own error
-   says the same once. The map index is named from the try's start, not a bare number.
+2. The MySQL CDC tab says what failed and why (the real cause, not "planned"), names each failed mapped task
+   by map index and group name, links it, and gives a ready-to-paste ``redo_chunks`` value; the task's own
+   error says the same once. The map index is named from the try's start, not a bare number.
 3. Recovery as the docs say: from the tab's link, clear the first group with Downstream on (the dialog's
    default); the tab shows progress while it runs. The second group is cleared the wrong way (Downstream off):
-   the run ends failed again and the tab then says to clear the stream task, which finishes the run ``success``.
-4. The writers stop before the last rerun, so the stream that finishes the run catches up everything: the
-   mirror equals the source row by row. The task logs are quiet: no Spark INFO lines, the result on one line,
+   the run ends failed again and the tab then says to clear the stream task, which finishes the run
+   ``success``.
+4. The writers (bounded by volume: a first set over the failing run, a second over the first group's rerun)
+   stop before the last rerun, so the stream that finishes the run catches up everything: the mirror equals
+   the source row by row. The task logs are quiet: no Spark INFO lines, the result on one line,
    each stream batch and each "planned" line logged once.
 
 Screenshots of each state (running, failed before any chunk started + failed mid-chunk, the clear dialog,
@@ -27,16 +30,18 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.chunk_store import RUNNING, ChunkStore, UnknownChunk
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore, UnknownChunk
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
+from tests.conftest import MIGRATED_DB
 from tests.support.airflow_services import AirflowServices
 from tests.support.airflow_ui import clear_task_instance, login, open_run
 from tests.support.browser import chromium, screenshot
@@ -51,7 +56,8 @@ SEED = 61
 
 
 def _spark_processes(output: str, table: str) -> list[tuple[int, list[str]]]:
-    """spark-submit (its shell, then its JVM) and the Python driver of a snapshot of ``table`` into ``output``."""
+    """spark-submit (its shell, then its JVM) and the Python driver of a snapshot of ``table`` into
+    ``output``."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         argv = argv_of(proc.name)
@@ -61,8 +67,9 @@ def _spark_processes(output: str, table: str) -> list[tuple[int, list[str]]]:
 
 
 class Killer(threading.Thread):
-    """While armed: kills every snapshot ``spark-submit`` of the ``unstarted`` table at once (before its driver
-    can start a chunk), and the Python driver of the ``midway`` table once one of its chunks is half written."""
+    """While armed: kills every snapshot ``spark-submit`` of the ``unstarted`` table at once (before its
+    driver can start a chunk), and the Python driver of the ``midway`` table once one of its chunks is half
+    written."""
 
     def __init__(self, output: str, unstarted: str, midway: str) -> None:
         super().__init__(daemon=True, name="on-call-killer")
@@ -88,7 +95,8 @@ class Killer(threading.Thread):
                     self._kill(pid, self.unstarted)
             if self.armed[self.midway].is_set() and self._half_written():
                 for pid, argv in _spark_processes(self.output, self.midway):
-                    if not Path(argv[0]).name.startswith("java") and any(a.endswith("snapshot_chunks.py") for a in argv):
+                    if (not Path(argv[0]).name.startswith("java")
+                            and any(a.endswith("snapshot_chunks.py") for a in argv)):
                         self._kill(pid, self.midway)  # the driver only: spark-submit's JVM sees it die
             time.sleep(0.05)
 
@@ -126,9 +134,9 @@ def services(mysql_server, airflow_home) -> Iterator[AirflowServices]:
                                                     "password": settings.password}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         # the example DAG's retries=1 with Airflow's default delay (5 min) would only make the test wait
-        "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "2",
+        "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",
     }
-    with AirflowServices(env=env, parallelism=2) as running:
+    with AirflowServices(env=env, parallelism=2, template_db=airflow_home / MIGRATED_DB) as running:
         running.wait_for_dag(DAG_ID)
         yield running
 
@@ -156,7 +164,7 @@ def _open_tab(driver: Any, services: AirflowServices, run_id: str) -> Any:
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    wait = WebDriverWait(driver, 90)
+    wait = WebDriverWait(driver, 90, poll_frequency=0.1)
     driver.switch_to.default_content()
     open_run(driver, services, DAG_ID, run_id)
     tab = "//*[self::a or self::button][.//text()[normalize-space()='MySQL CDC']]"
@@ -181,7 +189,8 @@ def _fits(driver: Any) -> None:
 def _actions(driver: Any) -> list[tuple[str, str]]:
     from selenium.webdriver.common.by import By
 
-    return [(li.get_attribute("data-action"), li.text) for li in driver.find_elements(By.CSS_SELECTOR, "#actions li")]
+    return [(li.get_attribute("data-action"), li.text)
+            for li in driver.find_elements(By.CSS_SELECTOR, "#actions li")]
 
 
 def _follow_action_link(driver: Any, services: AirflowServices, task_text: str) -> None:
@@ -194,7 +203,8 @@ def _follow_action_link(driver: Any, services: AirflowServices, task_text: str) 
     href = link.get_attribute("href")
     link.click()
     driver.switch_to.default_content()
-    WebDriverWait(driver, 60).until(lambda d: d.current_url == href, f"the UI to open {href}")
+    WebDriverWait(driver, 60, poll_frequency=0.1).until(lambda d: d.current_url == href,
+                                                        f"the UI to open {href}")
 
 
 def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db, tmp_path):
@@ -206,11 +216,18 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
         seed_rows(conn, mysql_db, rows_per_table=160, seed=SEED, specs=SPECS)
     output = str(tmp_path / "lake")
     t_nopk, t_ci = f"{mysql_db}.{NO_PK.name}", f"{mysql_db}.t_ci"
-    # one chunk group per table (pack_tables off); reads slowed so a chunk is caught half written
+    # one chunk group per table (pack_tables off); reads slowed (50 rows/s per read) so a chunk is caught half
+    # written
     conf = {"tables": f"{mysql_db}.t_*", "output": output, "chunk_size": 60, "chunks_per_group": 64,
             "pack_tables": False,
-            "max_concurrent_reads": 2, "rows_per_second": 60, "chunk_keys": {t_nopk: NO_PK.chunk_key}}
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=1, specs=SPECS, pace=0.1)
+            "max_concurrent_reads": 2, "rows_per_second": 100, "chunk_keys": {t_nopk: NO_PK.chunk_key}}
+    # writers bounded by volume (every row they add is read again, slowly, by each rerun): over the run's
+    # start and first tries, then (``rerun_writes``) over the first group's rerun
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=1, specs=SPECS, pace=0.3,
+                        max_transactions=30)
+    rerun_writes = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED + 1, writers=1, specs=SPECS,
+                            pace=0.1, max_transactions=15)
+    rerun_writes_started = False
     workload.start()
     killer = Killer(output, t_nopk, t_ci)
     killer.start()
@@ -220,10 +237,12 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
             run_id = services.trigger(DAG_ID, conf)
 
             # 1. both groups fail on both tries; the stream never runs
-            group = {t: services.wait_until(lambda t=t: _group_of(services, run_id, t), 300, f"{t}'s group named")
+            group = {t: services.wait_until(lambda t=t: _group_of(services, run_id, t), 300,
+                                            f"{t}'s group named")
                      for t in (t_nopk, t_ci)}
             for t in (t_nopk, t_ci):
-                ti = _wait_state(services, run_id, (SNAPSHOT_TASK, group[t].map_index), ("failed", "success"), 400)
+                ti = _wait_state(services, run_id, (SNAPSHOT_TASK, group[t].map_index), ("failed", "success"),
+                                 400)
                 assert ti.state == "failed" and killer.error is None, (ti, killer.error, killer.kills)
                 killer.armed[t].clear()
             assert services.wait_for_run(DAG_ID, run_id, 120) == "failed"
@@ -243,7 +262,8 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
             assert f'redo_chunks \\"{t_nopk}=' in log or f'redo_chunks "{t_nopk}=' in log
             assert "chunk 0: planned" not in log
             log = services.task_log(DAG_ID, run_id, SNAPSHOT_TASK, index[t_ci], try_number=2)
-            assert "ended before this chunk committed" in log and f"[map index {index[t_ci]}: {name[t_ci]}]" in log
+            assert ("ended before this chunk committed" in log
+                    and f"[map index {index[t_ci]}: {name[t_ci]}]" in log)
 
             # 2. the tab: what failed, why, and what to do
             _open_tab(driver, services, run_id)
@@ -256,13 +276,15 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
             redo = driver.find_element(By.CSS_SELECTOR, "[data-field=redo_chunks]").text
             assert f"{t_nopk}=" in redo and f"{t_ci}=" in redo
             row = driver.find_element(By.CSS_SELECTOR, f"table#summary tr[data-table='{t_nopk}']")
-            fields = {e.get_attribute("data-field"): e.text for e in row.find_elements(By.CSS_SELECTOR, "[data-field]")}
+            fields = {e.get_attribute("data-field"): e.text
+                      for e in row.find_elements(By.CSS_SELECTOR, "[data-field]")}
             assert fields["failed"] == fields["chunks"] and fields["planned"] == "0", fields
             errors = [e.text for e in driver.find_elements(
                 By.CSS_SELECTOR, f"section[data-table='{t_nopk}'] tr[data-chunk] [data-field=error]")]
             assert errors and all(e.startswith("the Spark application ended before this chunk started "
                                                "(spark-submit exit code -9") for e in errors), errors
-            states = {r.get_attribute("data-map-index"): r.find_element(By.CSS_SELECTOR, "[data-field=state]").text
+            states = {r.get_attribute("data-map-index"):
+                      r.find_element(By.CSS_SELECTOR, "[data-field=state]").text
                       for r in driver.find_elements(By.CSS_SELECTOR, "table#groups tr[data-map-index]")}
             assert states == {str(index[t_nopk]): "failed", str(index[t_ci]): "failed"}
             _shot(driver, "on_call_1_failed_before_start_and_mid_chunk")
@@ -282,13 +304,19 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
             assert " chunks (" in progress and " running" in progress, progress
             assert driver.find_element(By.CSS_SELECTOR, "#refresh").is_displayed()
             _shot(driver, "on_call_3_running")
+            # writes once a chunk of the rerun has its HW: the stream that finishes the run then has binlog
+            # to take a batch of, past the smallest HW
+            services.wait_until(lambda: any(c.status == COMMITTED for c in store.chunks(t_nopk)), 120,
+                                "a chunk of the rerun committed")
+            rerun_writes.start()
+            rerun_writes_started = True
             _wait_state(services, run_id, (SNAPSHOT_TASK, index[t_nopk]), ("success",), 300)
             # the other group is still failed: the stream is upstream_failed again, the run failed
             assert services.wait_for_run(DAG_ID, run_id, 120) == "failed"
 
             # 3b. the second group the wrong way (Downstream off): the tab then points at the stream task. The
             # writers stop first: the stream that finishes this run then catches up every change
-            stats = workload.stop()
+            stats, more = workload.stop(), rerun_writes.stop()
             affected = clear_task_instance(driver, services, DAG_ID, run_id, SNAPSHOT_TASK, index[t_ci],
                                            downstream=False)
             assert {a.task_id for a in affected} == {SNAPSHOT_TASK}, affected
@@ -312,13 +340,16 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
             assert driver.find_element(By.CSS_SELECTOR, "#actions").text.startswith("Nothing to do")
             assert all(r.get_attribute("data-table") for r in driver.find_elements(
                 By.CSS_SELECTOR, "table#summary tr[data-table]"))
-            phases = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "table#summary [data-field=phase]")]
+            phases = [e.text
+                      for e in driver.find_elements(By.CSS_SELECTOR, "table#summary [data-field=phase]")]
             assert phases == ["stream", "stream"], phases
             _shot(driver, "on_call_5_recovered")
     finally:
         killer.halt.set()
         workload.stop()
-    assert stats.transactions > 20, stats
+        if rerun_writes_started:
+            rerun_writes.stop()
+    assert stats.transactions + more.transactions > 20, (stats, more)
 
     # 4. the stream that finished the run caught up every change: the mirror equals the source
     assert_mirror_equals_source(settings, output, [TableId.parse(t_nopk), TableId.parse(t_ci)], min_rows=100)
@@ -327,13 +358,15 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
     snapshot_log = services.task_log(DAG_ID, run_id, SNAPSHOT_TASK, index[t_nopk], try_number=3)
     stream_try = _tis(services, run_id)[("stream", -1)].try_number
     stream_log = services.task_log(DAG_ID, run_id, "stream", try_number=stream_try)
-    for log in (snapshot_log, stream_log):  # Spark's own INFO: only the 3 lines before spark.log.level applies
+    # Spark's own INFO: only the 3 lines before spark.log.level applies
+    for log in (snapshot_log, stream_log):
         assert len(re.findall(r"\d\d:\d\d:\d\d INFO [A-Za-z]+:", log)) <= 3, log[-3000:]
         assert "INFO pymysqlreplication" not in log
     # the result, on one line (the spark-submit command line, with its --chunk-group, is one more)
     assert sum("chunk_id" in line and "--chunk-group" not in line for line in snapshot_log.splitlines()) == 1
     plan_log = services.task_log(DAG_ID, run_id, "plan", try_number=1)
     for t in (t_nopk, t_ci):
-        assert sum(f"planned {t}: generation 1" in line for line in plan_log.splitlines()) == 1, plan_log[-3000:]
+        assert sum(f"planned {t}: generation 1" in line
+                   for line in plan_log.splitlines()) == 1, plan_log[-3000:]
     batches = [line for line in stream_log.splitlines() if re.search(r"batch \d+: \d+ changes", line)]
     assert batches and len(batches) == len({re.search(r"batch \d+", b)[0] for b in batches}), batches

@@ -24,10 +24,11 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pymysql
@@ -199,10 +200,12 @@ class Ops:
         if kind < 0.9 and spec.key_rewrites:  # a key rewritten in place: often collation-equal to itself
             name, _ = rng.choice(spec.key_columns)
             expr = rng.choice(spec.key_rewrites).format(col=quote_ident(name))
-            return f"UPDATE IGNORE {self.table} SET {quote_ident(name)} = {expr} WHERE {self._where(rng)}{self._limit()}"
+            return (f"UPDATE IGNORE {self.table} SET {quote_ident(name)} = {expr} "
+                    f"WHERE {self._where(rng)}{self._limit()}")
         order = ", ".join(quote_ident(n) for n in spec.table_key)
         if rng.random() < 0.5:
-            return f"UPDATE IGNORE {self.table} SET `seq` = `seq` + 1 ORDER BY {order} LIMIT {rng.randint(2, 5)}"
+            return (f"UPDATE IGNORE {self.table} SET `seq` = `seq` + 1 "
+                    f"ORDER BY {order} LIMIT {rng.randint(2, 5)}")
         return f"DELETE FROM {self.table} ORDER BY {order} DESC LIMIT 1"
 
     def transaction(self, rng: random.Random) -> list[str]:
@@ -252,16 +255,19 @@ class Sessions:
 
 
 class BackgroundWriter:
-    """A thread of seeded transactions over a group's tables, paced, until stopped."""
+    """A thread of seeded transactions over a group's tables, paced, until stopped or ``limit`` transactions
+    are written (a volume: a slow machine does not write more for the pipeline to catch up with)."""
 
-    def __init__(self, server: Any, database: str, ops: list[Ops], seed: int, pace: float = 0.004) -> None:
+    def __init__(self, server: Any, database: str, ops: list[Ops], seed: int, pace: float = 0.004,
+                 limit: int = 50) -> None:
         self.server, self.database, self.ops, self.seed, self.pace = server, database, ops, seed, pace
+        self.limit = limit
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"conformance-writer-{seed}", daemon=True)
         self.transactions = 0
         self.error: BaseException | None = None
 
-    def start(self) -> "BackgroundWriter":
+    def start(self) -> BackgroundWriter:
         self._thread.start()
         return self
 
@@ -269,12 +275,12 @@ class BackgroundWriter:
         rng = random.Random(self.seed)
         sessions = Sessions(self.server, self.database)
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and self.transactions < self.limit:
                 op = rng.choice(self.ops)
                 sessions.run(op.spec.sql_mode, op.transaction(rng))
                 self.transactions += 1
                 time.sleep(self.pace)
-        except BaseException as exc:  # reported by stop()
+        except BaseException as exc:  # noqa: BLE001 - reported by stop()
             self.error = exc
         finally:
             sessions.close()
@@ -287,7 +293,7 @@ class BackgroundWriter:
         return self.transactions
 
 
-# --- results -------------------------------------------------------------------------------------------------
+# --- results ------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -330,12 +336,13 @@ def _status(conn: pymysql.connections.Connection) -> BinlogPosition:
 
 def _error_text(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
-    where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb) if "airflow_provider" in f.filename),
-                 "")
+    where = next((f"{Path(f.filename).name}:{f.lineno}"
+                  for f in reversed(tb) if "airflow_provider" in f.filename), "")
     return f"{type(exc).__name__}: {exc}" + (f" (at {where})" if where else "")
 
 
-def read_both_ways(settings: MySQLSettings, run: TableRun, start: BinlogPosition, end: BinlogPosition) -> None:
+def read_both_ways(settings: MySQLSettings, run: TableRun, start: BinlogPosition,
+                   end: BinlogPosition) -> None:
     """The rows written between ``start`` and ``end`` by SELECT and from the binlog, in insertion order
     (each path's error, if any, in ``select_error``/``binlog_error``, both in ``identity_error``)."""
     try:
@@ -345,7 +352,7 @@ def read_both_ways(settings: MySQLSettings, run: TableRun, start: BinlogPosition
                 cur.execute(f"SELECT {values.select_list(run.schema)} FROM {run.table.quoted} ORDER BY `seq`")
                 normalize = values.snapshot_normalizer(run.schema)
                 run.selected = [normalize(r) for r in cur.fetchall()]
-    except Exception as exc:  # judged per case by the tests
+    except Exception as exc:  # noqa: BLE001 - judged per case by the tests
         run.select_error = _error_text(exc)
     if run.schema is not None:
         try:
@@ -357,7 +364,7 @@ def read_both_ways(settings: MySQLSettings, run: TableRun, start: BinlogPosition
                 raise AssertionError(f"the initial writes should be inserts only, the binlog has {dict(ops)}")
             names = run.schema.column_names
             run.streamed = [tuple(c.values[n] for n in names) for c in changes]
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - judged per case by the tests
             run.binlog_error = _error_text(exc)
     errors = [f"{path}: {e}" for path, e in (("SELECT", run.select_error), ("binlog", run.binlog_error)) if e]
     run.identity_error = "; ".join(errors) or None
@@ -379,9 +386,9 @@ def read_natively(settings: MySQLSettings, run: TableRun) -> None:
             return
         try:
             run.natively, run.native_guarded = _read_natively(settings, run, guard_dates=True), True
-        except Exception as again:  # judged per case by the tests
+        except Exception as again:  # noqa: BLE001 - judged per case by the tests
             run.native_error = _error_text(again)
-    except Exception as exc:  # judged per case by the tests
+    except Exception as exc:  # noqa: BLE001 - judged per case by the tests
         run.native_error = _error_text(exc)
 
 
@@ -395,7 +402,8 @@ def _read_natively(settings: MySQLSettings, run: TableRun, guard_dates: bool) ->
         info = server_info(conn)
         sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
                f"FROM {run.table.quoted} ORDER BY `seq`")
-        select = NativeSelect(settings, sql, native_session.read_view_statements(info.flavor, info.server_id, None),
+        select = NativeSelect(settings, sql,
+                              native_session.read_view_statements(info.flavor, info.server_id, None),
                               65536, current_binlog_status(conn, info).file)
         try:
             first = select.open()
@@ -435,8 +443,9 @@ def run_group(server: Any, database: str, specs: list[TableSpec], store_path: Pa
             if piped:
                 with native_chunk_reader():
                     _pipeline(server, database, piped, runs, ops, sessions, settings, store_path, rng, seed,
-                              chunk_size, interleaved, stream_rounds, group, read_options or ChunkReadOptions())
-        except Exception as exc:
+                              chunk_size, interleaved, stream_rounds, group,
+                              read_options or ChunkReadOptions())
+        except Exception as exc:  # noqa: BLE001 - charged to each case of the group
             text = _error_text(exc)
             for run in (runs[s.name] for s in piped):
                 if run.pipeline_error is None and run.mirror is None:
@@ -508,7 +517,7 @@ def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path
         try:
             run.mirror = pipe.mirror(plan.table)
             run.source = pipe.source(plan.table)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - judged per case by the tests
             run.pipeline_error = _error_text(exc)
 
 
@@ -516,10 +525,10 @@ def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path
 def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
     """Seeded writes at the most delicate moments of every chunk read, deterministically: in the watermark
     mode after the LW marker and before the read view opens (the view sees them, the backfill replays them),
-    and after the view opened (only the backfill brings them); in the consistent-snapshot mode right after the
-    view opened (after HW: only the stream brings them; the native reader's view: once its first rows arrived).
-    Wraps the read-view helpers as ``chunk_reader`` calls
-    them; if those names are gone, the reads just run without the extra writes."""
+    and after the view opened (only the backfill brings them); in the consistent-snapshot mode right after
+    the view opened (after HW: only the stream brings them; the native reader's view: once its first rows
+    arrived). Wraps the read-view helpers as ``chunk_reader`` calls them; if those names are gone, the reads
+    just run without the extra writes."""
     from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
 
     saved = {}
@@ -546,7 +555,8 @@ def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
     if native is not None:
         def native_opened(position: Any, _original: Callable = native) -> Any:
             result = _original(position)
-            write(3)  # the native reader's view is open and its SELECT runs: after HW, only the stream brings them
+            # the native reader's view is open and its SELECT runs: after HW, only the stream brings them
+            write(3)
             return result
 
         saved["native_view_opened"] = native
@@ -558,7 +568,7 @@ def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
             setattr(chunk_reader, name, original)
 
 
-# --- per-column verdicts ---------------------------------------------------------------------------------------
+# --- per-column verdicts ------------------------------------------------------------------------------------
 
 
 def _short(value: Any, limit: int = 90) -> str:
@@ -647,7 +657,7 @@ def arrow_mismatches(run: TableRun, column: str, limit: int = 4) -> list[str]:
         cells = [(r[i],) for r in rows]
         try:
             batch = values.to_arrow_batch(one, cells)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported as a finding of the case
             out.append(f"{path} values do not convert to {target.field(column).type}: {_error_text(exc)}")
             continue
         if batch.schema != target:
@@ -695,8 +705,8 @@ def mirror_mismatches(run: TableRun, column: str | None = None, limit: int = 5,
     extra = [] if at_least_once else list((got - want).elements())
     if not missing and not extra:
         return []
-    out = [f"mirror has {len(run.mirror)} rows, source {len(run.source)}; {len(missing)} source rows missing, "
-           f"{len(extra)} extra"]
+    out = [(f"mirror has {len(run.mirror)} rows, source {len(run.source)}; "
+            f"{len(missing)} source rows missing, {len(extra)} extra")]
     out += [f"missing {_short(m, 240)}" for m in missing[:limit]]
     out += [f"extra   {_short(e, 240)}" for e in extra[:limit]]
     return out

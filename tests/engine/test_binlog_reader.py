@@ -5,7 +5,7 @@ import itertools
 import random
 import threading
 import time
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 from pymysqlreplication import BinLogStreamReader
@@ -108,7 +108,8 @@ def test_insert_update_delete_decode_like_select(mysql_server, mysql_db):
         execute(
             admin,
             "INSERT INTO items VALUES (18446744073709551615, 'max \U0001F600', -12.50, "
-            "'2024-03-10 10:00:00.5', 'z,x', x'01', '-01:02:03.25'), (1, 'one', 0.01, NULL, '', x'000102', NULL), "
+            "'2024-03-10 10:00:00.5', 'z,x', x'01', '-01:02:03.25'), "
+            "(1, 'one', 0.01, NULL, '', x'000102', NULL), "
             "(2, NULL, 99999999.99, '1999-12-31 23:59:59', 'y', NULL, '00:00:00')",
         )
         after_insert = snapshot(mysql_server, table)
@@ -377,11 +378,12 @@ def test_ddl_that_changes_rows_without_row_events_needs_a_new_snapshot(mysql_ser
     got = []
     with pytest.raises(ResnapshotRequired) as info:
         for change in reader.read(BinlogOffset.at(start), end):
-            got.append(change)
+            got.append(change)  # noqa: PERF402 - keeps the changes read before the raise
     message = str(info.value)
     assert [c.values["id"] for c in got] == [1]  # everything before the DDL was emitted
     assert f"{mysql_db}.cap" in message and f"{before_ddl.file}:{before_ddl.pos}" in message
-    assert "snapshotted again" in message and "mysqlcdc plan --tables" in message and ddl.split()[0] in message
+    assert ("snapshotted again" in message and "mysqlcdc plan --tables" in message
+            and ddl.split()[0] in message)
     assert info.value.table.table == "cap" and info.value.position == after_ddl
     assert reader.last_offset.position == before_ddl
     # A plan made at or after the DDL covers it: the stream passes it (and decodes what follows).
@@ -389,7 +391,7 @@ def test_ddl_that_changes_rows_without_row_events_needs_a_new_snapshot(mysql_ser
     items = list(covered.read_with_heartbeats(BinlogOffset.at(start), end))
     ddl_items = [i for i in items if isinstance(i, SchemaChange)]
     assert len(ddl_items) == 1 and ddl_items[0].ddl.resnapshot
-    assert [c.values["id"] for c in items if isinstance(c, RowChange)][0] == 1
+    assert next(c.values["id"] for c in items if isinstance(c, RowChange)) == 1
 
 
 def test_column_ddl_is_followed_with_the_schema_of_each_event(mysql_server, mysql_db):
@@ -504,13 +506,14 @@ def test_reads_are_bounded_in_time(mysql_server, mysql_db):
     assert time.monotonic() - t0 < 10
 
     # a blocking read with nothing new returns at its timeout, having emitted nothing
+    wait_s = 0.8  # the blocking reads' timeout: what the test waits out
     t0 = time.monotonic()
-    assert list(reader.read(BinlogOffset.at(now), blocking=True, timeout=1.5)) == []
-    assert 1.4 < time.monotonic() - t0 < 8
+    assert list(reader.read(BinlogOffset.at(now), blocking=True, timeout=wait_s)) == []
+    assert wait_s - 0.1 < time.monotonic() - t0 < 8
 
     # a blocking read sees a change written while it waits
     def write_later() -> None:
-        time.sleep(0.7)
+        time.sleep(0.4)
         with mysql_server.admin(mysql_db) as other:
             execute(other, "INSERT INTO cap VALUES (2)")
 
@@ -524,7 +527,7 @@ def test_reads_are_bounded_in_time(mysql_server, mysql_db):
     with pytest.raises(BinlogReadError, match="before the requested end"):
         list(reader.read(BinlogOffset.at(start), beyond))
     with pytest.raises(ReadTimeout):
-        list(reader.read(BinlogOffset.at(start), beyond, blocking=True, timeout=1.5))
+        list(reader.read(BinlogOffset.at(start), beyond, blocking=True, timeout=wait_s))
 
 
 def test_a_dropped_stream_connection_resumes_where_it_was(mysql_server, mysql_db):
@@ -535,13 +538,17 @@ def test_a_dropped_stream_connection_resumes_where_it_was(mysql_server, mysql_db
     reader = reader_for(mysql_server, mysql_db, ["cap"], slot=7)
 
     def kill_then_write() -> None:
-        time.sleep(0.8)
         with mysql_server.admin(mysql_db) as other, other.cursor() as cur:
-            cur.execute(
-                "SELECT ID FROM information_schema.PROCESSLIST "
-                "WHERE COMMAND LIKE 'Binlog Dump%%' AND USER = 'cdc'"
-            )
-            for (thread_id,) in cur.fetchall():
+            deadline = time.monotonic() + 20
+            dumps: tuple = ()
+            while not dumps and time.monotonic() < deadline:  # the reader's dump is running: cut it
+                time.sleep(0.05)
+                cur.execute(
+                    "SELECT ID FROM information_schema.PROCESSLIST "
+                    "WHERE COMMAND LIKE 'Binlog Dump%%' AND USER = 'cdc'"
+                )
+                dumps = cur.fetchall()
+            for (thread_id,) in dumps:
                 cur.execute(f"KILL {int(thread_id)}")
             time.sleep(0.3)
             cur.execute("INSERT INTO cap VALUES (2)")
@@ -575,7 +582,7 @@ def test_purged_start_file_names_the_way_out(private_server):
                 cur.execute("SHOW BINARY LOGS")
                 if [r[0] for r in cur.fetchall()] == [oldest] or time.monotonic() > deadline:
                     break
-            time.sleep(0.3)
+            time.sleep(0.05)
     reader = reader_for(private_server, "p", ["cap"])
     with pytest.raises(BinlogPurged) as info:
         list(reader.read(BinlogOffset.at(start)))

@@ -1,20 +1,20 @@
 """Exactly-once under concurrent writes: snapshot chunks + filtered stream, materialized, equal the source.
 
-Writers insert, update (also keys), delete, run multi-row and large transactions and rollbacks, and rotate the
-binlog while the tables are planned, while chunks are read and while the stream runs. The server's time zone is
--07:00, sessions are UTC and this process runs in Asia/Kolkata (tests/conftest.py). Seeds are fixed.
+Writers insert, update (also keys), delete, run multi-row and large transactions and rollbacks, and rotate
+the binlog while the tables are planned, while chunks are read and while the stream runs. The server's time
+zone is -07:00, sessions are UTC and this process runs in Asia/Kolkata (tests/conftest.py). Seeds are fixed.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
 import threading
-import time
 from collections import Counter
 
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkReadOptions
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import WATERMARK_DDL
@@ -31,7 +31,8 @@ def _pipeline(mysql_server, mysql_db, tmp_path, **kw) -> Pipeline:
 
 def _seeded_with_writers(mysql_server, mysql_db, tmp_path, names: tuple[str, ...], rows: int, seed: int,
                          writers: int) -> tuple[Pipeline, Workload]:
-    """Tables ``names`` seeded with ``rows`` rows each, a pipeline on them and running writers (fixed seed)."""
+    """Tables ``names`` seeded with ``rows`` rows each, a pipeline on them and running writers (fixed
+    seed)."""
     specs = [s for s in TABLE_SPECS if s.name in names]
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, specs)
@@ -49,7 +50,7 @@ def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server
     pipe = _pipeline(mysql_server, mysql_db, tmp_path)
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=seed, writers=2).start()
     try:
-        time.sleep(0.5)
+        workload.wait_for_transactions(40)  # the tables change before they are planned
         plans = pipe.plan([f"{mysql_db}.t_*"], chunk_keys={f"{mysql_db}.t_nopk": "ck"})
         assert len(plans) == len(TABLE_SPECS)
         assert all(len(p.chunks) >= 3 for p in plans), [(str(p.table), len(p.chunks)) for p in plans]
@@ -80,7 +81,7 @@ def test_binlog_audit_catches_a_broken_changelog(mysql_server, mysql_db, tmp_pat
             for chunk in plan.chunks:
                 pipe.snapshot(plan, chunk.chunk_id)
         pipe.open_stream([p.table for p in plans])
-        time.sleep(1.0)
+        workload.wait_for_transactions(80)  # changes after every chunk's HW for the stream
         pipe.pump(random.Random(11), batches=2)
     finally:
         workload.stop()
@@ -159,17 +160,17 @@ def test_chunk_rerun_while_streaming_keeps_mirror_exact(mysql_server, mysql_db, 
                 gate = threading.Event()
                 result: dict = {}
 
-                def rerun() -> None:
+                def rerun(plan: ChunkPlan, chunk_id: int, gate: threading.Event, result: dict) -> None:
                     gate.wait()
                     result["rows"] = pipe.snapshot(plan, chunk_id)
 
                 pipe.store.start_chunk(str(plan.table), plan.generation, chunk_id)
                 pipe.stream.refresh()
-                worker = threading.Thread(target=rerun)
+                worker = threading.Thread(target=rerun, args=(plan, chunk_id, gate, result))
                 worker.start()
                 gate.set()
                 worker.join(timeout=120)
-                time.sleep(0.3)
+                workload.wait_for_transactions(20)  # events after the new HW
                 pipe.pump(rng, batches=2)  # reads events after the new HW with the old view
                 pipe.stream.refresh()
                 pipe.pump(rng, batches=1)
@@ -269,7 +270,8 @@ def test_watermark_table_mode_with_backfill(mysql_server, mysql_db, tmp_path):
     wm = _tables_with_watermark_table(mysql_server, mysql_db, specs, seed=5)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5450)
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, read_options=options)
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=5, writers=2, specs=specs, pace=0.0).start()
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=5, writers=2, specs=specs,
+                        pace=0.0).start()
     try:
         plans = pipe.plan([f"{mysql_db}.t_int", f"{mysql_db}.t_ubig", f"{mysql_db}.t_nopk"],
                           chunk_keys={f"{mysql_db}.t_nopk": "ck"})
@@ -304,7 +306,8 @@ def test_skip_backfill_is_at_least_once_filtered_at_low_watermark(mysql_server, 
     wm = _tables_with_watermark_table(mysql_server, mysql_db, specs, seed=9)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5451, skip_backfill=True)
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, read_options=options)
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=9, writers=2, specs=specs, pace=0.0).start()
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=9, writers=2, specs=specs,
+                        pace=0.0).start()
     try:
         plans = pipe.plan([f"{mysql_db}.t_int", f"{mysql_db}.t_dec"])
         results = [pipe.snapshot_result(plan, chunk.chunk_id) for plan in plans for chunk in plan.chunks]

@@ -8,10 +8,11 @@ versions; each read goes through ``mirror_reader.read_mirror`` and, independentl
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
@@ -40,6 +41,7 @@ from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_ro
 
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_dt", "t_comp", "t_nopk")]
 SEED = 41
+WRITES_PER_BATCH = 30  # transactions written before each stream batch: every table changes per round
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ def test_time_travel_to_recorded_positions_equals_the_source_then(mysql_server, 
         create_tables(conn, mysql_db, SPECS)
         seed_rows(conn, mysql_db, rows_per_table=300, seed=SEED, specs=SPECS)
     root = str(tmp_path / "out")
-    pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, root=root, chunk_size=90)
+    pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, root=root,
+                          chunk_size=90)
     refresher = MirrorRefresher(root, pipe.store, settings=settings)
 
     def writers(seed: int) -> Workload:
@@ -82,17 +85,18 @@ def test_time_travel_to_recorded_positions_equals_the_source_then(mysql_server, 
             for chunk in plan.chunks:
                 pipe.snapshot(plan, chunk.chunk_id)
         pipe.open_stream(tables)
-        stream_while_writing(pipe, refresher, rng, workload, batches=3)
+        stream_while_writing(pipe, refresher, rng, workload, batches=3, transactions=WRITES_PER_BATCH)
         checkpoints: list[Checkpoint] = []
         for round_ in range(3):
             workload.stop()
-            drain_and_refresh(pipe, refresher)  # the stream passes every write: each table's latest version is exact now
+            # the stream passes every write: each table's latest version is exact now
+            drain_and_refresh(pipe, refresher)
             for table in tables:
                 latest = mirror_versions(root, table)[-1]
                 assert latest.as_of is not None, f"{table}: the mirror is not consistent after draining"
                 checkpoints.append(Checkpoint(table, latest, pipe.source(table)))
             workload = writers(SEED + 1 + round_)
-            stream_while_writing(pipe, refresher, rng, workload, batches=3)
+            stream_while_writing(pipe, refresher, rng, workload, batches=3, transactions=WRITES_PER_BATCH)
     finally:
         stats = workload.stop()
     assert stats.transactions > 10, stats
@@ -116,7 +120,8 @@ def test_time_travel_to_recorded_positions_equals_the_source_then(mysql_server, 
     # the tables did change between the recorded points: time travel was put to the test
     for table in tables:
         own = [p for p in checkpoints if p.table == table]
-        assert any(a.source != b.source for a, b in zip(own, own[1:])) or own[0].source != pipe.source(table), table
+        assert (any(a.source != b.source for a, b in itertools.pairwise(own))
+                or own[0].source != pipe.source(table)), table
         current = read_mirror(root, table)
         assert_same_rows(_rows(current, names[table]), pipe.source(table), table)
 
@@ -145,12 +150,13 @@ def test_time_travel_to_recorded_positions_equals_the_source_then(mysql_server, 
     # the CLI: --as-of a position prints that state, and says which version it read
     point = next(p for p in checkpoints if p.table.table == "t_int")
     capsys.readouterr()
-    assert mysqlcdc(["mirror", "--table", str(point.table), "--output", root, "--as-of", str(point.version.as_of),
-                     "--print"]) == 0
+    assert mysqlcdc(["mirror", "--table", str(point.table), "--output", root, "--as-of",
+                     str(point.version.as_of), "--print"]) == 0
     out, err = capsys.readouterr()
     printed = [json.loads(line) for line in out.splitlines()]
     assert sorted(r["id"] for r in printed) == sorted(r[0] for r in point.source)
-    assert f"mirror version {point.version.version} " in err and f"as of binlog position {point.version.as_of}" in err
+    assert (f"mirror version {point.version.version} " in err
+            and f"as of binlog position {point.version.as_of}" in err)
     assert mysqlcdc(["mirror", "--table", str(point.table), "--output", root, "--as-of",
                      str(point.version.version), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["as_of"] == str(point.version.as_of)
@@ -164,4 +170,4 @@ def test_time_travel_to_recorded_positions_equals_the_source_then(mysql_server, 
 
 def test_read_mirror_without_a_delta_table_refuses_time_travel(tmp_path):
     with pytest.raises(CdcError, match="no mirror Delta table"):
-        read_mirror(str(tmp_path), "db.t", as_of=datetime.now(timezone.utc))
+        read_mirror(str(tmp_path), "db.t", as_of=datetime.now(UTC))

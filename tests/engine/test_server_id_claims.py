@@ -1,6 +1,7 @@
 """A stream's server_id range claim, on the real server: a second claim of an overlapping range fails at once
 naming both checkpoints, a disjoint one works, and a claim whose holder is gone (released, its session killed,
-its process killed) frees itself. The claim through ``start_stream`` is in tests/faults/test_server_id_ranges.py.
+its process killed) frees itself. The claim through ``start_stream`` is in
+tests/faults/test_server_id_ranges.py.
 """
 from __future__ import annotations
 
@@ -31,6 +32,17 @@ def _is_free(mysql_server, server_id: int) -> bool:
         return cur.fetchone()[0] == 1
 
 
+def _freed(mysql_server, server_id: int, timeout: float = 10.0) -> bool:
+    """The id's lock is free, or becomes free soon: a closed session's locks are freed by the server once it
+    has processed the client's quit, a moment after the client returned from close()."""
+    deadline = time.monotonic() + timeout
+    while not _is_free(mysql_server, server_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_overlapping_ranges_fail_naming_both_checkpoints(mysql_server, tmp_path):
     store = str(tmp_path / "chunks.db")
     first = claim_server_id_range(_settings(mysql_server, "7100-7109"), "/ckpt/first", store)
@@ -42,10 +54,11 @@ def test_overlapping_ranges_fail_naming_both_checkpoints(mysql_server, tmp_path)
         assert time.monotonic() - started < 5, "a second stream must fail at once"
         message = str(refused.value)
         assert "the stream on checkpoint /ckpt/second cannot claim its server_id range 7105-7120" in message
-        assert "server_id 7105 is held by the stream on checkpoint /ckpt/first (server_id range 7100-7109" in message
+        assert ("server_id 7105 is held by the stream on checkpoint /ckpt/first "
+                "(server_id range 7100-7109") in message
         assert f"MySQL connection {first.connection_id}" in message and "disjoint" in message, message
         assert "?server_id=" in message and "extra" in message, message
-        assert _is_free(mysql_server, 7110), "the refused claim keeps none of its ids"
+        assert _freed(mysql_server, 7110), "the refused claim keeps none of its ids"
         # the top id (mysqlcdc check's) counts too; a disjoint range is fine, side by side
         with pytest.raises(ServerIdRangeTaken, match="server_id 7109 is held by"):
             claim_server_id_range(_settings(mysql_server, "7109-7130"), "/ckpt/third", store)
@@ -54,7 +67,7 @@ def test_overlapping_ranges_fail_naming_both_checkpoints(mysql_server, tmp_path)
         disjoint.release()  # idempotent
     finally:
         first.release()
-    assert _is_free(mysql_server, 7100) and _is_free(mysql_server, 7109)
+    assert _freed(mysql_server, 7100) and _freed(mysql_server, 7109)
     with ChunkStore(store) as chunk_store:
         assert chunk_store.stream_claim_holders(first.identity.token, first.connection_id) == []
     again = claim_server_id_range(_settings(mysql_server, "7105-7120"), "/ckpt/second", store)
@@ -67,7 +80,8 @@ def test_a_holder_in_another_chunk_store_is_named_by_its_session(mysql_server, t
         with pytest.raises(ServerIdRangeTaken) as refused:
             claim_server_id_range(_settings(mysql_server, "7200-7201"), "/ckpt/b", str(tmp_path / "b.db"))
         message = str(refused.value)
-        assert f"another stream (MySQL connection {first.connection_id}; its checkpoint is not recorded" in message
+        assert (f"another stream (MySQL connection {first.connection_id}; "
+                "its checkpoint is not recorded") in message
     finally:
         first.release()
 

@@ -1,4 +1,5 @@
-"""Protecting the source: a cap on concurrent chunk reads per server, a rows/s budget, a per-query time limit."""
+"""Protecting the source: a cap on concurrent chunk reads per server, a rows/s budget, a per-query time
+limit."""
 from __future__ import annotations
 
 import threading
@@ -20,13 +21,19 @@ from airflow_provider_mysqlcdc.engine.source.limits import (
     read_slot,
 )
 
+_DIGITS = "(" + " UNION ALL ".join(f"SELECT {d} AS i" for d in range(10)) + ")"
+
 
 def _table(mysql_server, mysql_db: str, rows: int, width: int = 20) -> tuple[MySQLSettings, TableId]:
+    """Rows (id, id zero-padded to ``width``) for id in 0..rows-1 (at most 100,000), made by the server
+    itself: tens of MB in a fraction of the time a client takes to send them."""
+    assert rows <= 100_000
+    numbers = (f"SELECT a.i + 10 * b.i + 100 * c.i + 1000 * d.i + 10000 * e.i AS n FROM {_DIGITS} a, "
+               f"{_DIGITS} b, {_DIGITS} c, {_DIGITS} d, {_DIGITS} e")
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE TABLE t (id INT PRIMARY KEY, pad VARCHAR({width}))")
-        for start in range(0, rows, 5000):
-            cur.executemany("INSERT INTO t VALUES (%s, %s)",
-                            [(i, f"{i:0{width}d}") for i in range(start, min(rows, start + 5000))])
+        cur.execute(f"INSERT INTO t SELECT n, LPAD(n, {width}, '0') FROM ({numbers}) numbers "
+                    f"WHERE n < {rows}")
     return MySQLSettings.from_url(mysql_server.cdc_url), TableId(mysql_db, "t")
 
 
@@ -65,8 +72,9 @@ def test_limits_travel_as_spark_options():
     unlimited = SourceLimits(max_concurrent_reads=None, rows_per_second=None, query_timeout_s=None)
     options = options.with_(limits=unlimited)
     assert SnapshotOptions.from_options(options.to_options()).limits == unlimited
-    assert SnapshotOptions.from_options({"mysql_url": "mysql://c@d/", "table": "a.b", "output": "/o"}).limits == (
-        SourceLimits())  # documented defaults: 4 reads, no rate limit, 600 s per query
+    # documented defaults: 4 reads, no rate limit, 600 s per query
+    assert SnapshotOptions.from_options(
+        {"mysql_url": "mysql://c@d/", "table": "a.b", "output": "/o"}).limits == SourceLimits()
     with pytest.raises(CdcError, match="max_concurrent_reads must be positive"):
         SourceLimits(max_concurrent_reads=-1)
 
@@ -81,18 +89,20 @@ def test_reads_beyond_the_cap_wait_for_a_slot(mysql_server, mysql_db):
     rows: list[int] = []
     thread = threading.Thread(target=lambda: rows.append(sum(b.num_rows for b in read.batches())))
     thread.start()
-    thread.join(timeout=1.5)
+    thread.join(timeout=0.5)  # the slot stays taken this long
     assert thread.is_alive() and not rows, "the read must wait while the only slot is taken"
     slot.__exit__(None, None, None)
     thread.join(timeout=30)
-    assert rows == [300] and read.result.timings["slot_wait_s"] >= 1.5
+    assert rows == [300] and read.result.timings["slot_wait_s"] >= 0.5
     holder.close()
 
     # all slots stay taken past the wait: a clear error, nothing read
     holder = connect(settings)
-    with read_slot(holder, limits, "the other read"):
-        with pytest.raises(SlotWaitTimeout, match="max_concurrent_reads=1"):
-            list(_read(settings, table, SourceLimits(max_concurrent_reads=1, slot_wait_timeout_s=0.5)).batches())
+    with (
+        read_slot(holder, limits, "the other read"),
+        pytest.raises(SlotWaitTimeout, match="max_concurrent_reads=1"),
+    ):
+        list(_read(settings, table, SourceLimits(max_concurrent_reads=1, slot_wait_timeout_s=0.5)).batches())
     holder.close()
     # a task that dies holding a slot frees it with its session
     holder = connect(settings)
@@ -111,8 +121,9 @@ def test_rows_per_second_is_a_server_wide_budget(mysql_server, mysql_db):
 
 
 def test_a_select_over_the_time_limit_is_stopped_with_a_clear_error(mysql_server, mysql_db):
-    # ~16 MB of rows read at 2,000 rows/s: the SELECT would run for a minute; the server stops it after 1 s
-    settings, table = _table(mysql_server, mysql_db, rows=80_000, width=200)
+    # ~16 MB of rows (twice what the socket buffers hold) read at 2,000 rows/s: the SELECT would run for 4 s;
+    # the server stops it after 1 s, and the read ends once it has read what the buffers held (~2 s)
+    settings, table = _table(mysql_server, mysql_db, rows=8_000, width=2_000)
     limits = SourceLimits(max_concurrent_reads=1, rows_per_second=2000.0, query_timeout_s=1.0)
     read = _read(settings, table, limits, batch_rows=500)
     started = time.monotonic()
@@ -130,24 +141,27 @@ def test_a_chunk_read_whose_connection_is_killed_fails_clearly_and_reruns(mysql_
     in a new read view returns every row."""
     from airflow_provider_mysqlcdc.engine.common.errors import ConnectionFailed
 
-    # 60 MB (60,000 rows of 1 kB) read at 5,000 rows/s: more than the socket buffers hold, so the server is
-    # still sending when the KILL comes
-    settings, table = _table(mysql_server, mysql_db, rows=60_000, width=1000)
-    read = _read(settings, table, SourceLimits(max_concurrent_reads=1, rows_per_second=5000.0), batch_rows=200)
+    # 30 MB (15,000 rows of 2 kB) read at 5,000 rows/s: three times what the socket buffers hold, so the
+    # server is still sending when the KILL comes
+    settings, table = _table(mysql_server, mysql_db, rows=15_000, width=2000)
+    read = _read(settings, table, SourceLimits(max_concurrent_reads=1, rows_per_second=5000.0),
+                 batch_rows=200)
     batches = read.batches()
     try:
         first = next(batches)
         assert first.num_rows == 200
         with mysql_server.admin() as conn, conn.cursor() as cur:
-            cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND USER = %s "
-                        "AND INFO LIKE %s", (settings.user, f"SELECT %FROM `{mysql_db}`.`t` WHERE%"))
+            cur.execute("SELECT ID FROM information_schema.PROCESSLIST "
+                        "WHERE ID <> CONNECTION_ID() AND USER = %s AND INFO LIKE %s",
+                        (settings.user, f"SELECT %FROM `{mysql_db}`.`t` WHERE%"))
             found = cur.fetchall()
             assert len(found) == 1, found
             cur.execute("KILL %s", (found[0][0],))
-        with pytest.raises(ConnectionFailed, match=r"chunk 0: the connection to MySQL was lost during the read"):
+        with pytest.raises(ConnectionFailed,
+                           match=r"chunk 0: the connection to MySQL was lost during the read"):
             for _ in batches:
                 pass
     finally:
         batches.close()  # never leave the read view open: it would block the test database's DROP
     again = _read(settings, table, SourceLimits(max_concurrent_reads=1))
-    assert sum(b.num_rows for b in again.batches()) == 60_000
+    assert sum(b.num_rows for b in again.batches()) == 15_000

@@ -3,9 +3,10 @@ start that cannot be found, and streams without a snapshot on Spark whose change
 after their start (checked against the server's own mariadb-binlog)."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,12 @@ def _status(cur) -> BinlogPosition:
     return BinlogPosition(file, int(pos))
 
 
+def _into_next_second() -> None:
+    """Sleep just past the next whole second of the clock: what the server stamps binlog events with."""
+    now = time.time()
+    time.sleep(math.floor(now) + 1.05 - now)
+
+
 def _events(cur, file: str) -> list[tuple]:
     cur.execute("SHOW BINLOG EVENTS IN %s", (file,))
     return cur.fetchall()
@@ -57,9 +64,9 @@ def test_each_mode_begins_at_a_transaction_start(private_mariadb, settings):
         cur.execute("DELETE FROM t")
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("INSERT INTO t VALUES (1, 1), (2, 2)")  # transaction A
-        time.sleep(1.2)  # binlog times have one-second resolution
-        between = datetime.now(timezone.utc)
-        time.sleep(1.2)
+        _into_next_second()  # binlog times have one-second resolution
+        between = datetime.now(UTC)
+        _into_next_second()
         before_b = _status(cur)
         conn.begin()  # transaction B: several rows events
         cur.execute("INSERT INTO t VALUES (3, 3), (4, 4)")
@@ -108,11 +115,13 @@ def test_streams_without_a_snapshot_on_spark(private_mariadb, settings, spark, t
     the next holds exactly the changes after the start. snapshot-only refuses to stream."""
     with private_mariadb.admin("modes") as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM t")
-        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(100, 200)])  # before: not wanted
+        # before: not wanted
+        cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, i) for i in range(100, 200)])
     table = TableId("modes", "t")
     store, output, checkpoint = str(tmp_path / "chunks.db"), str(tmp_path / "lake"), tmp_path / "ckpt"
     config = StreamConfig(mysql_url=settings.redacted_url(), tables=("modes.t",), chunk_store=store,
-                          output=output, checkpoint=str(checkpoint), password_file=password_file(tmp_path, settings),
+                          output=output, checkpoint=str(checkpoint),
+                          password_file=password_file(tmp_path, settings),
                           startup_mode="latest-offset")
     run_stream(spark, config)
     with connect(settings) as conn:
@@ -177,6 +186,7 @@ def test_operators_follow_the_startup_mode(private_mariadb, settings, tmp_path, 
     with ChunkStore(store) as chunk_store:
         assert chunk_store.tables() == [], "nothing may be planned"
     stream = MySqlCdcStreamOperator(task_id="stream", tables="modes.*", output_path=str(tmp_path / "lake"),
-                                    chunk_store=store, mysql_conn_id="modes_src", startup_mode="snapshot-only")
+                                    chunk_store=store, mysql_conn_id="modes_src",
+                                    startup_mode="snapshot-only")
     with pytest.raises(AirflowSkipException, match="snapshot-only"):
         stream.execute({"run_id": "manual__modes"})

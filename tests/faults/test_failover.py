@@ -14,10 +14,11 @@ both started here).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -172,7 +173,7 @@ def test_capture_from_a_replica(topology, spark, tmp_path):
 
     ledgers = _ledgers(config.checkpoint)
     assert len(ledgers) >= 3, "admission control should split the runs into several batches"
-    for before, after in zip(ledgers, ledgers[1:]):  # the batches tile the replica's binlog
+    for before, after in itertools.pairwise(ledgers):  # the batches tile the replica's binlog
         assert after["start_offset"] == before["end_offset"], (before, after)
     offset = ledgers[-1]["end_offset"]
     assert offset["server"] == "mariadb:12" and offset.get("gtid_position"), offset
@@ -213,7 +214,7 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
     _promote(replica)
     workload = _writers(replica, db, SEED + 1)
     try:
-        time.sleep(1.0)  # some of the new primary's own transactions exist before the stream moves
+        workload.wait_for_transactions(20)  # the new primary's own transactions exist before the stream moves
         _stream(spark, config(new))
     finally:
         after = workload.stop()
@@ -331,7 +332,8 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
         assert start["server"] == "mariadb:12", start
         assert start["gtid_position"] == resume_from["gtid_position"], start
         assert start["file_number_base"] > 0 and end["server"] == "mariadb:12", replayed[0]
-        for before_, after_ in zip(ledgers, ledgers[1:]):  # the batches tile the binlog, across the failover
+        # the batches tile the binlog, across the failover
+        for before_, after_ in itertools.pairwise(ledgers):
             assert BinlogOffset.from_dict(after_["start_offset"]).key >= BinlogOffset.from_dict(
                 before_["end_offset"]).key, (before_, after_)
         new = MySQLSettings.from_url(replica.cdc_url)
@@ -378,7 +380,7 @@ def test_offsets_move_only_within_the_topology(topology, tmp_path):
         cur.execute("SHOW MASTER STATUS")
         file, pos = cur.fetchone()[:2]
         identity = server_identity(conn)
-        on_primary = resolve_offset(conn, BinlogOffset(file, pos), identity, lambda: {})
+        on_primary = resolve_offset(conn, BinlogOffset(file, pos), identity, dict)
     assert on_primary.server == "mariadb:11" and on_primary.gtid_position == position
 
     # on the promoted replica: moved by GTID once the stream is past every chunk HW, else stopped
@@ -392,7 +394,7 @@ def test_offsets_move_only_within_the_topology(topology, tmp_path):
         assert moved.key > on_primary.key and moved.gtid_position == position
         for hws in ([hw_before, hw_after], [hw_before, None]):  # a chunk HW after the stream; one uncommitted
             with pytest.raises(ServerChanged, match=rf"not past the snapshot of {table}.*redone on the new"):
-                resolve_offset(conn, on_primary, identity, lambda: {table: _view(table, hws)})
+                resolve_offset(conn, on_primary, identity, lambda hws=hws: {table: _view(table, hws)})
 
     # another server configured with the same server_id: its binlog at that position is not the stream's
     twin = MariaDBServer(options={"server-id": "11"}).start()
@@ -400,11 +402,11 @@ def test_offsets_move_only_within_the_topology(topology, tmp_path):
         with connect(MySQLSettings.from_url(twin.cdc_url).with_database(None)) as conn:
             identity = server_identity(conn)
             with pytest.raises(ServerChanged, match=r"server_id 11 as before, but its binlog"):
-                resolve_offset(conn, on_primary, identity, lambda: {})
+                resolve_offset(conn, on_primary, identity, dict)
             # an offset without a GTID position cannot move at all
             bare = BinlogOffset(file, pos, server="mariadb:12")
             with pytest.raises(ServerChanged, match=r"server_id 12 -> server_id 11.*not comparable.*no GTID"):
-                resolve_offset(conn, bare, identity, lambda: {})
+                resolve_offset(conn, bare, identity, dict)
     finally:
         twin.stop()
 

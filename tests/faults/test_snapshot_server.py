@@ -1,15 +1,17 @@
 """A stream never starts from chunk HWs of another server, on real servers.
 
-The snapshot (on Spark) reads the session's MariaDB; a second MariaDB, started here from its own datadir, stands for
-"another server behind the stream's URL": a restored backup or a replica configured with the same server_id
-(every MariaDB starts with 1), then (``SET GLOBAL server_id``) a server with another id. Its databases and
-tables are the same, so everything but the binlog looks right. ``start_stream`` against it refuses before
-anything is written, naming the tables to re-snapshot and what to do; against the snapshot's own server the
-stream's first offset records that server (so a later restart against another one is caught by failover).
+The snapshot (on Spark) reads the session's MariaDB; a second MariaDB, started here from its own datadir,
+stands for "another server behind the stream's URL": a restored backup or a replica configured with the same
+server_id (every MariaDB starts with 1), then (``SET GLOBAL server_id``) a server with another id. Its
+databases and tables are the same, so everything but the binlog looks right. ``start_stream`` against it
+refuses before anything is written, naming the tables to re-snapshot and what to do; against the snapshot's
+own server the stream's first offset records that server (so a later restart against another one is caught
+by failover).
 """
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,8 @@ SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_comp")]
 
 
 def _snapshot(spark, mysql_server, db: str, store: str, tmp_path) -> tuple[MySQLSettings, list[TableId]]:
-    """Plan, and snapshot on Spark (the HW servers travel from the executors' reads to the driver's commit)."""
+    """Plan, and snapshot on Spark (the HW servers travel from the executors' reads to the driver's
+    commit)."""
     with mysql_server.admin() as conn, conn.cursor() as cur:
         cur.execute("FLUSH BINARY LOGS")  # the HWs lie in a file the other server's binlog does not reach
         create_tables(conn, db, SPECS)
@@ -65,7 +68,8 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, server
     with ChunkStore(store) as chunk_store:  # every HW and plan says whose binlog it names
         for table in tables:
             chunks = chunk_store.chunks(table)
-            assert len(chunks) >= 3 and all(c.hw_server == token and c.hw_gtid_position for c in chunks), chunks
+            assert len(chunks) >= 3 and all(c.hw_server == token and c.hw_gtid_position
+                                            for c in chunks), chunks
             assert chunk_store.plan(table).plan["planned_on"] == token
 
     other = MariaDBServer(options={"server-id": str(server_id)}).start()
@@ -74,8 +78,9 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, server
             cur.execute(f"CREATE DATABASE `{mysql_db}`")
             create_tables(conn, mysql_db, SPECS)
         elsewhere = MySQLSettings.from_url(other.cdc_url)
-        config = StreamConfig(mysql_url=elsewhere.redacted_url(), tables=(f"{mysql_db}.t_*",), chunk_store=store,
-                              output=str(tmp_path / "lake"), checkpoint=str(tmp_path / "ckpt"),
+        config = StreamConfig(mysql_url=elsewhere.redacted_url(), tables=(f"{mysql_db}.t_*",),
+                              chunk_store=store, output=str(tmp_path / "lake"),
+                              checkpoint=str(tmp_path / "ckpt"),
                               password_file=password_file(tmp_path, elsewhere))
         names = ", ".join(map(str, tables))
 
@@ -83,11 +88,14 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, server
         with pytest.raises(SnapshotOnAnotherServer) as refused:
             start_stream(spark, config)
         message = str(refused.value)
-        assert f"the stream would start on the server at 127.0.0.1:{other.port} (server_id {server_id})" in message
+        assert (f"the stream would start on the server at 127.0.0.1:{other.port} "
+                f"(server_id {server_id})") in message
         assert f"but the snapshot of {names} was read on another server" in message, message
         assert f"server_id {server_id} as its snapshot's, but its binlog" in message, message
-        assert f"Tables to re-snapshot: {names}. Re-plan and snapshot them on this server" in message, message
-        assert f"mysqlcdc plan --tables {names.replace(', ', ',')}, then mysqlcdc snapshot" in message, message
+        assert f"Tables to re-snapshot: {names}. Re-plan and snapshot them on this server" in message, (
+            message)
+        assert f"mysqlcdc plan --tables {names.replace(', ', ',')}, then mysqlcdc snapshot" in message, (
+            message)
         assert "or point the stream at the server the snapshot read" in message, message
         _assert_nothing_started(config, other)
 
@@ -120,6 +128,14 @@ def _assert_nothing_started(config: StreamConfig, server: MariaDBServer) -> None
     assert not (checkpoint / "mysqlcdc" / "startup.json").exists(), "a refused start must not record a start"
     assert not (checkpoint / "offsets").exists() and not any(Path(config.output).iterdir()), "nothing written"
     assert StreamLock(config.checkpoint).read() is None, "the refused start keeps no lock"
+    # the claim's session was closed: the server frees its locks once it has processed the quit, a moment
+    # after the client's close() returned
+    deadline = time.monotonic() + 10
     with server.admin() as conn, conn.cursor() as cur:
-        cur.execute("SELECT IS_FREE_LOCK(%s)", (lock_name(config.settings().server_id_range[0]),))
-        assert cur.fetchone()[0] == 1, "the refused start keeps no server_id claim"
+        while True:
+            cur.execute("SELECT IS_FREE_LOCK(%s)", (lock_name(config.settings().server_id_range[0]),))
+            free = cur.fetchone()[0] == 1
+            if free or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert free, "the refused start keeps no server_id claim"

@@ -33,7 +33,7 @@ def _purge_all_but_current(server) -> tuple[str, str]:
             cur.execute("SHOW BINARY LOGS")
             if [r[0] for r in cur.fetchall()] == [newest] or time.monotonic() > deadline:
                 return before, newest
-            time.sleep(0.3)
+            time.sleep(0.05)
 
 
 def test_stream_from_a_purged_position_stops_with_the_way_out(private_mariadb, spark, tmp_path):

@@ -57,10 +57,9 @@ class StreamApp:
 
     def start(self) -> None:
         self.starts += 1
-        log = open(self.log_dir / f"stream-{self.starts}.log", "wb")
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        log.close()
+        with open(self.log_dir / f"stream-{self.starts}.log", "wb") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -115,27 +114,39 @@ def _wait_for(app: StreamApp, reached, what: str, timeout: float = 120.0) -> Non
         time.sleep(0.2)
 
 
-def _kill_cdc_sessions(server, seconds: float) -> dict[str, int]:
-    """KILL every session of the CDC user, again and again, for ``seconds``; returns kills per command."""
+def _kill_cdc_sessions(server, rounds: int, seconds: float) -> dict[str, int]:
+    """KILL every session of the CDC user, again and again: until ``rounds`` rounds found sessions to kill
+    (the stream had come back each time), for at most ``seconds``; returns kills per command."""
     killed: dict[str, int] = {}
+    seen: set[int] = set()
     deadline = time.monotonic() + seconds
     with server.admin() as admin, admin.cursor() as cur:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and rounds > 0:
             cur.execute("SELECT id, command FROM information_schema.processlist WHERE user = 'cdc'")
-            for session_id, command in cur.fetchall():
+            found = [(i, c) for i, c in cur.fetchall() if i not in seen]  # new sessions: the stream came back
+            seen.update(i for i, _ in found)
+            rounds -= 1 if found else 0
+            for session_id, command in found:
                 try:
                     cur.execute("KILL %s", (session_id,))
                     killed[command] = killed.get(command, 0) + 1
-                except Exception:  # noqa: BLE001 - the session ended by itself meanwhile
+                except Exception:  # noqa: BLE001, S110 - the session ended by itself meanwhile
                     pass
             time.sleep(0.05)
     return killed
 
 
+BIG_UPDATES = 6000  # row updates of the big transaction: ~500 KB of binlog, past both cut points below
+
+
 def _big_transaction(server) -> None:
+    """One transaction of at least BIG_UPDATES row updates of t_int (12,000+ changes), however many rows the
+    writers left in t_int: whole-table UPDATEs, as many as that takes."""
     with server.admin(DB) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM t_int")
+        (rows,) = cur.fetchone()
         conn.begin()
-        for _ in range(10):
+        for _ in range(max(2, -(-BIG_UPDATES // max(rows, 1)))):
             cur.execute("UPDATE t_int SET v = v + 1")
         conn.commit()
 
@@ -156,12 +167,14 @@ def test_stream_survives_cut_sessions_a_server_restart_and_kills(private_mariadb
                         pace=0.05).start()
 
     workload = writers(SEED)
-    store, output, secret = str(tmp_path / "chunks.db"), str(tmp_path / "out"), password_file(tmp_path, settings)
+    store, output, secret = (str(tmp_path / "chunks.db"), str(tmp_path / "out"),
+                             password_file(tmp_path, settings))
     with ChunkStore(store) as chunk_store:
         plans = plan_tables(settings, chunk_store, [f"{DB}.t_*"], chunk_size=80)
     for plan in plans:
-        result = run_chunk_group(spark, SnapshotOptions(mysql_url=settings.redacted_url(), table=str(plan.table),
-                                                        output=output, chunk_store=store, password_file=secret))
+        result = run_chunk_group(spark, SnapshotOptions(mysql_url=settings.redacted_url(),
+                                                        table=str(plan.table), output=output,
+                                                        chunk_store=store, password_file=secret))
         assert result.ok, result
 
     config = StreamConfig(
@@ -188,30 +201,31 @@ def test_stream_survives_cut_sessions_a_server_restart_and_kills(private_mariadb
         _wait_for_batches(app, checkpoint, 2, timeout=180)
 
         # 1. binlog reads cut mid-read by the network, then every CDC session KILLed, again and again
-        for limit in (150_000, 600_000):  # the network cuts the binlog read of a big transaction mid-read
+        for limit in (100_000, 350_000):  # the network cuts the binlog read of a big transaction mid-read
             # caught up, only the big batch's dump carries this much (a dump runs to the end of the binlog)
             _wait_for(app, lambda: _lag_bytes(server, checkpoint) < 50_000, "catching up")
             seen = _big_batches(checkpoint)
             proxy.cut_connection_after(limit)
             _big_transaction(server)
-            _wait_for(app, lambda: _big_batches(checkpoint) - seen, "the big batch")
+            _wait_for(app, lambda seen=seen: _big_batches(checkpoint) - seen, "the big batch")
             assert proxy.connection_cuts == 1 and not proxy.armed, "the read was not cut"
             proxy.connection_cuts = 0
         _wait_for_batches(app, checkpoint, 2)
-        killed = _kill_cdc_sessions(server, 3.0)
+        killed = _kill_cdc_sessions(server, rounds=4, seconds=3.0)
         assert sum(killed.values()) >= 3, killed
         _wait_for_batches(app, checkpoint, 2)
 
         # 2. the server restarts (writers stop for it: their sessions die too), the stream waits it out
         workload.stop()
-        server.restart(down_seconds=4.0)
+        # down long enough for several of the stream's reconnect tries (backoff 0.5 s, doubling)
+        server.restart(down_seconds=2.0)
         workload = writers(SEED + 1)
         _wait_for_batches(app, checkpoint, 2)
         assert "is unavailable while" in app.log() and "is back after" in app.log(), app.log()[-3000:]
 
         # 3. SIGKILL at random moments, restart from the checkpoint
         for _ in range(3):
-            time.sleep(rng.uniform(0.5, 4.0))
+            time.sleep(rng.uniform(0.3, 2.0))  # a moment within the next batch or two (about 1 s each)
             app.kill()
             app.start()
             _wait_for_batches(app, checkpoint, 1, timeout=180)

@@ -28,6 +28,7 @@ from tests.support.workload import SingleRowWriters
 
 SEED = 47
 BIG_ROWS = 6000
+PER_BATCH = 25  # statements each writer writes per committed batch: the volume follows the batches
 
 
 def _setup(server, db: str) -> None:
@@ -43,15 +44,19 @@ def _setup(server, db: str) -> None:
 class _Batches:
     """Wraps the mirror hook: records, per committed batch, the tables it changed and whether a re-snapshot
     of ``t_big`` was in flight (its latest plan not fully committed); fires the second DDL once three batches
-    with other tables' changes committed during the first re-snapshot."""
+    with other tables' changes committed during the first re-snapshot. Each batch lets the ``writers`` write
+    ``PER_BATCH`` more statements (bounded by volume: a slow machine writes no more per batch)."""
 
-    def __init__(self, hook, store_url: str, big: TableId, second_ddl) -> None:
+    def __init__(self, hook, store_url: str, big: TableId, second_ddl, writers=()) -> None:
         self.hook, self.store_url, self.big, self.second_ddl = hook, store_url, big, second_ddl
+        self.writers = writers
         self.log: list[tuple[int, set[str], bool, int]] = []
         self.fired = threading.Event()
 
     def __call__(self, batch_id: int, tables: list[TableId]) -> None:
         self.hook(batch_id, tables)
+        for writer in self.writers:
+            writer.allow(PER_BATCH)
         with ChunkStore(self.store_url) as store:
             generation = store.latest_generation(str(self.big)) or 0
             chunks = store.chunks(str(self.big), generation)
@@ -71,13 +76,15 @@ def _stop_query(spark, name: str, done: threading.Event) -> None:
         done.wait(0.5)
 
 
-def test_resnapshot_runs_in_the_background_and_a_second_ddl_replaces_it(mysql_server, mysql_db, tmp_path, spark):
+def test_resnapshot_runs_in_the_background_and_a_second_ddl_replaces_it(mysql_server, mysql_db, tmp_path,
+                                                                        spark):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     _setup(mysql_server, mysql_db)
     big, other = TableId(mysql_db, "t_big"), TableId(mysql_db, "t_other")
     config = StreamConfig(
         mysql_url=settings.redacted_url(), tables=(str(big), str(other)),
-        chunk_store=str(tmp_path / "chunks.db"), output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
+        chunk_store=str(tmp_path / "chunks.db"), output=str(tmp_path / "out"),
+        checkpoint=str(tmp_path / "ckpt"),
         password_file=password_file(tmp_path, settings), trigger="processing-time=1 second",
         query_name="background-resnapshot", lock_lease_seconds=20.0,
         # one read at a time at 500 rows/s: the re-snapshot of 6,000 rows takes >= 12 s
@@ -96,12 +103,14 @@ def test_resnapshot_runs_in_the_background_and_a_second_ddl_replaces_it(mysql_se
             cur.execute("INSERT INTO t_big SELECT seq, seq % 7 FROM seq_20001_to_22000")
         second_ddl_done.append(time.monotonic())
 
-    big_writer = SingleRowWriters(lambda: mysql_server.admin(mysql_db), ("t_big",), "a", SEED)
-    other_writer = SingleRowWriters(lambda: mysql_server.admin(mysql_db), ("t_other",), "a", SEED + 1)
+    big_writer = SingleRowWriters(lambda: mysql_server.admin(mysql_db), ("t_big",), "a", SEED,
+                                  limit=PER_BATCH)
+    other_writer = SingleRowWriters(lambda: mysql_server.admin(mysql_db), ("t_other",), "a", SEED + 1,
+                                    limit=PER_BATCH)
     failures: list[BaseException] = []
     stopped = threading.Event()
     with mirror_refresh(config) as hook:
-        batches = _Batches(hook, config.chunk_store, big, second_ddl)
+        batches = _Batches(hook, config.chunk_store, big, second_ddl, (big_writer, other_writer))
 
         def stream() -> None:
             try:
@@ -129,7 +138,8 @@ def test_resnapshot_runs_in_the_background_and_a_second_ddl_replaces_it(mysql_se
             # stop the stream while generation 3 is being read: its next start must take the re-snapshot up
             with ChunkStore(config.chunk_store) as store:
                 open_at_stop = [c.chunk_id for c in store.chunks(str(big), 3) if c.status != COMMITTED]
-            stopper = threading.Thread(target=_stop_query, args=(spark, config.query_name, stopped), daemon=True)
+            stopper = threading.Thread(target=_stop_query, args=(spark, config.query_name, stopped),
+                                       daemon=True)
             stopper.start()
             runner.join(120)
             stopped.set()
@@ -147,7 +157,8 @@ def test_resnapshot_runs_in_the_background_and_a_second_ddl_replaces_it(mysql_se
         assert all(c.status == COMMITTED for c in store.chunks(str(big), 3))
         # the new plans keep the table's plan settings (here its chunk size)
         assert {load_plan(store, big, g).chunk_size for g in (2, 3)} == {300}
-    # the TRUNCATE landed while generation 2 was being read: it never fully committed, generation 3 replaced it
+    # the TRUNCATE landed while generation 2 was being read: it never fully committed, generation 3 replaced
+    # it
     assert any(c.status != COMMITTED for c in superseded), [c.status for c in superseded]
     during = [entry for entry in batches.log if entry[2] and entry[3] == 2]
     assert len([entry for entry in during if str(other) in entry[1]]) >= 3, during

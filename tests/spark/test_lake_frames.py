@@ -8,7 +8,7 @@ pipeline writing the documented layout with the Delta commits the stream makes.
 from __future__ import annotations
 
 import random
-from datetime import timezone
+from datetime import UTC
 
 from pyspark.sql.types import TimestampType
 
@@ -24,12 +24,14 @@ from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_ro
 
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_comp")]
 SEED = 53
+WRITES = 60  # transactions the writers write before each batch (and while the tables are snapshotted)
 
 
 def _spark_rows(frame, names: list[str]) -> list[tuple]:
-    """Rows as Python values; a TIMESTAMP (an instant, naive local time in PySpark) as an aware UTC datetime."""
+    """Rows as Python values; a TIMESTAMP (an instant, naive local time in PySpark) as an aware UTC
+    datetime."""
     instants = {f.name for f in frame.schema.fields if isinstance(f.dataType, TimestampType)}
-    return [tuple(row[n].astimezone(timezone.utc) if n in instants and row[n] is not None else row[n]
+    return [tuple(row[n].astimezone(UTC) if n in instants and row[n] is not None else row[n]
                   for n in names) for row in frame.collect()]
 
 
@@ -40,9 +42,11 @@ def test_spark_reads_mirror_and_changelog_in_one_line(mysql_server, mysql_db, tm
         create_tables(conn, mysql_db, SPECS)
         seed_rows(conn, mysql_db, rows_per_table=200, seed=SEED, specs=SPECS)
     root = str(tmp_path / "out")
-    pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, root=root, chunk_size=70)
+    pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, root=root,
+                          chunk_size=70)
     refresher = MirrorRefresher(root, pipe.store, settings=settings)
-    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=2, specs=SPECS).start()
+    workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=2, specs=SPECS,
+                        max_transactions=WRITES, idle_at_bound=True).start()
     try:
         plans = pipe.plan([f"{mysql_db}.t_*"])
         pipe.tables = [p.table for p in plans]
@@ -50,12 +54,13 @@ def test_spark_reads_mirror_and_changelog_in_one_line(mysql_server, mysql_db, tm
             for chunk in plan.chunks:
                 pipe.snapshot(plan, chunk.chunk_id)
         pipe.open_stream(pipe.tables)
-        stream_while_writing(pipe, refresher, rng, workload, batches=3)
+        stream_while_writing(pipe, refresher, rng, workload, batches=3, transactions=WRITES)
         workload.stop()
         drain_and_refresh(pipe, refresher)
         recorded = {t: (mirror_versions(root, t)[-1], pipe.source(t)) for t in pipe.tables}
-        workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED + 1, writers=2, specs=SPECS).start()
-        stream_while_writing(pipe, refresher, rng, workload, batches=3)
+        workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED + 1, writers=2, specs=SPECS,
+                            max_transactions=0, idle_at_bound=True).start()
+        stream_while_writing(pipe, refresher, rng, workload, batches=3, transactions=WRITES)
     finally:
         stats = workload.stop()
     assert stats.transactions > 5, stats

@@ -3,7 +3,8 @@
 variables (as the docs tell operators), and readers passing theirs as delta-rs ``storage_options``.
 
 Real parts: the session's MariaDB with binlog and concurrent writers (fixed seed), the ``mysqlcdc`` CLI in
-processes of its own (each with its own local Spark), an S3-compatible server (moto's, ``tests/support/s3_server``).
+processes of its own (each with its own local Spark), an S3-compatible server (moto's,
+``tests/support/s3_server``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_ro
 
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_dt")]
 SEED = 61
+STEP = 40  # transactions the writers write into each step (a volume: a slow machine writes no more)
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +44,11 @@ def s3():
 def _mysqlcdc(args: list[str], env: dict[str, str], log: Path) -> str:
     """One ``mysqlcdc`` command in a process of its own; its standard output."""
     cli = Path(sys.executable).parent / "mysqlcdc"
-    result = subprocess.run([str(cli), *args], capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run([str(cli), *args], check=False, capture_output=True, text=True, env=env,
+                            timeout=600)
     log.write_text(result.stdout + result.stderr)
-    assert result.returncode == 0, f"mysqlcdc {args[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, (
+        f"mysqlcdc {args[0]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
     assert env[MYSQL_PASSWORD_ENV] not in result.stdout + result.stderr
     assert env["AWS_SECRET_ACCESS_KEY"] not in result.stdout + result.stderr
     return result.stdout
@@ -65,11 +69,13 @@ def test_pipeline_on_an_s3_output_root(s3, mysql_server, mysql_db, tmp_path, mon
               "--available-now", "--master", "local[2]", "--gc-retention", "1m"]
 
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=2, specs=SPECS,
-                        pace=0.05).start()
+                        pace=0.05, max_transactions=STEP, idle_at_bound=True).start()
     try:
         _mysqlcdc(["plan", *common, "--tables", tables, "--chunk-size", "120"], env, tmp_path / "plan.log")
+        workload.allow_transactions(STEP)
         _mysqlcdc(["snapshot", *common, "--tables", tables, "--output", root, "--master", "local[2]"], env,
                   tmp_path / "snapshot.log")
+        workload.allow_transactions(STEP)
         _mysqlcdc(stream, env, tmp_path / "stream1.log")
     finally:
         stats = workload.stop()
@@ -106,7 +112,7 @@ def test_pipeline_on_an_s3_output_root(s3, mysql_server, mysql_db, tmp_path, mon
     # garbage collection on the object store: a dry run lists, deletes nothing, and the readers still read
     with ChunkStore(store) as chunk_store:
         assert chunk_store.tables()
-    report = json.loads(_mysqlcdc(["gc", "--chunk-store", store, "--output", root, "--dry-run", "--json"], env,
-                                  tmp_path / "gc.log"))
+    report = json.loads(_mysqlcdc(["gc", "--chunk-store", store, "--output", root, "--dry-run", "--json"],
+                                  env, tmp_path / "gc.log"))
     assert not report.get("errors"), report
     assert_mirror_equals_source(settings, root, ids)

@@ -7,6 +7,7 @@ at once), concurrent writers with fixed seeds. The reference is the same stream 
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
@@ -108,7 +109,7 @@ def test_batch_partitions_tile_the_range_at_transaction_boundaries(mysql_server,
     assert len(parts) == 4 and [p.index for p in parts] == [0, 1, 2, 3] and {p.count for p in parts} == {4}
     assert BinlogOffset.from_dict(parts[0].start).position == start.position
     assert parts[-1].end == end
-    for before, after in zip(parts, parts[1:]):
+    for before, after in itertools.pairwise(parts):
         assert before.end == after.start
     with connect(settings.with_database(None)) as conn:
         names = [n for n, _ in binary_logs(conn)]
@@ -175,10 +176,10 @@ def test_parallel_catchup_under_writes_equals_one_reader(mysql_server, mysql_db,
 
     caplog.set_level(logging.INFO, logger="airflow_provider_mysqlcdc")
     try:
-        _let_binlog_grow(mysql_server, 200_000, timeout=120)
+        _let_binlog_grow(mysql_server, 200_000, timeout=120, workload=workload)
         with pytest.raises(StreamFailed, match="killed after the batch's output"):
             run_stream(spark, parallel, on_batch_committed=crash_once)
-        _let_binlog_grow(mysql_server, 60_000, timeout=120)
+        _let_binlog_grow(mysql_server, 60_000, timeout=120, workload=workload)
         run_stream(spark, parallel)
     finally:
         stats = workload.stop()
@@ -188,7 +189,7 @@ def test_parallel_catchup_under_writes_equals_one_reader(mysql_server, mysql_db,
 
     ledgers = _ledgers(parallel.checkpoint)
     assert [e["batch_id"] for e in ledgers if e["replay"]] == [1]
-    for before, after in zip(ledgers, ledgers[1:]):
+    for before, after in itertools.pairwise(ledgers):
         assert after["start_offset"] == before["end_offset"], (before, after)
     split = {b for plan in plans for b in committed_batch_ids(parallel.output, plan.table)
              if len(_partitions_of(parallel.output, plan.table, b)) > 1}

@@ -1,15 +1,15 @@
-"""Schema changes while the pipeline runs: the stream follows column DDL, snapshots a table again after DDL that
-changes rows without row events, and the mirror (read as consumers do) equals the source after each.
+"""Schema changes while the pipeline runs: the stream follows column DDL, snapshots a table again after DDL
+that changes rows without row events, and the mirror (read as consumers do) equals the source after each.
 
-Seeded writers change both tables the whole time; DDL lands while stream runs are in progress (a thread applies
-it), and one ADD COLUMN lands between two chunk groups of the snapshot phase.
+Seeded writers change the tables throughout; DDL lands while stream runs are in progress (a thread applies
+it, each statement after a volume of writes, every third after a new batch: ``tests/spark/pacing.py``), and
+one ADD COLUMN lands between two chunk groups of the snapshot phase. Writers and DDL are paced by volume and
+batches, never by time, so a slow machine does no more work.
 """
 
 from __future__ import annotations
 
 import random
-import threading
-import time
 
 import pytest
 
@@ -30,10 +30,13 @@ from airflow_provider_mysqlcdc.spark.stream.job import (
     run_stream,
     snapshot_table,
 )
+from tests.spark.pacing import CountingHook, DdlSteps
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import SingleRowWriters
 
 SEED = 31
+STEP = 20  # writer statements before each DDL statement (and before each snapshot call)
+AFTER_DDL = 800  # writer statements after the last one
 STREAM_DDL = [
     "ALTER TABLE t_evolve ADD COLUMN five INT NOT NULL DEFAULT 5 AFTER id",
     "ALTER TABLE t_evolve ADD COLUMN f0 VARCHAR(5) FIRST",
@@ -66,8 +69,9 @@ def _setup(server, db: str) -> None:
         )
         cur.executemany("INSERT INTO t_trunc VALUES (%s, %s)", [(i, i) for i in range(1, 121)])
         cur.execute(
-            "CREATE TABLE t_part (id INT PRIMARY KEY, a INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS "
-            "THAN (100), PARTITION p1 VALUES LESS THAN (200), PARTITION p2 VALUES LESS THAN MAXVALUE)"
+            "CREATE TABLE t_part (id INT PRIMARY KEY, a INT) PARTITION BY RANGE (id) "
+            "(PARTITION p0 VALUES LESS THAN (100), PARTITION p1 VALUES LESS THAN (200), "
+            "PARTITION p2 VALUES LESS THAN MAXVALUE)"
         )
         cur.executemany("INSERT INTO t_part VALUES (%s, %s)", [(i, i) for i in range(1, 251)])
         cur.execute("CREATE TABLE x_swap (id INT PRIMARY KEY, a INT)")  # not captured (outside t_*)
@@ -75,16 +79,16 @@ def _setup(server, db: str) -> None:
 
 
 def _config(server, db, tmp_path, settings: MySQLSettings, **kw) -> StreamConfig:
-    options = dict(
-        mysql_url=settings.redacted_url(),
-        tables=(f"{db}.t_*",),
-        chunk_store=str(tmp_path / "chunks.db"),
-        output=str(tmp_path / "out"),
-        checkpoint=str(tmp_path / "ckpt"),
-        password_file=password_file(tmp_path, settings),
-        max_bytes_per_batch=30_000,
-        lock_lease_seconds=20.0,
-    )
+    options = {
+        "mysql_url": settings.redacted_url(),
+        "tables": (f"{db}.t_*",),
+        "chunk_store": str(tmp_path / "chunks.db"),
+        "output": str(tmp_path / "out"),
+        "checkpoint": str(tmp_path / "ckpt"),
+        "password_file": password_file(tmp_path, settings),
+        "max_bytes_per_batch": 30_000,
+        "lock_lease_seconds": 20.0,
+    }
     options.update(kw)
     return StreamConfig(**options)
 
@@ -110,7 +114,8 @@ def test_column_ddl_and_truncate_while_streaming_keep_the_mirror_exact(
     evolve, trunc, part = (TableId(mysql_db, t) for t in ("t_evolve", "t_trunc", "t_part"))
     config = _config(mysql_server, mysql_db, tmp_path, settings)
     writers = SingleRowWriters(
-        lambda: mysql_server.admin(mysql_db), ("t_evolve", "t_trunc", "t_part"), "a", SEED, weights=(3, 1, 1)
+        lambda: mysql_server.admin(mysql_db), ("t_evolve", "t_trunc", "t_part"), "a", SEED, weights=(3, 1, 1),
+        limit=STEP,
     ).start()
     try:
         with ChunkStore(config.chunk_store) as store:
@@ -118,33 +123,31 @@ def test_column_ddl_and_truncate_while_streaming_keep_the_mirror_exact(
             plan = load_plan(store, evolve)
         # the snapshot phase: one ADD COLUMN between two chunk groups of t_evolve
         ids = [c.chunk_id for c in plan.chunks]
+        writers.allow(STEP)
         _snapshot(spark, config, evolve, tuple(ids[: len(ids) // 2]))
         with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
             cur.execute("ALTER TABLE t_evolve ADD COLUMN during_snapshot INT NOT NULL DEFAULT 7")
+        writers.allow(STEP)
         _snapshot(spark, config, evolve, tuple(ids[len(ids) // 2 :]))
+        writers.allow(STEP)
         _snapshot(spark, config, trunc)
 
-        # the stream phase: DDL lands while available-now runs are in progress, writers never stop
-        pending = list(STREAM_DDL)
-
-        def apply_ddl() -> None:
-            rng = random.Random(SEED)
-            with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
-                while pending:
-                    time.sleep(rng.uniform(0.8, 1.6))
-                    cur.execute(pending.pop(0))
-
-        with mirror_refresh(config) as hook:
-            ddl = threading.Thread(target=apply_ddl, daemon=True)
+        # the stream phase: DDL lands while available-now runs are in progress, writes in between
+        with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur, mirror_refresh(config) as hook:
+            counted = CountingHook(hook)
+            # after the DDL, enough writes that the re-created t_trunc holds 50+ rows (1 in 12 statements
+            # inserts into it)
+            ddl = DdlSteps(STREAM_DDL, cur.execute, writers, counted, STEP, after=AFTER_DDL, batch_every=3)
             ddl.start()
             runs = 0
             while ddl.is_alive() or runs < 2:
-                run_stream(spark, config, on_batch_committed=hook)
+                run_stream(spark, config, on_batch_committed=counted)
                 runs += 1
                 assert runs < 40, "the DDL thread did not finish"
-            ddl.join()
+            ddl.join_and_check()
+            writers.wait_for(writers.limit or 0)
             changes = sum(writers.stop().values())
-            run_stream(spark, config, on_batch_committed=hook)
+            run_stream(spark, config, on_batch_committed=counted)
     finally:
         writers.stop()
     assert changes > 200, changes

@@ -8,6 +8,7 @@ The snapshot phase runs through the engine (tests/engine_harness.Pipeline); the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,31 +66,38 @@ def _settings(mysql_server) -> MySQLSettings:
 
 def _config(mysql_server, mysql_db, tmp_path, name: str = "a", **kw) -> StreamConfig:
     settings = _settings(mysql_server)
-    options = dict(
-        mysql_url=settings.redacted_url(),
-        tables=(f"{mysql_db}.t_*",),
-        chunk_store=str(tmp_path / "chunks.db"),
-        output=str(tmp_path / f"out-{name}"),
-        checkpoint=str(tmp_path / f"ckpt-{name}"),
-        password_file=password_file(tmp_path, settings),
-        max_bytes_per_batch=60_000,
-        lock_lease_seconds=20.0,
-    )
+    options = {
+        "mysql_url": settings.redacted_url(),
+        "tables": (f"{mysql_db}.t_*",),
+        "chunk_store": str(tmp_path / "chunks.db"),
+        "output": str(tmp_path / f"out-{name}"),
+        "checkpoint": str(tmp_path / f"ckpt-{name}"),
+        "password_file": password_file(tmp_path, settings),
+        "max_bytes_per_batch": 60_000,
+        "lock_lease_seconds": 20.0,
+    }
     options.update(kw)
     return StreamConfig(**options)
 
 
+SETUP_TRANSACTIONS = 30  # the writers' volume while the tables are planned and snapshotted
+OVERLAP = 20  # transactions the writers go on with into the step after a volume they were asked for
+
+
 def _setup(mysql_server, mysql_db, tmp_path, seed: int, rows: int = 150, writers: bool = True):
+    """Tables, seeded rows, writers (bounded by volume: they idle at their bound until ``_let_binlog_grow``
+    moves it), and every chunk snapshotted by the engine while the writers write."""
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, SPECS)
         seed_rows(conn, mysql_db, rows_per_table=rows, seed=seed, specs=SPECS)
     pipe = Pipeline(_settings(mysql_server), ChunkStore(str(tmp_path / "chunks.db")), mysql_db, chunk_size=60)
     workload = Workload(
-        lambda: mysql_server.admin(), mysql_db, seed=seed, writers=2, specs=SPECS, rotate_every=25, pace=0.2
+        lambda: mysql_server.admin(), mysql_db, seed=seed, writers=2, specs=SPECS, rotate_every=25, pace=0.05,
+        max_transactions=SETUP_TRANSACTIONS, idle_at_bound=True,
     )
     if writers:
         workload.start()
-        time.sleep(0.3)
+        workload.wait_for_transactions(1)  # writing before the plan
     plans = pipe.plan([f"{mysql_db}.t_*"], chunk_keys={f"{mysql_db}.t_nopk": "ck"})
     for plan in plans:
         for chunk in plan.chunks:
@@ -103,13 +111,20 @@ def _binlog_bytes(mysql_server) -> int:
         return sum(int(row[1]) for row in cur.fetchall())
 
 
-def _let_binlog_grow(mysql_server, nbytes: int, timeout: float = 60.0) -> None:
-    """Wait while the writers add at least ``nbytes`` of binlog (batch counts then do not depend on speed)."""
+def _let_binlog_grow(mysql_server, nbytes: int, timeout: float = 60.0, workload: Workload | None = None,
+                     overlap: int = OVERLAP) -> None:
+    """Wait while the writers add at least ``nbytes`` of binlog (batch counts then do not depend on speed).
+    ``workload`` (bounded, idling at its bound): unbounded while the binlog grows, then bounded to ``overlap``
+    more transactions, which overlap the step that follows (a stream run) without growing with its time."""
+    if workload is not None:
+        workload.allow_transactions(None)
     target = _binlog_bytes(mysql_server) + nbytes
     deadline = time.monotonic() + timeout
     while _binlog_bytes(mysql_server) < target:
         assert time.monotonic() < deadline, "the writers are too slow"
         time.sleep(0.2)
+    if workload is not None:
+        workload.allow_transactions(overlap)
 
 
 def _changelog(output: str, pipe: Pipeline) -> list[Record]:
@@ -136,14 +151,35 @@ def _comparable(records: list[Record]) -> list[tuple]:
 # --- tests --------------------------------------------------------------------------------------------------
 
 
+def _assert_status_at_the_last_committed_batch(pipe: Pipeline, config: StreamConfig,
+                                               names: list[str]) -> list[dict]:
+    """Every table's status stands at the last batch the sink committed (its end offset, exact)."""
+    ledgers = _ledgers(config.checkpoint)
+    assert ledgers and all(e["state"] == "committed" for e in ledgers), ledgers
+    last = ledgers[-1]
+    end = BinlogOffset.from_dict(last["end_offset"])
+    for t in collect_status(pipe.store, config.output, names).tables:
+        assert (t.stream_batch, t.stream_position, t.stream_position_exact) == (
+            last["batch_id"], end.position, True), t
+    return ledgers
+
+
 def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, mysql_db, tmp_path, spark):
-    """Several available-now runs, restarted from the checkpoint while writers run; then mirror == source."""
+    """Several available-now runs, restarted from the checkpoint while writers run; then mirror == source.
+
+    Where the stream stands has one source: what the sink committed (the batch markers and the output's
+    progress file), the batches consumers can read. The checkpoint keeps no position of its own: earlier
+    releases wrote ``mysqlcdc/stream_position.json`` when Spark committed a batch to the source, which Spark
+    does only when it plans the next batch (one batch behind the sink). Such a file, left by an earlier
+    release, changes nothing in status and is gone after the next start. (Folded in from
+    test_status_position_is_the_last_batch_the_sink_committed, which set up the same world.)"""
     pipe, plans, workload = _setup(mysql_server, mysql_db, tmp_path, seed=11)
     config = _config(mysql_server, mysql_db, tmp_path, changelog_json=True, max_bytes_per_batch=40_000)
     hooked: list[tuple[int, list[TableId]]] = []
     try:
         for _ in range(2):
-            _let_binlog_grow(mysql_server, 3 * config.max_bytes_per_batch // 2)  # 2+ batches per run
+            # 2+ batches per run
+            _let_binlog_grow(mysql_server, 3 * config.max_bytes_per_batch // 2, workload=workload)
             run_stream(spark, config, on_batch_committed=lambda b, t: hooked.append((b, t)))
     finally:
         stats = workload.stop()
@@ -156,7 +192,7 @@ def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, m
     assert all(entry["state"] == "committed" and not entry["replay"] for entry in ledgers)
     assert [b for b, _ in hooked] == [entry["batch_id"] for entry in ledgers]
     # the batches tile the binlog: each starts where the previous one ended, at a transaction boundary
-    for before, after in zip(ledgers, ledgers[1:]):
+    for before, after in itertools.pairwise(ledgers):
         assert after["start_offset"] == before["end_offset"], (before, after)
     assert all(BinlogOffset.from_dict(entry["end_offset"]).at_boundary for entry in ledgers)
     assert all(set(tables) <= set(pipe.schemas) for _, tables in hooked)
@@ -172,6 +208,19 @@ def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, m
     assert len(lines) == marker["rows"] and all(line.startswith('{"data":{') for line in lines)
     assert {json.loads(line)["op"] for line in lines} <= {"+I", "-U", "+U", "-D"}
 
+    # status stands at the last batch the sink committed; the checkpoint keeps no position of its own
+    names = [str(p.table) for p in plans]
+    old_position_file = Path(config.checkpoint) / "mysqlcdc" / "stream_position.json"
+    ledgers = _assert_status_at_the_last_committed_batch(pipe, config, names)
+    assert len(ledgers) >= 3, "the run should take several batches"
+    assert not old_position_file.exists(), (
+        f"the checkpoint keeps a stream position of its own: {old_position_file.read_text()}, where the sink "
+        f"committed batch {ledgers[-1]['batch_id']} ending at {ledgers[-1]['end_offset']} (batch "
+        f"{ledgers[-2]['batch_id']} ended at {ledgers[-2]['end_offset']})")
+    # an earlier release's file, one batch behind: status does not read it, the next start removes it
+    old_position_file.write_text(json.dumps({"offset": ledgers[-2]["end_offset"], "committed_at": "then"}))
+    _assert_status_at_the_last_committed_batch(pipe, config, names)
+
     # one table changes, the others stay idle: status still moves every table to the stream's position
     busy = plans[0].table
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
@@ -183,48 +232,7 @@ def test_available_now_runs_under_concurrent_writes_equal_source(mysql_server, m
         idle = plan.table != busy
         assert idle == (committed_batch_ids(config.output, plan.table)[-1] < t.stream_batch), t.table
         assert (t.stream_position, t.stream_position_exact, t.consistent) == (end, True, True), t.table
-
-
-def test_status_position_is_the_last_batch_the_sink_committed(mysql_server, mysql_db, tmp_path, spark):
-    """Where the stream stands has one source: what the sink committed (the batch markers and the output's
-    progress file), the batches consumers can read. The checkpoint keeps no position of its own: earlier
-    releases wrote ``mysqlcdc/stream_position.json`` when Spark committed a batch to the source, which Spark
-    does only when it plans the next batch (one batch behind the sink). Such a file, left by an earlier
-    release, changes nothing in status and is gone after the next start."""
-    pipe, plans, workload = _setup(mysql_server, mysql_db, tmp_path, seed=43)
-    config = _config(mysql_server, mysql_db, tmp_path, max_bytes_per_batch=20_000)
-    names = [str(p.table) for p in plans]
-    old_position_file = Path(config.checkpoint) / "mysqlcdc" / "stream_position.json"
-    try:
-        _let_binlog_grow(mysql_server, 60_000)  # several batches
-    finally:
-        workload.stop()
-
-    def assert_status_at_the_last_committed_batch() -> list[dict]:
-        ledgers = _ledgers(config.checkpoint)
-        assert ledgers and all(e["state"] == "committed" for e in ledgers), ledgers
-        last = ledgers[-1]
-        end = BinlogOffset.from_dict(last["end_offset"])
-        for t in collect_status(pipe.store, config.output, names).tables:
-            assert (t.stream_batch, t.stream_position, t.stream_position_exact) == (
-                last["batch_id"], end.position, True), t
-        return ledgers
-
-    run_stream(spark, config)
-    ledgers = assert_status_at_the_last_committed_batch()
-    assert len(ledgers) >= 3, "the run should take several batches"
-    assert not old_position_file.exists(), (
-        f"the checkpoint keeps a stream position of its own: {old_position_file.read_text()}, where the sink "
-        f"committed batch {ledgers[-1]['batch_id']} ending at {ledgers[-1]['end_offset']} (batch "
-        f"{ledgers[-2]['batch_id']} ended at {ledgers[-2]['end_offset']})")
-
-    # an earlier release's file, one batch behind: status does not read it, the next start removes it
-    old_position_file.write_text(json.dumps({"offset": ledgers[-2]["end_offset"], "committed_at": "then"}))
-    assert_status_at_the_last_committed_batch()
-    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
-        cur.execute(f"UPDATE `{plans[0].table.table}` SET `v` = `v` + 1 LIMIT 3")
-    run_stream(spark, config)
-    assert len(assert_status_at_the_last_committed_batch()) > len(ledgers)
+    assert len(_assert_status_at_the_last_committed_batch(pipe, config, names)) > len(ledgers)
     assert not old_position_file.exists()
     _assert_mirror_equals_source(pipe, plans, config.output)
 
@@ -259,7 +267,8 @@ def _kill_app_when(argv: list[str], env: dict, log_path: Path, reached, what: st
             deadline = time.monotonic() + 150
             while not reached():
                 assert proc.poll() is None, f"the app ended early:\n{log_path.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"the app never reached {what}:\n{log_path.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, (
+                    f"the app never reached {what}:\n{log_path.read_text()[-3000:]}")
                 time.sleep(0.01)
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -273,7 +282,8 @@ def test_killed_stream_restarts_without_duplicates_or_gaps(mysql_server, mysql_d
     result equals an uninterrupted run."""
     pipe, plans, workload = _setup(mysql_server, mysql_db, tmp_path, seed=23)
     killed = _config(mysql_server, mysql_db, tmp_path, name="killed", max_bytes_per_batch=20_000)
-    _let_binlog_grow(mysql_server, 4 * killed.max_bytes_per_batch)  # batch 2 is not the last one
+    # batch 2 is not the last
+    _let_binlog_grow(mysql_server, 4 * killed.max_bytes_per_batch, workload=workload)
     workload.stop()
     script = tmp_path / "killed_app.py"
     script.write_text(_KILLED_APP.format(repo=str(REPO)))
@@ -334,7 +344,7 @@ def test_killed_stream_restarts_without_duplicates_or_gaps(mysql_server, mysql_d
 
 def test_second_stream_on_a_checkpoint_fails_clearly(mysql_server, mysql_db, tmp_path, spark):
     """Continuous (processing-time) mode streams new changes; a second start on its checkpoint is refused."""
-    pipe, plans, _ = _setup(mysql_server, mysql_db, tmp_path, seed=5, rows=40, writers=False)
+    pipe, _plans, _ = _setup(mysql_server, mysql_db, tmp_path, seed=5, rows=40, writers=False)
     config = _config(mysql_server, mysql_db, tmp_path, trigger="processing-time=1 second")
     run = start_stream(spark, config)
     try:
@@ -390,8 +400,9 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
     # the limits a re-snapshot's chunk reads keep: given, and the snapshot's defaults
     assert (config.source_limits.rows_per_second, config.source_limits.max_concurrent_reads) == (500, 4)
     assert (config.gc_retention, config.gc_interval_minutes) == ("3d", 60)  # garbage collection's defaults
-    gc = cli_stream.config_from_args(parser.parse_args(["stream", *common, "--available-now", "--gc-retention",
-                                                        "36h", "--gc-interval-minutes", "0"]))
+    gc = cli_stream.config_from_args(parser.parse_args(["stream", *common, "--available-now",
+                                                        "--gc-retention", "36h",
+                                                        "--gc-interval-minutes", "0"]))
     assert (gc.gc_retention, gc.gc_interval_minutes) == ("36h", 0)
     with pytest.raises(SystemExit):
         parser.parse_args(["stream", *common, "--gc-retention", "3 days"])
@@ -414,7 +425,8 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
         replace(app, trigger="hourly").trigger_kwargs()
 
 
-def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db, tmp_path, spark, monkeypatch):
+def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db, tmp_path, spark,
+                                                          monkeypatch):
     specs = [s for s in SPECS if s.name in ("t_int", "t_dt")]
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, specs)
@@ -423,7 +435,7 @@ def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db
         schemas = {TableId(mysql_db, s.name): load_schema(conn, TableId(mysql_db, s.name)) for s in specs}
     pipe = Pipeline(_settings(mysql_server), ChunkStore(str(tmp_path / "chunks.db")), mysql_db)
     pipe.schemas = schemas
-    commit_ts = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+    commit_ts = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     records = {
         table: [
             Record(
@@ -451,8 +463,8 @@ def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db
     sink(frame(records[t_int] + records[t_dt]), 5)
     first = {t: changelog_records(root, schemas[t]) for t in schemas}
     assert [r.values for r in first[t_int]] == [r.values for r in records[t_int]]
-    for t in schemas:
-        assert_delta_changelog_matches_markers(root, schemas[t])
+    for schema in schemas.values():
+        assert_delta_changelog_matches_markers(root, schema)
     delta_log = sorted(p.name for p in Path(changelog_table_uri(root, t_int), "_delta_log").iterdir())
     # a later attempt of batch 5 that died before its markers left files behind ...
     writer = PartitionWriter(root, 5, "dead-attempt", {str(t): s for t, s in schemas.items()})
@@ -462,8 +474,8 @@ def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db
     sink(frame(records[t_int][:3]), 5)
     assert sorted(p.name for p in Path(changelog_table_uri(root, t_int), "_delta_log").iterdir()) == delta_log
     assert {t: changelog_records(root, schemas[t]) for t in schemas} == first
-    for t in schemas:
-        assert_delta_changelog_matches_markers(root, schemas[t])
+    for t, schema in schemas.items():
+        assert_delta_changelog_matches_markers(root, schema)
         attempt = read_json(changelog_marker(root, t, 5))["attempt"]
         files = [p.name for p in Path(changelog_dir(root, t, 5)).iterdir()]
         assert files and all(attempt in name for name in files), files  # this and the dead attempt: gone
@@ -481,9 +493,10 @@ def test_replayed_batch_overwrites_instead_of_duplicating(mysql_server, mysql_db
         r.values for r in records[t_int] + records[t_int][:3]
     ]
     assert [r.values for r in changelog_records(root, schemas[t_dt])] == [r.values for r in records[t_dt]]
-    assert not Path(changelog_marker(root, t_dt, 6)).exists() and not Path(changelog_dir(root, t_dt, 6)).exists()
-    for t in schemas:
-        assert_delta_changelog_matches_markers(root, schemas[t])
+    assert (not Path(changelog_marker(root, t_dt, 6)).exists()
+            and not Path(changelog_dir(root, t_dt, 6)).exists())
+    for schema in schemas.values():
+        assert_delta_changelog_matches_markers(root, schema)
     assert delta_changelog(root, schemas[t_int]).num_rows == 23
     assert DeltaTable(changelog_table_uri(root, t_dt)).transaction_version(APP_ID) == 5
     history = DeltaTable(changelog_table_uri(root, t_int)).history()
@@ -551,7 +564,7 @@ def _binlog_end(conn) -> BinlogOffset:
 def test_excluded_columns_never_reach_the_changelog(mysql_server, mysql_db, tmp_path, spark):
     """Excluded columns are absent from the stream's Parquet and changelog-json files; every other value is
     the one a stream without exclusions writes."""
-    pipe, plans, _ = _setup(mysql_server, mysql_db, tmp_path, seed=5, rows=30, writers=False)
+    pipe, _plans, _ = _setup(mysql_server, mysql_db, tmp_path, seed=5, rows=30, writers=False)
     table = TableId(mysql_db, "t_int")
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("UPDATE `t_int` SET `v` = `v` + 1, `note` = 'secret note', `amount` = 12.5 LIMIT 7")

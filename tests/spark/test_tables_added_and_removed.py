@@ -1,8 +1,8 @@
 """Tables added to and removed from a running stream, under seeded writers on every table.
 
-A table planned into the pipeline's chunk store while the stream runs is captured from the next batch on (its
-unread chunks count as HW = -inf), snapshotted alone, and its mirror equals the source; the other tables' plans
-are untouched. A removed table stops getting changelog batches; the others go on.
+A table planned into the pipeline's chunk store while the stream runs is captured from the next batch on
+(its unread chunks count as HW = -inf), snapshotted alone, and its mirror equals the source; the other tables'
+plans are untouched. A removed table stops getting changelog batches; the others go on.
 """
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ from airflow_provider_mysqlcdc.spark.stream.job import (
     snapshot_table,
     start_stream,
 )
+from tests.spark.pacing import WritesPerBatch
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import SingleRowWriters
 
 SEED = 47
 TABLES = ("t_a", "t_b", "t_c")
+PER_BATCH = 30  # writer statements per committed batch: the volume follows the batches the test waits for
 
 
 def _batches(checkpoint: str) -> int:
@@ -58,7 +60,8 @@ def test_a_table_added_and_one_removed_while_the_stream_runs(mysql_server, mysql
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         for name in TABLES:
-            # t_c joins with zero_dates="null": its date column gets no companion, also from the running stream
+            # t_c joins with zero_dates="null": its date column gets no companion, also from the running
+            # stream
             extra = ", d DATE NULL DEFAULT '2020-02-02'" if name == "t_c" else ""
             cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT{extra})")
             cur.executemany(f"INSERT INTO {name} (id, v) VALUES (%s, %s)", [(i, i) for i in range(1, 201)])
@@ -71,7 +74,7 @@ def test_a_table_added_and_one_removed_while_the_stream_runs(mysql_server, mysql
         checkpoint=str(tmp_path / "ckpt"),
         password_file=password_file(tmp_path, settings),
         max_bytes_per_batch=20_000,
-        trigger="processing-time=1 second",
+        trigger="processing-time=0.3 seconds",
         lock_lease_seconds=20.0,
     )
 
@@ -79,14 +82,16 @@ def test_a_table_added_and_one_removed_while_the_stream_runs(mysql_server, mysql
         result = snapshot_table(spark, config, table)
         assert result.ok, result
 
-    writers = SingleRowWriters(lambda: mysql_server.admin(mysql_db), TABLES, "v", SEED).start()
+    writers = SingleRowWriters(lambda: mysql_server.admin(mysql_db), TABLES, "v", SEED,
+                               limit=PER_BATCH).start()
     try:
         with ChunkStore(config.chunk_store) as store:
             plan_tables(settings, store, [str(a), str(b)], chunk_size=60)
         snapshot(a)
         snapshot(b)
         with mirror_refresh(config) as hook:
-            run = start_stream(spark, config, on_batch_committed=hook)
+            paced = WritesPerBatch(writers, PER_BATCH, hook)
+            run = start_stream(spark, config, on_batch_committed=paced)
             try:
                 _wait_batches(config.checkpoint, 2)
                 # add t_c: planned only it (t_a, t_b keep generation 1), snapshotted while the stream runs

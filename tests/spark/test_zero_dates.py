@@ -29,13 +29,15 @@ from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_strea
 from tests.support.engine_harness import assert_same_rows, password_file
 
 SEED = 1607
+WRITES = 60  # statements the writer writes into the snapshot, and into the first stream run
 ZERO_D = ["0000-00-00", "2020-00-15", "2019-07-00", "2022-02-02", "2023-03-03"]
 ZERO_DT = ["0000-00-00 00:00:00.000", "2020-00-15 10:00:00.500", "2021-03-04 05:06:07.890", None]
 
 
 def _statement(rng: random.Random, i: int) -> tuple[str, tuple]:
     kind = rng.random()
-    row = (i % 40, rng.choice(ZERO_D), rng.randint(0, 99), rng.choice(ZERO_DT), rng.choice(ZERO_D[:3] + [None]))
+    row = (i % 40, rng.choice(ZERO_D), rng.randint(0, 99), rng.choice(ZERO_DT),
+           rng.choice(ZERO_D[:3] + [None]))
     if kind < 0.35:
         return "INSERT IGNORE INTO zdn (id, d, v, dt, dd) VALUES (%s, %s, %s, %s, %s)", row
     if kind < 0.55:
@@ -48,17 +50,36 @@ def _statement(rng: random.Random, i: int) -> tuple[str, tuple]:
 
 
 class _Writer(threading.Thread):
-    def __init__(self, server, db: str) -> None:
+    """Seeded statements, ``limit`` of them at most until ``allow`` raises it (a volume, not a time)."""
+
+    def __init__(self, server, db: str, limit: int) -> None:
         super().__init__(daemon=True)
-        self.server, self.db, self.stopping, self.count = server, db, threading.Event(), 0
+        self.server, self.db, self.stopping, self.count, self.limit = server, db, threading.Event(), 0, limit
+        self.written = threading.Condition()
 
     def run(self) -> None:
         rng = random.Random(SEED + 1)
         with self.server.admin(self.db) as conn, conn.cursor() as cur:
             cur.execute("SET SESSION sql_mode = ''")
             while not self.stopping.wait(0.01):
+                if self.count >= self.limit:
+                    with self.written:  # idle until allowed more, or stopped
+                        self.written.wait(0.1)
+                    continue
                 cur.execute(*_statement(rng, self.count))
-                self.count += 1
+                with self.written:
+                    self.count += 1
+                    self.written.notify_all()
+
+    def allow(self, more: int) -> None:
+        with self.written:
+            self.limit = self.count + more
+            self.written.notify_all()
+
+    def wait_written(self, timeout: float = 60.0) -> None:
+        """Until the writer reached its limit."""
+        with self.written:
+            assert self.written.wait_for(lambda: self.count >= self.limit, timeout), (self.count, self.limit)
 
     def stop(self) -> int:
         self.stopping.set()
@@ -91,12 +112,14 @@ def test_zero_dates_in_key_and_values_reach_the_mirror_exactly(mode, mysql_serve
         plan = load_plan(store, table)
     assert plan.zero_dates == mode and len(plan.chunks) >= 3
 
-    writer = _Writer(mysql_server, mysql_db)
+    writer = _Writer(mysql_server, mysql_db, limit=WRITES)  # into the snapshot
     writer.start()
     try:
         assert snapshot_table(spark, config, table).ok
         with mirror_refresh(config) as hook:
+            writer.allow(WRITES)  # into the first stream run
             run_stream(spark, config, on_batch_committed=hook)
+            writer.wait_written()
             changes = writer.stop()
             run_stream(spark, config, on_batch_committed=hook)
     finally:
@@ -111,7 +134,8 @@ def test_zero_dates_in_key_and_values_reach_the_mirror_exactly(mode, mysql_serve
         names = set(pq.read_schema(path).names)
         if "_op" in names:
             assert "d__zero_date" in names, path
-            assert value_companions <= names if mode == "keep" else not value_companions & names, (path, names)
+            assert (value_companions <= names if mode == "keep"
+                    else not value_companions & names), (path, names)
 
     # the mirror: the source with the values' zero dates as NULL, the key's exact
     with connect(settings) as conn:

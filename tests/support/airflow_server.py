@@ -18,9 +18,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Self
 
 from airflow_provider_mysqlcdc.testing.mariadb import _die_with_parent, free_port
 
@@ -42,6 +43,8 @@ class AirflowApiServer:
     keep_workdir: bool = False  # keep the log and the passwords file after stop() (debugging)
     # "core" (REST API and UI) is enough to browse; workers of a scheduler need "execution" too ("all")
     apps: str = "core"
+    # SIGTERM, then SIGKILL after this long: a graceful stop takes ~3 s and nothing needs it (no state kept)
+    stop_grace: float = 1.0
     process: subprocess.Popen | None = None
     server_env: dict[str, str] = field(default_factory=dict, repr=False)  # the environment it runs with
 
@@ -57,7 +60,7 @@ class AirflowApiServer:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.workdir and self.log_path.exists() else ""
 
-    def start(self) -> "AirflowApiServer":
+    def start(self) -> Self:
         self.workdir = Path(tempfile.mkdtemp(prefix="mysqlcdc-api-server-"))
         self.port = self.port or free_port()
         # Our own passwords file: SimpleAuthManager only generates passwords for users missing from it.
@@ -85,7 +88,9 @@ class AirflowApiServer:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 # Not the caller's directory: `python -m` puts it on sys.path, and a source checkout's
                 # *.egg-info there registers the plugin's entry point a second time.
-                cwd=self.workdir, preexec_fn=_die_with_parent, start_new_session=True,
+                cwd=self.workdir,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only calls prctl(), which takes no lock
+                start_new_session=True,
             )
         try:
             self._wait_healthy()
@@ -107,7 +112,7 @@ class AirflowApiServer:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise RuntimeError(
             f"airflow api-server not healthy within {self.startup_timeout:.0f}s:\n{self.log_tail()}"
         )
@@ -116,16 +121,17 @@ class AirflowApiServer:
         return "\n".join(self.log_text().splitlines()[-lines:]) or "(no output)"
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group, SIGKILL after 20 s; then its work dir (log, passwords) goes."""
+        """SIGTERM to the server's process group, SIGKILL after ``stop_grace``; then its work dir (log,
+        passwords) goes."""
         process, self.process = self.process, None
         try:
             if process is not None:
-                terminate_group(process)
+                terminate_group(process, self.stop_grace)
         finally:
             if self.workdir is not None and not self.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "AirflowApiServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -134,15 +140,26 @@ class AirflowApiServer:
 
 def terminate_group(process: subprocess.Popen, grace: float = 20.0) -> None:
     """SIGTERM to the process group a ``start_new_session`` child leads, SIGKILL after ``grace`` seconds."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    terminate_groups([(process, grace)])
+
+
+def terminate_groups(processes: list[tuple[subprocess.Popen, float]]) -> None:
+    """SIGTERM to the process groups of ``start_new_session`` children, all at once (they shut down side by
+    side); SIGKILL to a group whose leader is still there its grace seconds later."""
+    signalled = []
+    started = time.monotonic()
+    for process, grace in processes:
         try:
-            os.killpg(process.pid, signal.SIGKILL)
+            os.killpg(process.pid, signal.SIGTERM)
+            signalled.append((process, started + grace))
         except ProcessLookupError:
-            pass
-        process.wait()
+            process.poll()
+    for process, deadline in sorted(signalled, key=lambda p: p[1]):
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()

@@ -8,7 +8,8 @@ api-server accepts the scheduler's task tokens), write logs to files there, die 
 stopped as process groups (the LocalExecutor's workers and the task processes go with the scheduler).
 
 Airflow 3.3's LocalExecutor runs against SQLite (``airflow standalone`` does the same; no "database is locked"
-seen with parallelism 4), so no PostgreSQL is needed: a fresh ``airflow db migrate`` takes about 3 s.
+seen with parallelism 4), so no PostgreSQL is needed: a fresh ``airflow db migrate`` takes about 3 s, and a
+copy of a DB it left (``template_db``: the test session migrated one already) none.
 """
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import requests
 
 from airflow_provider_mysqlcdc.testing.mariadb import _die_with_parent, free_port
-from tests.support.airflow_server import AirflowApiServer, terminate_group
+from tests.support.airflow_server import AirflowApiServer, terminate_groups
 
 T = TypeVar("T")
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
@@ -57,6 +59,8 @@ class AirflowServices:
     users: Mapping[str, str] = field(default_factory=lambda: {"admin": "admin"})
     env: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 4
+    # a metadata DB as `airflow db migrate` left it (conftest's MIGRATED_DB), copied instead of migrating
+    template_db: Path | None = None
     startup_timeout: float = 180.0
     request_timeout: float = 60.0
     keep_workdir: bool = False  # keep logs and the metadata DB after stop() (debugging)
@@ -122,12 +126,15 @@ class AirflowServices:
             **self.env,
         }
 
-    def start(self) -> "AirflowServices":
+    def start(self) -> Self:
         self.workdir = Path(tempfile.mkdtemp(prefix="mysqlcdc-airflow-services-"))
         port = free_port()
         self.environ = env = self._environment(port)
         try:
-            self._run("db-migrate", ["db", "migrate"], env)
+            if self.template_db is not None and self.template_db.exists():
+                shutil.copyfile(self.template_db, self.workdir / "airflow.db")
+            else:
+                self._run("db-migrate", ["db", "migrate"], env)
             # The scheduler and the dag-processor start while the api-server does (2 cores: it all overlaps).
             for name in ("dag-processor", "scheduler"):
                 self.processes[name] = self._spawn(name, [name], env)
@@ -146,7 +153,7 @@ class AirflowServices:
             result = subprocess.run(
                 [sys.executable, "-m", "airflow", *args], stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=env, cwd=self.workdir, preexec_fn=_die_with_parent,
-                timeout=self.startup_timeout,
+                timeout=self.startup_timeout, check=False,  # the caller raises with the log's tail
             )
         if result.returncode != 0:
             raise RuntimeError(f"airflow {' '.join(args)} failed:\n{self._tail(name)}")
@@ -156,7 +163,8 @@ class AirflowServices:
         with open(self.log_path(name), "wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "airflow", *args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env, cwd=self.workdir, preexec_fn=_die_with_parent,
+                stdin=subprocess.DEVNULL, env=env, cwd=self.workdir,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only calls prctl(), which takes no lock
                 start_new_session=True,
             )
 
@@ -175,12 +183,16 @@ class AirflowServices:
                 raise RuntimeError(f"airflow {name} exited with {process.returncode}:\n{self._tail(name)}")
 
     def stop(self) -> None:
-        """SIGTERM to each process group (SIGKILL after 20 s); the work dir goes unless ``keep_workdir``."""
+        """SIGTERM to every process group at once (SIGKILL after 20 s, the api-server's after its
+        ``stop_grace``): they shut down side by side, not one after the other; the work dir goes unless
+        ``keep_workdir``."""
         try:
-            for name in ("scheduler", "dag-processor"):
-                process = self.processes.pop(name, None)
-                if process is not None:
-                    terminate_group(process)
+            popped = (self.processes.pop(name, None) for name in ("scheduler", "dag-processor"))
+            processes = [(p, 20.0) for p in popped if p is not None]
+            if self.api is not None and self.api.process is not None:
+                processes.append((self.api.process, self.api.stop_grace))
+                self.api.process = None  # api.stop() below only removes its work dir
+            terminate_groups(processes)
         finally:
             try:
                 if self.api is not None:
@@ -189,7 +201,7 @@ class AirflowServices:
                 if self.workdir is not None and not self.keep_workdir:
                     shutil.rmtree(self.workdir, ignore_errors=True)
 
-    def __enter__(self) -> "AirflowServices":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -284,7 +296,7 @@ class AirflowServices:
             timeout, f"run {dag_id}/{run_id} finished")
 
     def wait_until(self, predicate: Callable[[], T], timeout: float, what: str | Callable[[], str],
-                   interval: float = 1.0) -> T:
+                   interval: float = 0.25) -> T:
         """Polls ``predicate`` until it returns something truthy (returned); on time-out fails with ``what``
         (a callable is asked then), the predicate's last value and the processes' logs."""
         deadline = time.monotonic() + timeout

@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pymysql
 
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.connection import Connection, MySQLSettings
 
 CDC_GRANTS = "SELECT, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT"
 
@@ -34,10 +34,11 @@ class ExternalServer:
         return f"mysql://{self.cdc_user}:{quote(self.cdc_password, safe='')}@{self.host}:{self.port}/"
 
     def admin(self, database: str | None = None) -> pymysql.connections.Connection:
+        # the engine's connection class: its TLS context is built once per process, not per connection
         kwargs = self.settings.with_database(database).pymysql_kwargs()
-        return pymysql.connect(**kwargs)
+        return Connection(**kwargs)
 
-    def start(self) -> "ExternalServer":
+    def start(self) -> ExternalServer:
         with self.admin() as conn, conn.cursor() as cur:
             cur.execute("DROP USER IF EXISTS %s@'%%'", (self.cdc_user,))
             cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (self.cdc_user, self.cdc_password))

@@ -1,27 +1,25 @@
 """The engine pipeline of ``engine_harness`` writing its output as files in the documented layout.
 
 Snapshot chunks go to ``snapshot/generation=<g>/chunk=<id>/version=<v>/`` (committed with the chunk store
-row);
-stream batches to ``changelog/batch=<id>/`` plus the marker ``changelog/_committed/batch=<id>.json`` carrying
-``end_offset``, then the batch's commit to the changelog's Delta table, as the Spark stream does. The in-memory snapshots and changelog of ``Pipeline`` are kept too,
-so tests can compare the file mirror with the engine's mirror rule (``tests/support/reference_mirror.py``).
+row); stream batches to ``changelog/batch=<id>/`` plus the marker ``changelog/_committed/batch=<id>.json``
+carrying ``end_offset``, then the batch's commit to the changelog's Delta table, as the Spark stream does.
+The in-memory snapshots and changelog of ``Pipeline`` are kept too, so tests can compare the file mirror with
+the engine's mirror rule (``tests/support/reference_mirror.py``).
 """
 
 from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
-from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
     changelog_marker,
@@ -29,10 +27,12 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     snapshot_dir,
     write_json_atomic,
 )
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
 from airflow_provider_mysqlcdc.engine.model import values
-from airflow_provider_mysqlcdc.engine.model.records import Record
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
 from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
+from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadResult
 from airflow_provider_mysqlcdc.engine.snapshot.phase import snapshot_chunk
@@ -164,7 +164,8 @@ class LayoutPipeline(Pipeline):
 def _ddl_event(change: SchemaChange) -> dict:
     """A DDL the stream followed, as the schema history records it."""
     return {"position": format_row_key(change.key), "verb": change.ddl.verb,
-            "statement": change.ddl.statement, "changes": change.ddl.changes.to_dict(), "resnapshot": change.ddl.resnapshot,
+            "statement": change.ddl.statement, "changes": change.ddl.changes.to_dict(),
+            "resnapshot": change.ddl.resnapshot,
             "commit_ts": change.commit_ts.isoformat() if change.commit_ts else None}
 
 
@@ -180,10 +181,17 @@ def drain_and_refresh(pipe: LayoutPipeline, refresher: MirrorRefresher) -> None:
 
 
 def stream_while_writing(pipe: LayoutPipeline, refresher: MirrorRefresher, rng: random.Random,
-                         workload: Workload, batches: int) -> None:
-    """``batches`` stream batches, the writers running before each, each followed by the refresh hook."""
+                         workload: Workload, batches: int, transactions: int | None = None) -> None:
+    """``batches`` stream batches, the writers running before each, each followed by the refresh hook.
+    ``transactions``: the writers run for that many more transactions before each batch (a volume), else
+    for 0.4 s."""
     for _ in range(batches):
-        workload.run_for(0.4)
+        if transactions is None:
+            workload.run_for(0.4)
+        else:
+            if workload.idle_at_bound:  # writers bounded by volume: this many more, then they idle
+                workload.allow_transactions(transactions)
+            workload.wait_for_transactions(transactions)
         batch_id, changed = pipe.stream_batch(max_rows=rng.randint(40, 300))
         refresher.on_batch_committed(batch_id, sorted(changed, key=str))
 

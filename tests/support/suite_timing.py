@@ -3,9 +3,10 @@ a per-test budget that fails the run.
 
 Each test's phases are timed, and around each test the machine is read from ``/proc``: CPU time of the suite's
 own processes (every process started with its environment: servers, Spark, Airflow, browsers), CPU time of
-every other process on the machine, and steal time (a neighbour on the host). At the end the suite prints its slowest tests,
-its total, and the machine's load and CPU use at start and end, so a slow run says whether the code or the
-machine was slow; every test's figures go to ``test-artifacts/durations.json`` (``$MYSQLCDC_TEST_DURATIONS``).
+every other process on the machine, and steal time (a neighbour on the host). At the end the suite prints its
+slowest tests, its total, and the machine's load and CPU use at start and end, so a slow run says whether the
+code or the machine was slow; every test's figures go to ``test-artifacts/durations.json``
+(``$MYSQLCDC_TEST_DURATIONS``).
 
 The budget: a test (setup and teardown included) may take ``MYSQLCDC_TEST_BUDGET`` seconds (default
 ``DEFAULT_BUDGET``) of wall time, scaled up by the cores that others took from the suite while it ran (busy
@@ -45,7 +46,7 @@ class MachineReading:
     @classmethod
     def now(cls, marker: str) -> MachineReading:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in (fields + ["0"] * 8)[:8])
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in (fields + ["0"] * 8)[:8])
         return cls(
             wall=time.monotonic(),
             load=os.getloadavg(),
@@ -55,33 +56,45 @@ class MachineReading:
         )
 
 
-_OURS: dict[tuple[int, int], bool] = {}  # a process's environment does not change: asked once
+_OURS: dict[tuple[int, int], bool] = {}  # (pid, start tick) -> started by the suite: decided once
 
 
 def _foreign_processes(marker: str) -> dict[tuple[int, int], float]:
-    """CPU seconds of each live process the suite did not start (its environment lacks ``marker``): other
-    test runs, a stream left running, a neighbour's build. The suite's own are told by inheritance, so
-    servers, Spark JVMs and browsers count as ours even after their parent died."""
-    out: dict[tuple[int, int], float] = {}
-    me = str(os.getpid())  # the suite's own process: its environment was read before the marker was set
+    """CPU seconds of each live process the suite did not start: other test runs, a stream left running, a
+    neighbour's build, the kernel's threads. The suite's own are those whose environment holds ``marker``
+    (inherited, so servers and Spark JVMs stay ours after their parent died) and the children of its own
+    (a process started with an environment of its own, a browser's sandboxed helpers)."""
+    me = os.getpid()
+    seen: dict[int, tuple[int, int, float]] = {}  # pid -> (parent pid, start tick, CPU seconds)
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or entry.name == me:
+        if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
         rest = stat[stat.rindex(")") + 2:].split()  # the name may hold spaces and parentheses
-        key = (int(entry.name), int(rest[19]))
-        ours = _OURS.get(key)
-        if ours is None:
-            try:
-                ours = _OURS[key] = marker.encode() in (entry / "environ").read_bytes()
-            except OSError:
-                ours = _OURS[key] = False  # a kernel thread, or gone
-        if not ours:
-            out[key] = sum(int(v) for v in rest[11:15]) / _TICK  # utime, stime, cutime, cstime
-    return out
+        pid = int(entry.name)
+        # utime, stime and the reaped children's cutime, cstime; but init reaps orphans, the suite's among
+        # them (a killed stream's Spark JVM): its own time only
+        cpu = sum(int(v) for v in rest[11:13 if pid == 1 else 15]) / _TICK
+        seen[pid] = (int(rest[1]), int(rest[19]), cpu)
+
+    def ours(pid: int) -> bool:
+        parent, start, _cpu = seen[pid]
+        key = (pid, start)
+        if key not in _OURS:
+            if pid == me:  # its environment was read before the marker was set
+                _OURS[key] = True
+            else:
+                try:
+                    own = marker.encode() in Path(f"/proc/{pid}/environ").read_bytes()
+                except OSError:
+                    own = False  # a kernel thread, or gone
+                _OURS[key] = own or (parent in seen and parent != pid and ours(parent))
+        return _OURS[key]
+
+    return {(pid, start): cpu for pid, (_p, start, cpu) in seen.items() if not ours(pid)}
 
 
 @dataclass(frozen=True)
@@ -201,9 +214,10 @@ class SuiteTiming:
         write(f"every test's figures: {self.path}")
         for t in self.over_budget():
             terminalreporter.write_line(
-                f"OVER BUDGET: {t.nodeid} took {t.total:.1f}s, budget {t.budget:.0f}s ({self.base_budget:.0f}s "
-                f"scaled by the cores others took: {t.others_cpu + t.steal:.0f} cpu-s); make it share what it "
-                f"starts or wait on a condition, or make the product faster ({BUDGET_ENV} sets the base)",
+                f"OVER BUDGET: {t.nodeid} took {t.total:.1f}s, budget {t.budget:.0f}s "
+                f"({self.base_budget:.0f}s scaled by the cores others took: "
+                f"{t.others_cpu + t.steal:.0f} cpu-s); make it share what it starts or wait on a condition, "
+                f"or make the product faster ({BUDGET_ENV} sets the base)",
                 red=True, bold=True,
             )
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 import pymysql
 
@@ -61,11 +62,12 @@ VALUE_COLUMNS = (
 def create_tables(conn: pymysql.connections.Connection, database: str, specs=TABLE_SPECS) -> None:
     with conn.cursor() as cur:
         for spec in specs:
-            cur.execute(f"CREATE TABLE `{database}`.`{spec.name}` ({spec.ddl}, {VALUE_COLUMNS}) ENGINE=InnoDB")
+            cur.execute(f"CREATE TABLE `{database}`.`{spec.name}` ({spec.ddl}, {VALUE_COLUMNS}) "
+                        "ENGINE=InnoDB")
 
 
 def _values(rng: random.Random) -> tuple:
-    ts = datetime(2024, 3, 31, 1, 30, tzinfo=timezone.utc) + timedelta(seconds=rng.randint(0, 10**7))
+    ts = datetime(2024, 3, 31, 1, 30, tzinfo=UTC) + timedelta(seconds=rng.randint(0, 10**7))
     return (
         rng.randint(-1000, 1000),
         Decimal(rng.randint(-10**8, 10**8)) / 10000,
@@ -105,18 +107,27 @@ class WorkloadStats:
 
 
 class Workload:
-    """Writer threads that run until stopped; call ``pause()`` for a quiet point, ``stop()`` at the end."""
+    """Writer threads that run until stopped; call ``pause()`` for a quiet point, ``stop()`` at the end.
+
+    ``max_transactions`` bounds the writers by volume (they end by themselves once that many transactions
+    committed, so a slow machine does not write more); ``wait_for_transactions`` waits for a volume instead
+    of letting the writers run for a time. With ``idle_at_bound`` the writers idle at the bound instead of
+    ending, until ``allow_transactions`` moves it (a test that writes a volume before each of its steps)."""
 
     def __init__(self, connect: Callable[[], pymysql.connections.Connection], database: str, seed: int,
-                 writers: int = 2, specs=TABLE_SPECS, rotate_every: int = 60, pace: float = 0.002) -> None:
+                 writers: int = 2, specs=TABLE_SPECS, rotate_every: int = 60, pace: float = 0.002,
+                 max_transactions: int | None = None, idle_at_bound: bool = False) -> None:
         self.connect, self.database, self.seed = connect, database, seed
         self.specs, self.rotate_every, self.pace = specs, rotate_every, pace
+        self.max_transactions = max_transactions
+        self.idle_at_bound = idle_at_bound
         self.stats = WorkloadStats()
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        self._progress = threading.Condition(self._lock)
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(writers)]
 
-    def start(self) -> "Workload":
+    def start(self) -> Workload:
         for t in self._threads:
             t.start()
         return self
@@ -132,6 +143,30 @@ class Workload:
     def run_for(self, seconds: float) -> None:
         time.sleep(seconds)
 
+    def wait_for_transactions(self, more: int, timeout: float = 120.0) -> None:
+        """Wait until ``more`` further transactions committed (or the writers ended, by their bound or an
+        error): the writers run for a volume, not a time."""
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            target = self.stats.transactions + more
+            while self.stats.transactions < target and not self._done():
+                left = deadline - time.monotonic()
+                assert left > 0, f"the writers wrote {self.stats.transactions} of {target} transactions"
+                self._progress.wait(min(left, 0.5))
+
+    def allow_transactions(self, more: int | None) -> None:
+        """Move the bound to ``more`` transactions beyond those committed so far (None: no bound); writers
+        idling at the bound (``idle_at_bound``) go on."""
+        with self._progress:
+            self.max_transactions = None if more is None else self.stats.transactions + more
+            self._progress.notify_all()
+
+    def _done(self) -> bool:
+        return not any(t.is_alive() for t in self._threads)
+
+    def _bound_reached(self) -> bool:
+        return self.max_transactions is not None and self.stats.transactions >= self.max_transactions
+
     def _run(self, index: int) -> None:
         rng = random.Random(self.seed * 1000 + index)
         conn = self.connect()
@@ -139,6 +174,12 @@ class Workload:
         n = 0
         try:
             while not self._stop.is_set():
+                if self._bound_reached():
+                    if not self.idle_at_bound:
+                        break
+                    with self._progress:  # until allow_transactions moves the bound, or stop
+                        self._progress.wait(0.1)
+                    continue
                 n += 1
                 try:
                     self._transaction(conn, rng, index, n)
@@ -158,8 +199,11 @@ class Workload:
             self.stats.errors.append(repr(exc))
         finally:
             conn.close()
+            with self._lock:
+                self._progress.notify_all()
 
-    def _transaction(self, conn: pymysql.connections.Connection, rng: random.Random, index: int, n: int) -> None:
+    def _transaction(self, conn: pymysql.connections.Connection, rng: random.Random, index: int,
+                     n: int) -> None:
         db = self.database
         if self.rotate_every and index == 0 and n % self.rotate_every == 0:
             with conn.cursor() as cur:
@@ -195,11 +239,13 @@ class Workload:
                                 (low, low + rng.randint(0, 30)))
                 elif op < 0.90:
                     # large transaction: many rows in one statement
-                    rows = [(*spec.make_key(rng, rng.randrange(KEY_SPACE)), *_values(rng)) for _ in range(120)]
+                    rows = [(*spec.make_key(rng, rng.randrange(KEY_SPACE)), *_values(rng))
+                            for _ in range(120)]
                     cur.executemany(insert_sql(db, spec).replace("INSERT", "INSERT IGNORE", 1), rows)
                 else:
                     low = rng.randint(-1000, 1000)
-                    cur.execute(f"DELETE FROM {table} WHERE v BETWEEN %s AND %s", (low, low + rng.randint(0, 8)))
+                    cur.execute(f"DELETE FROM {table} WHERE v BETWEEN %s AND %s",
+                                (low, low + rng.randint(0, 8)))
                 statements += 1
         if rng.random() < 0.08:
             conn.rollback()
@@ -209,6 +255,7 @@ class Workload:
             conn.commit()
             with self._lock:
                 self.stats.transactions += 1
+                self._progress.notify_all()
         with self._lock:
             self.stats.statements += statements
 
@@ -225,18 +272,23 @@ def as_rows(records: list[dict[str, Any]], names: list[str]) -> list[tuple]:
 
 
 class SingleRowWriters:
-    """One seeded writer of single-row inserts, updates and deletes over ``tables`` (each with an integer ``id``
-    and an integer ``column``) while DDL reshapes them: a statement the DDL blocks or refuses is skipped."""
+    """One seeded writer of single-row inserts, updates and deletes over ``tables`` (each with an integer
+    ``id`` and an integer ``column``) while DDL reshapes them: a statement the DDL blocks or refuses is
+    skipped."""
 
     def __init__(self, open_conn: Callable[[], Any], tables: tuple[str, ...], column: str, seed: int,
-                 weights: tuple[float, ...] | None = None) -> None:
+                 weights: tuple[float, ...] | None = None, limit: int | None = None) -> None:
         self.open_conn, self.tables, self.column, self.weights = open_conn, tables, column, weights
         self.rng = random.Random(seed)
         self.counts: dict[str, int] = {t: 0 for t in tables}
+        # a volume bound: the writer idles once ``limit`` statements took effect (None: no bound) until it is
+        # allowed more (``allow``) or stopped
+        self.limit = limit
         self._stop = threading.Event()
+        self._written = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def start(self) -> "SingleRowWriters":
+    def start(self) -> SingleRowWriters:
         self._thread.start()
         return self
 
@@ -245,10 +297,36 @@ class SingleRowWriters:
         self._thread.join(30)
         return self.counts
 
+    @property
+    def written(self) -> int:
+        return sum(self.counts.values())
+
+    def allow(self, more: int) -> None:
+        """Let a bounded writer write ``more`` statements beyond what it wrote so far."""
+        with self._written:
+            self.limit = self.written + more
+            self._written.notify_all()
+
+    def wait_for(self, total: int, timeout: float = 120.0) -> None:
+        """Wait until ``total`` statements took effect (or the writer ended): a volume, not a time."""
+        deadline = time.monotonic() + timeout
+        with self._written:
+            while self.written < total and self._thread.is_alive():
+                left = deadline - time.monotonic()
+                assert left > 0, f"the writer wrote {self.written} of {total} statements"
+                self._written.wait(min(left, 0.5))
+
+    def _bound_reached(self) -> bool:
+        return self.limit is not None and self.written >= self.limit
+
     def _run(self) -> None:
         next_id, col = 10_000, self.column
         with self.open_conn() as conn:
             while not self._stop.is_set():
+                if self._bound_reached():
+                    with self._written:  # idle until allowed more (allow) or stopped
+                        self._written.wait(0.1)
+                    continue
                 table = self.rng.choices(self.tables, self.weights)[0]
                 kind, key = self.rng.random(), self.rng.randrange(1, 200)
                 if kind < 0.4:
@@ -261,7 +339,9 @@ class SingleRowWriters:
                 try:
                     with conn.cursor() as cur:
                         cur.execute(sql, args)
-                    self.counts[table] += 1
+                    with self._written:
+                        self.counts[table] += 1
+                        self._written.notify_all()
                 except pymysql.err.MySQLError:
                     pass  # e.g. a lock wait cut short by the DDL: the next statement goes on
                 time.sleep(0.004)
