@@ -9,8 +9,9 @@ code or the machine was slow; every test's figures go to ``test-artifacts/durati
 (``$MYSQLCDC_TEST_DURATIONS``).
 
 The budget: a test (setup and teardown included) may take ``MYSQLCDC_TEST_BUDGET`` seconds (default
-``DEFAULT_BUDGET``) of wall time, scaled up by the cores that others took from the suite while it ran (busy
-processes outside the suite's tree, steal). A test over its budget fails the run, named with its figures.
+``DEFAULT_BUDGET``) of wall time on the reference machine, scaled up on a slower one (a calibration loop timed
+at the start: ``slowness``) and by the cores that others took from the suite while it ran (busy processes
+outside the suite, steal). A test over its budget fails the run, named with its figures.
 """
 from __future__ import annotations
 
@@ -136,6 +137,22 @@ class TestTiming:
         return sum(self.phases.values())
 
 
+REFERENCE_LOOP_S = 0.095  # the calibration loop's best time, in this plugin, where the budget was set
+
+
+def slowness() -> float:
+    """How much slower one core of this machine runs a fixed Python loop than the reference machine (at
+    least 1): a slower or throttled CPU gets a larger budget, as a busy one does."""
+
+    def loop() -> float:
+        started, total = time.perf_counter(), 0
+        for i in range(2_000_000):
+            total += i * i % 7
+        return time.perf_counter() - started
+
+    return max(1.0, min(loop() for _ in range(3)) / REFERENCE_LOOP_S)
+
+
 def _budget(base: float, usage: Usage, cores: int) -> float:
     """``base`` on a machine of its own; more when others took cores from the suite (at least half a core
     stays counted as the suite's, so a saturated machine scales the budget by at most ``2 * cores``)."""
@@ -148,7 +165,8 @@ class SuiteTiming:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.base_budget = float(os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET)
+        self.slowness = slowness()
+        self.base_budget = float(os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET) * self.slowness
         self.cores = os.cpu_count() or 1
         self.marker = f"{MARKER_ENV}={os.getpid()}-{time.time_ns()}"
         os.environ[MARKER_ENV] = self.marker.split("=", 1)[1]
@@ -192,6 +210,7 @@ class SuiteTiming:
             "cores": self.cores,
             "machine": {"start": _reading(self.start), "end": _reading(self.end), "usage": asdict(usage)},
             "budget": self.base_budget,
+            "slowness": round(self.slowness, 2),
             "tests": [asdict(t) | {"total": round(t.total, 3)}
                       for t in sorted(self.tests.values(), key=lambda t: -t.total)],
         }
@@ -211,11 +230,13 @@ class SuiteTiming:
         write(f"load average at start {_load(self.start)}, at end {_load(self.end)}")
         write(f"cpu: the suite's processes {usage.suite_cpu:.0f} cpu-s, others {usage.others_cpu:.0f} cpu-s, "
               f"steal {usage.steal:.0f} cpu-s (machine capacity {usage.seconds * self.cores:.0f} cpu-s)")
+        write(f"a core of this machine runs the calibration loop {self.slowness:.2f}x as slow as the "
+              f"reference one: each test's budget is {self.base_budget:.0f}s, more while others took cores")
         write(f"every test's figures: {self.path}")
         for t in self.over_budget():
             terminalreporter.write_line(
                 f"OVER BUDGET: {t.nodeid} took {t.total:.1f}s, budget {t.budget:.0f}s "
-                f"({self.base_budget:.0f}s scaled by the cores others took: "
+                f"({self.base_budget:.0f}s on this machine, scaled by the cores others took: "
                 f"{t.others_cpu + t.steal:.0f} cpu-s); make it share what it starts or wait on a condition, "
                 f"or make the product faster ({BUDGET_ENV} sets the base)",
                 red=True, bold=True,
