@@ -1,7 +1,7 @@
-"""Shared test harness: one MySQL-compatible server, one Spark session and one Airflow home per test session.
+"""Shared test harness: a server per flavor, one Spark session and one Airflow home per test session.
 
-Real parts only: a throwaway MariaDB with the binlog on (or MYSQLCDC_TEST_MYSQL_URL), local Spark, and
-Airflow with a SQLite metadata DB.
+Real parts only: throwaway servers with the binlog on (MariaDB and Oracle MySQL, or MYSQLCDC_TEST_MYSQL_URL),
+local Spark, and Airflow with a SQLite metadata DB.
 """
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE
 from airflow_provider_mysqlcdc.engine.common.environment import ROWS_DECODER_ENV
+from tests.support.servers import start_server
 from tests.support.spark_jvm import jvm_environment
 
 pytest_plugins = ["tests.support.suite_timing"]
@@ -67,26 +69,80 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-# --- MySQL -------------------------------------------------------------------------------------------------
+# --- MySQL-compatible servers ------------------------------------------------------------------------------
+#
+# Each test that uses a server runs on the flavors its markers allow: ``mariadb_only`` or ``mysql_only`` pin
+# one, ``both_flavors`` asks for both. An unmarked test runs on MariaDB unless MYSQLCDC_TEST_FLAVORS says
+# otherwise ("all": every test on every flavor its markers allow; "mysql": Oracle MySQL where allowed; a run
+# to find what the next test to mark both_flavors needs). MYSQLCDC_TEST_MYSQL_URL replaces the started
+# servers with one given server (its flavor read at collection).
+
+FLAVORS = ("mariadb", "mysql")
+FLAVORS_ENV = "MYSQLCDC_TEST_FLAVORS"
+EXTERNAL = "external"
+_external_flavor: str | None = None
+
+
+def _external_server_flavor(url: str) -> str:
+    global _external_flavor
+    if _external_flavor is None:
+        from tests.support.external_server import ExternalServer
+
+        _external_flavor = ExternalServer(url).flavor()
+    return _external_flavor
+
+
+def flavors_of(markers: set[str], wanted: str) -> list[str]:
+    """The flavors a test with these markers runs on, under MYSQLCDC_TEST_FLAVORS=``wanted``."""
+    only = {f for f in FLAVORS if f"{f}_only" in markers}
+    allowed = [f for f in FLAVORS if not only or f in only]
+    if wanted == "all":
+        return allowed
+    if wanted in FLAVORS:
+        return [wanted] if wanted in allowed else []
+    return allowed if "both_flavors" in markers else allowed[:1]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "mysql_server" not in metafunc.fixturenames:
+        return
+    markers = {m.name for m in metafunc.definition.iter_markers()}
+    url = os.environ.get("MYSQLCDC_TEST_MYSQL_URL")
+    if url:
+        runs = [EXTERNAL] if _external_server_flavor(url) in flavors_of(markers, "all") else []
+    else:
+        runs = flavors_of(markers, os.environ.get(FLAVORS_ENV, "default"))
+    if not runs:  # a flavor-only test in a run of the other flavor: reported, not silently dropped
+        runs = [pytest.param("none", marks=pytest.mark.skip(reason="not for the flavors of this run"))]
+    metafunc.parametrize("server_run", runs, indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def mysql_server() -> Iterator[object]:
-    """The shared CDC-ready server; ``.admin()`` opens a root session, ``.cdc_url`` is the least-privilege
-    user."""
-    url = os.environ.get("MYSQLCDC_TEST_MYSQL_URL")
-    if url:
+def server_run(request) -> str:
+    """The flavor (or "external") this test's server is of: set by pytest_generate_tests, or, for a fixture
+    that asks for the server only while it runs (``request.getfixturevalue``), the run's first flavor."""
+    if hasattr(request, "param"):
+        return request.param
+    if os.environ.get("MYSQLCDC_TEST_MYSQL_URL"):
+        return EXTERNAL
+    return "mysql" if os.environ.get(FLAVORS_ENV) == "mysql" else "mariadb"
+
+
+@pytest.fixture(scope="session")
+def mysql_server(server_run) -> Iterator[object]:
+    """The shared CDC-ready server of the test's flavor; ``.admin()`` opens a root session, ``.cdc_url`` is
+    the least-privilege user."""
+    server: Any
+    if server_run == EXTERNAL:
         from tests.support.external_server import ExternalServer
 
-        server: object = ExternalServer(url).start()
+        server = ExternalServer(os.environ["MYSQLCDC_TEST_MYSQL_URL"]).start()
     else:
-        from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-
-        server = MariaDBServer().start()
+        server = start_server(server_run)
     try:
         yield server
     finally:
-        server.stop()  # type: ignore[attr-defined]
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -110,13 +166,22 @@ def mysql_db(mysql_server, request) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def private_server(server_flavor) -> Iterator[object]:
+    """A server of the test module's own, of the test's flavor, for tests that purge binlogs or change global
+    settings."""
+    server = start_server(server_flavor)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
 def private_mariadb(server_flavor) -> Iterator[object]:
     """A MariaDB of the test module's own, for tests that purge binlogs or change global settings."""
     if server_flavor != "mariadb":
         pytest.skip("needs a private MariaDB (purges binlogs, changes global settings)")
-    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
-
-    server = MariaDBServer().start()
+    server = start_server("mariadb")
     try:
         yield server
     finally:
@@ -140,12 +205,6 @@ def limited_user(mysql_server) -> Iterator:
     with mysql_server.admin() as conn, conn.cursor() as cur:
         for name in created:
             cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
-
-
-@pytest.fixture
-def mariadb_only(server_flavor) -> None:
-    if server_flavor != "mariadb":
-        pytest.skip("needs the MariaDB flavor (runtime-changeable variables differ on MySQL)")
 
 
 # --- Spark -------------------------------------------------------------------------------------------------

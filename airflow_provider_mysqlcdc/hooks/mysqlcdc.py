@@ -2,7 +2,8 @@
 
 Reads host, port, login, password and schema plus the extras ``ssl`` (``true`` or ``{"ca": ..., "cert": ...,
 "key": ...}``), ``ssl_ca``/``ssl_cert``/``ssl_key``, ``ssl_verify``, ``server_id`` (``"5400-5499"``: the
-range binlog readers take their ids from), ``charset``, ``connect_timeout`` and ``read_timeout``. The MySQL
+range binlog readers take their ids from), ``charset``, ``connect_timeout``, ``read_timeout``,
+``read_view_mode`` and ``watermark_table`` (how chunk reads and re-snapshots open their read view). The MySQL
 provider package is not needed. The password leaves this hook only as ``settings().password`` (for the
 engine) and as an environment variable for ``spark-submit``; never in a URL, an argument or XCom.
 """
@@ -23,7 +24,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import (
 )
 
 _EXTRA_KEYS = {"ssl", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify", "server_id", "charset",
-               "connect_timeout", "read_timeout"}
+               "connect_timeout", "read_timeout", "read_view_mode", "watermark_table"}
 
 
 class MySqlCdcHook(BaseHook):
@@ -32,7 +33,9 @@ class MySqlCdcHook(BaseHook):
     The connection (type ``mysql`` or ``mysqlcdc``) gives host, port, login, password and schema; its extras
     ``ssl`` (``true`` or ``{"ca", "cert", "key", "verify"}``), ``ssl_ca``/``ssl_cert``/``ssl_key``,
     ``ssl_verify``, ``server_id`` (the range binlog readers take their ids from, e.g. ``"5400-5499"``),
-    ``charset``, ``connect_timeout`` and ``read_timeout``.
+    ``charset``, ``connect_timeout``, ``read_timeout``, ``read_view_mode`` (``auto``, ``consistent_snapshot``,
+    ``watermark_table``) and ``watermark_table`` (``db.table`` the CDC user may write: Oracle MySQL's exact
+    mode).
 
     :param mysql_conn_id: the Airflow connection id of the source server.
     """
@@ -121,6 +124,8 @@ def settings_from_connection(conn: Any) -> MySQLSettings:
             server_id_range=parse_server_id_range(str(server_id)) if server_id else DEFAULT_SERVER_ID_RANGE,
             connect_timeout=int(extra.get("connect_timeout", 10)),
             read_timeout=parse_read_timeout(extra.get("read_timeout")),
+            read_view_mode=str(extra.get("read_view_mode") or "auto"),
+            watermark_table=str(extra["watermark_table"]) if extra.get("watermark_table") else None,
         )
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"connection {conn.conn_id!r}: {exc}") from None

@@ -1,6 +1,7 @@
 """``make demo``: run the example DAG end to end on embedded defaults and say what happened.
 
-Starts a throwaway MariaDB with the binlog on, fills ``demo.orders`` and keeps writing to it, then runs
+Starts a throwaway MariaDB (``MYSQLCDC_DEMO_SERVER=mysql``, ``make demo SERVER=mysql``: Oracle MySQL) with the
+binlog on, fills ``demo.orders`` and keeps writing to it, then runs
 ``mysqlcdc check`` and the example DAG with ``airflow dags test mysqlcdc_replication -c '{...}'`` (plan ->
 snapshot groups on Spark local[2] -> available-now stream) while the writes go on. After the writer stops, the
 CLI catches the stream up from the DAG's checkpoint and shows ``status`` and the ``mirror``; finally the
@@ -28,6 +29,9 @@ from airflow_provider_mysqlcdc.engine.common.environment import (
     MYSQL_URL_ENV,
 )
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
+from airflow_provider_mysqlcdc.testing.server_process import ThrowawayServer
+
+DEMO_SERVER_ENV = "MYSQLCDC_DEMO_SERVER"  # mariadb (default) or mysql
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 20_000
@@ -62,7 +66,7 @@ def _airflow(args: list[str], env: dict[str, str], quiet: bool = False) -> None:
         raise SystemExit(f"demo: `airflow {args[0]} {args[1] if len(args) > 1 else ''}` failed\n{tail}")
 
 
-def _create(server: MariaDBServer) -> None:
+def _create(server: ThrowawayServer) -> None:
     rng = random.Random(42)
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE demo")
@@ -83,7 +87,7 @@ def _create(server: MariaDBServer) -> None:
 class Writer(threading.Thread):
     """Keeps changing demo.orders while the snapshot runs: updates, deletes, inserts, key changes."""
 
-    def __init__(self, server: MariaDBServer) -> None:
+    def __init__(self, server: ThrowawayServer) -> None:
         super().__init__(daemon=True)
         self.server, self.stop_event, self.transactions = server, threading.Event(), 0
 
@@ -112,9 +116,22 @@ def main() -> int:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     started = time.monotonic()
-    _step("starting a throwaway MariaDB with the binlog on (ROW, FULL image, FULL metadata)")
-    with MariaDBServer() as server:
-        print(f"MariaDB on 127.0.0.1:{server.port}, datadir {server.basedir}")
+    flavor = os.environ.get(DEMO_SERVER_ENV, "mariadb").lower()
+    if flavor not in ("mariadb", "mysql"):
+        raise SystemExit(f"demo: {DEMO_SERVER_ENV} must be mariadb or mysql, got {flavor!r}")
+    name = "Oracle MySQL" if flavor == "mysql" else "MariaDB"
+    _step(f"starting a throwaway {name} with the binlog on (ROW, FULL image, FULL metadata)")
+    server: ThrowawayServer
+    extras: dict[str, str] = {}
+    if flavor == "mysql":
+        from airflow_provider_mysqlcdc.testing.mysql import WATERMARK_TABLE, MySQLServer
+
+        server = MySQLServer()
+        extras = {"watermark_table": WATERMARK_TABLE}  # Oracle MySQL's exact read view (source-server.md)
+    else:
+        server = MariaDBServer()
+    with server:
+        print(f"{name} on 127.0.0.1:{server.port}, datadir {server.basedir}")
         _create(server)
         print(f"created {TABLE} with {ROWS} rows")
         env = dict(os.environ)
@@ -122,14 +139,15 @@ def main() -> int:
         env.update(
             PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
             PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
-            **{MYSQL_URL_ENV: f"mysql://cdc@127.0.0.1:{server.port}/", MYSQL_PASSWORD_ENV: CDC_PASSWORD},
+            **{MYSQL_URL_ENV: server.cdc_url.replace(f":{CDC_PASSWORD}@", "@"),
+               MYSQL_PASSWORD_ENV: CDC_PASSWORD},
             AIRFLOW_HOME=str(airflow_home),
             AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{airflow_home / 'airflow.db'}",
             AIRFLOW_CONN_MYSQLCDC_SOURCE=json.dumps({"conn_type": "mysql", "host": "127.0.0.1",
                                                      "port": server.port, "login": "cdc",
-                                                     "password": CDC_PASSWORD}),
+                                                     "password": CDC_PASSWORD, "extra": extras}),
             AIRFLOW_CONN_SPARK_DEFAULT=json.dumps({"conn_type": "spark", "host": "local[2]"}),
         )
         lake = str(out / "lake")

@@ -51,10 +51,12 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
-from airflow_provider_mysqlcdc.testing.mariadb import CDC_GRANTS
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
+from tests.support.servers import airflow_connection, create_cdc_user
 from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
+
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "mysqlcdc_replication"
@@ -469,11 +471,7 @@ def task_processes() -> Iterator[list[subprocess.Popen]]:
 def unique_cdc_user(mysql_server) -> Iterator[str]:
     """A CDC user with the CDC grants and a password no other process on the machine knows: the URL."""
     name, password = f"cdc_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
-    with mysql_server.admin() as conn, conn.cursor() as cur:
-        cur.execute("CREATE USER %s@'%%' IDENTIFIED BY %s", (name, password))
-        cur.execute(f"GRANT {CDC_GRANTS} ON *.* TO %s@'%%'", (name,))
-    server = MySQLSettings.from_url(mysql_server.cdc_url)
-    yield f"mysql://{name}:{password}@{server.host}:{server.port}/"
+    yield create_cdc_user(mysql_server, name, password)
     with mysql_server.admin() as conn, conn.cursor() as cur:
         cur.execute("DROP USER IF EXISTS %s@'%%'", (name,))
 
@@ -486,9 +484,7 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, SPECS)
         seed_rows(conn, mysql_db, rows_per_table=180, seed=31, specs=SPECS)
-    monkeypatch.setenv("AIRFLOW_CONN_MYSQLCDC_SOURCE", json.dumps(
-        {"conn_type": "mysql", "host": settings.host, "port": settings.port, "login": settings.user,
-         "password": password}))
+    monkeypatch.setenv("AIRFLOW_CONN_MYSQLCDC_SOURCE", airflow_connection(settings))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     output = str(tmp_path / "lake")
     # stream_trigger stays at its default (available-now): a run's conf would override the task params that

@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook, settings_from_connection
 from airflow_provider_mysqlcdc.operators.plan import parse_chunk_keys, parse_redo_chunks, plan_groups
 from airflow_provider_mysqlcdc.operators.snapshot import reader_slot_base
+from tests.support.servers import with_query
 
 
 def _conn(**kw) -> Connection:
@@ -137,7 +138,7 @@ def test_concurrent_backfill_readers_claim_distinct_server_ids(mysql_server):
     from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
     from airflow_provider_mysqlcdc.engine.common.errors import ServerNotReady
 
-    settings = MySQLSettings.from_url(mysql_server.cdc_url + "?server_id=7000-7005")
+    settings = MySQLSettings.from_url(with_query(mysql_server.cdc_url, server_id="7000-7005"))
     with contextlib.ExitStack() as stack:
         ids = [stack.enter_context(claimed_server_id(settings, prefer=reader_slot_base(i, 64)))
                for i in range(4)]

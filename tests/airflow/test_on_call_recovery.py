@@ -47,6 +47,7 @@ from tests.support.airflow_ui import clear_task_instance, login, open_run
 from tests.support.browser import chromium, screenshot
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
+from tests.support.servers import airflow_connection
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 DAG_ID, SNAPSHOT_TASK = "mysqlcdc_replication", "snapshot_phase.snapshot_chunk_group"
@@ -129,9 +130,7 @@ def services(mysql_server, airflow_home) -> Iterator[AirflowServices]:
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     env = {
         # the connection as the docs create it: type mysqlcdc (no MySQL provider installed here)
-        "AIRFLOW_CONN_MYSQLCDC_SOURCE": json.dumps({"conn_type": "mysqlcdc", "host": settings.host,
-                                                    "port": settings.port, "login": settings.user,
-                                                    "password": settings.password}),
+        "AIRFLOW_CONN_MYSQLCDC_SOURCE": airflow_connection(settings, conn_type="mysqlcdc"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         # the example DAG's retries=1 with Airflow's default delay (5 min) would only make the test wait
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "1",

@@ -185,7 +185,8 @@ def test_cli_remove_table_and_plan_only_new(mysql_server, mysql_db, tmp_path, ca
     monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
     store = str(tmp_path / "chunks.db")
     a, b = _create(mysql_server, mysql_db, "a"), _create(mysql_server, mysql_db, "b")
-    plan = ["plan", "--mysql-url", settings.redacted_url(), "--chunk-store", store, "--chunk-size", "10"]
+    plan = ["plan", "--mysql-url", settings.url_without_password(),
+            "--chunk-store", store, "--chunk-size", "10"]
     assert cli.main([*plan, "--tables", a]) == 0
     capsys.readouterr()
     assert cli.main([*plan, "--tables", f"{mysql_db}.*", "--only-new", "--json"]) == 0
@@ -206,7 +207,7 @@ def test_cli_remove_table_and_plan_only_new(mysql_server, mysql_db, tmp_path, ca
         entry = chunk_store.table_entry(b)
         assert chunk_store.active_tables() == [a] and entry.removed_reason == "not needed"
     # snapshot refuses the removed table, and says why
-    assert cli.main(["snapshot", "--mysql-url", settings.redacted_url(), "--chunk-store", store,
+    assert cli.main(["snapshot", "--mysql-url", settings.url_without_password(), "--chunk-store", store,
                      "--output", str(tmp_path / "lake"), "--tables", b]) == 2
     assert "was removed from the pipeline" in capsys.readouterr().err
 

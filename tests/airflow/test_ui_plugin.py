@@ -27,6 +27,7 @@ from airflow_provider_mysqlcdc.plugins.status_page import lag_text, stream_text
 from tests.support.airflow_server import AirflowApiServer
 from tests.support.airflow_ui import login
 from tests.support.browser import chromium
+from tests.support.servers import airflow_connection
 
 DATABASE = "t_ui_plugin"
 MYSQL_CONN_ID, ADMIN_CONN_ID = "mysqlcdc_ui", "mysqlcdc_ui_admin"
@@ -63,9 +64,7 @@ class FinishedRun:
 
 def _conn_env(settings: MySQLSettings, **override: Any) -> str:
     """An Airflow connection (type mysql) as the JSON of ``AIRFLOW_CONN_<ID>``."""
-    conn = {"conn_type": "mysql", "host": settings.host, "port": settings.port, "login": settings.user,
-            "password": settings.password}
-    return json.dumps({**conn, **override})
+    return json.dumps({**json.loads(airflow_connection(settings)), **override})
 
 
 @pytest.fixture(scope="module")

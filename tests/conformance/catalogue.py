@@ -360,6 +360,9 @@ def _wkt(rng: random.Random, kind: str) -> str:
     return "GEOMETRYCOLLECTION(" + ", ".join(parts) + ")" if parts else "GEOMETRYCOLLECTION EMPTY"
 
 
+# random coordinates with a SRID: a projected one, whose coordinates Oracle MySQL does not range-check (a
+# geographic one, 4326, must hold latitudes in [-90, 90] there)
+PROJECTED_SRID = 3857
 GEOMETRY_KINDS = ["point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
                   "geometrycollection"]
 
@@ -369,11 +372,12 @@ def _geometry_cases() -> list[TypeCase]:
         return f"ST_GeomFromText({sql_str(wkt)}, {srid})"
 
     out = [TypeCase("geometry", "geo", "GEOMETRY",
-                    lambda r: literal(_wkt(r, r.choice(GEOMETRY_KINDS)), r.choice([0, 4326])),
+                    lambda r: literal(_wkt(r, r.choice(GEOMETRY_KINDS)), r.choice([0, PROJECTED_SRID])),
                     (literal("POINT(0 0)"), literal("GEOMETRYCOLLECTION EMPTY"), literal("POINT(1 2)", 4326),
                      NULL))]
     edges = {
-        "point": (literal("POINT(0 0)"), literal("POINT(-180 90)", 4326), literal("POINT(1e300 -1e-300)")),
+        # Oracle MySQL reads SRID 4326 latitude first and checks the range: (90, -180) is its corner
+        "point": (literal("POINT(0 0)"), literal("POINT(90 -180)", 4326), literal("POINT(1e300 -1e-300)")),
         "linestring": (literal("LINESTRING(0 0, 1 1)"),),
         "polygon": (literal("POLYGON((0 0, 10 0, 10 10, 0 10, 0 0), (2 2, 3 2, 3 3, 2 2))"),),
         "multipoint": (literal("MULTIPOINT((1 1))"),),

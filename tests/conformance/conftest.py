@@ -1,7 +1,16 @@
 """Prints the conformance matrix at the end of the session and writes it to MATRIX_FILE."""
 from __future__ import annotations
 
+import pytest
+
+from tests.conformance import matrix
 from tests.conformance.matrix import MATRIX_FILE, RESULTS, render
+
+
+@pytest.fixture(autouse=True)
+def _matrix_flavor(server_flavor) -> None:
+    """The matrix keeps each flavor's verdicts apart."""
+    matrix.flavor = server_flavor
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

@@ -5,8 +5,9 @@ from collections import defaultdict
 
 MATRIX_FILE = "/tmp/mysqlcdc-conformance-matrix.txt"
 
-# group -> case -> phase -> "ok" | "FAIL" | "skip" | a short fact
+# "flavor group" -> case -> phase -> "ok" | "FAIL" | "skip" | a short fact
 RESULTS: dict[str, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
+flavor = ""  # the server flavor of the test being run (tests/conformance/conftest.py sets it)
 PHASES = {
     "types": ["identity", "compiled", "native", "arrow", "mirror", "mirror-wm"],
     "type-tables": ["chunks", "changes", "mirror", "backfilled", "mirror-wm"],
@@ -21,7 +22,7 @@ _COLUMNS = ("ok", "refused", "python", "FAIL", "skip", "-")
 
 
 def record(group: str, case: str, phase: str, status: str) -> None:
-    RESULTS[group][case][phase] = status
+    RESULTS[f"{flavor} {group}".strip()][case][phase] = status
 
 
 def verdict(problems: list[str]) -> str:
@@ -31,7 +32,7 @@ def verdict(problems: list[str]) -> str:
 def render() -> str:
     lines = ["", "=== mysqlcdc conformance matrix ==="]
     for group, cases in RESULTS.items():
-        phases = PHASES.get(group) or sorted({p for c in cases.values() for p in c})
+        phases = PHASES.get(group.split()[-1]) or sorted({p for c in cases.values() for p in c})
         counts = {p: defaultdict(int) for p in phases}
         for row in cases.values():
             for p in phases:

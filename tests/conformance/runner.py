@@ -212,6 +212,11 @@ class Ops:
         return [self.statement(rng) for _ in range(rng.choice([1, 1, 1, 2, 3]))]
 
 
+# Oracle MySQL refuses an invalid date literal in a comparison ('9999-11-31', error 1525) even under a legacy
+# sql_mode that stores it as a zero date: a writer's statement that does so fails, as the application's would
+REFUSED_STATEMENTS = {1525}
+
+
 class Sessions:
     """Admin sessions by sql_mode (None: the server's default)."""
 
@@ -243,6 +248,9 @@ class Sessions:
                         cur.execute("COMMIT")
                     return
                 except pymysql.err.OperationalError as exc:
+                    if exc.args[0] in REFUSED_STATEMENTS:  # the application sees an error; nothing written
+                        cur.execute("ROLLBACK")
+                        return
                     if exc.args[0] not in RETRYABLE:
                         raise
                     cur.execute("ROLLBACK")
@@ -400,16 +408,26 @@ def _read_natively(settings: MySQLSettings, run: TableRun, guard_dates: bool) ->
         return None
     with connect(settings) as conn:
         info = server_info(conn)
-        sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
-               f"FROM {run.table.quoted} ORDER BY `seq`")
-        select = NativeSelect(settings, sql,
-                              native_session.read_view_statements(info.flavor, info.server_id, None),
-                              65536, current_binlog_status(conn, info).file)
-        try:
-            first = select.open()
-            batches = [] if first is None else [first.batch, *select.rest()]
-        finally:
-            select.close(conn)
+        if info.flavor == "mariadb":  # as consistent-snapshot reads: the view's binlog point in the result
+            sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
+                   f"FROM {run.table.quoted} ORDER BY `seq`")
+            select = NativeSelect(settings, sql,
+                                  native_session.read_view_statements(info.flavor, info.server_id, None),
+                                  65536, current_binlog_status(conn, info).file)
+            try:
+                first = select.open()
+                batches = [] if first is None else [first.batch, *select.rest()]
+            finally:
+                select.close(conn)
+        else:  # as watermark-table reads (Oracle MySQL's): the statement's own view, between markers
+            hint = native_session.statement_hint(info.flavor)
+            sql = f"SELECT {hint}{native_columns.select_list(planned)} FROM {run.table.quoted} ORDER BY `seq`"
+            select = NativeSelect(settings, sql, native_session.session_statements(info.flavor, None),
+                                  65536, "")
+            try:
+                batches = select.read_all()
+            finally:
+                select.close(conn)
     canonical = [native_columns.to_canonical(run.schema, planned, b, 0) for b in batches]
     return pa.Table.from_batches(canonical, schema=values.arrow_schema(run.schema))
 

@@ -117,6 +117,12 @@ def is_single_byte(maxlen: int) -> bool:
 # the character codes, sort keys follow stroke order), so no chunk key can be ordered in them: the planner
 # refuses such a key naming the column and the way out, a _bin collation of the same charset.
 UNORDERABLE_COLLATIONS = {"big5": "big5_chinese_ci"}
+# Oracle MySQL's tis620_thai_ci gives NUL no weight of its own but compares '' > '\x00' (PAD SPACE)
+MYSQL_UNORDERABLE_COLLATIONS = {"tis620": "tis620_thai_ci"}
+
+
+def unorderable_collations(flavor: str) -> dict[str, str]:
+    return {**UNORDERABLE_COLLATIONS, **(MYSQL_UNORDERABLE_COLLATIONS if flavor == "mysql" else {})}
 
 
 def charset_specs(charset: str, chars: list[str], maxlen: int, suffix: str = "",

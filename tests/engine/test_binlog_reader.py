@@ -31,6 +31,9 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.model.values import select_list, snapshot_normalizer
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from tests.support.servers import binlog_end
+
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
 ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 
@@ -38,10 +41,7 @@ ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 
 
 def status(conn) -> BinlogPosition:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return BinlogPosition(str(file), int(pos))
+    return binlog_end(conn)
 
 
 def execute(conn, *statements: str) -> None:
@@ -484,7 +484,7 @@ def test_bad_start_and_end_positions_fail_loudly(mysql_server, mysql_db):
         list(reader.read(BinlogOffset(future, 4)))
     with pytest.raises(BinlogReadError):
         list(reader.read(BinlogOffset(start.file, table_map + 3), end))
-    first_rows_end = next(e for kind, _, e in events if kind == "Write_rows_v1")
+    first_rows_end = next(e for kind, _, e in events if kind in ("Write_rows_v1", "Write_rows"))
     with pytest.raises(OffsetMismatch, match="inside the transaction"):
         list(reader.read(BinlogOffset.at(start), BinlogPosition(start.file, first_rows_end)))
     with pytest.raises(OffsetMismatch, match="only"):  # skips more row images than the event has

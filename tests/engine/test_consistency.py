@@ -23,6 +23,8 @@ from tests.support.binlog_audit import BinlogAuditError, BinlogParser, assert_cl
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
+
 
 def _pipeline(mysql_server, mysql_db, tmp_path, **kw) -> Pipeline:
     settings = MySQLSettings.from_url(mysql_server.cdc_url)

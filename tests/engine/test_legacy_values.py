@@ -19,6 +19,9 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.servers import binlog_end
+
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
 LEGACY = {  # charset -> non-ASCII text it holds (the issue's list, and charsets Python has no codec for)
     "latin1": "caf\u00e9 \u00fc\u00df \u20ac\u0081", "latin2": "\u0159\u00e1d \u0142\u00f3d\u017a",
@@ -36,10 +39,7 @@ LEGACY = {  # charset -> non-ASCII text it holds (the issue's list, and charsets
 
 
 def _status(conn) -> BinlogPosition:
-    with conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return BinlogPosition(str(file), int(pos))
+    return binlog_end(conn)
 
 
 def _pipeline(mysql_server, mysql_db, tmp_path, chunk_size: int) -> Pipeline:
@@ -148,7 +148,7 @@ def test_zero_dates_in_a_primary_key_keep_their_identity(mysql_server, mysql_db,
     _arrow_round_trip(pipe, table)
 
 
-@pytest.mark.usefixtures("mariadb_only")
+@pytest.mark.mariadb_only
 @pytest.mark.parametrize("key_type", ["uuid", "inet6", "inet4"])
 def test_mariadb_uuid_and_inet_work_as_values_and_chunk_keys(mysql_server, mysql_db, tmp_path, key_type):
     """A table keyed by UUID / INET6 / INET4 plans into chunks (refused before), snapshots and streams
@@ -271,6 +271,7 @@ def test_enum_and_set_members_in_legacy_charsets_stream_as_the_snapshot_reads_th
     assert streamed == selected
 
 
+@pytest.mark.mariadb_only  # mysql56_temporal_format: MariaDB can still write that format, MySQL 8+ cannot
 def test_negative_times_of_the_pre_56_format_stream_as_the_snapshot_reads_them(mysql_server, mysql_db):
     """A table created under mysql56_temporal_format=OFF (as upgraded from MySQL 5.5 / MariaDB 5.3) stores
     TIME as a signed 3-byte hhmmss; read as unsigned, '-12:34:56' streamed as 194 days."""

@@ -10,7 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_provider_mysqlcdc.engine.source.readiness import _check_version
-from airflow_provider_mysqlcdc.engine.source.server import ServerInfo
+from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, binlog_status_statement
+from airflow_provider_mysqlcdc.engine.source.watermark_table import WATERMARK_DDL
+from tests.support.servers import binlog_end, with_query
+
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
 
 def run_check(url: str, *extra: str) -> subprocess.CompletedProcess:
@@ -63,6 +67,7 @@ MISCONFIGURATIONS = [
     ("log_bin_compress", "ON", "mariadb"),
     ("binlog_transaction_compression", "ON", "mysql"),
     ("binlog_row_value_options", "PARTIAL_JSON", "mysql"),
+    ("binlog_order_commits", "OFF", "mysql"),
 ]
 
 
@@ -121,11 +126,12 @@ def test_unreachable_server_is_clear():
     assert_no_password(result, "pw-xyz")
 
 
-def test_server_without_binlog(mariadb_only):
+@pytest.mark.both_flavors
+def test_server_without_binlog(server_flavor):
     """log_bin cannot change at runtime: start a second server without it."""
-    from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+    from tests.support.servers import binlog_off, start_server
 
-    with MariaDBServer(options={"log-bin": False}) as server:
+    with start_server(server_flavor, **binlog_off(server_flavor)) as server:
         result = run_check(server.cdc_url)
     assert result.returncode == 1
     assert "[FAIL] log_bin: log_bin = OFF" in result.stdout
@@ -143,3 +149,45 @@ def test_version_floor_by_flavor(flavor, version, ok):
     assert (result.status == "ok") is ok
     if not ok:
         assert "binlog_row_metadata" in result.detail and "upgrade" in result.fix
+
+
+@pytest.mark.parametrize(
+    "flavor, version, statement",
+    [("mysql", (8, 0, 36), "SHOW MASTER STATUS"), ("mysql", (8, 4, 0), "SHOW BINARY LOG STATUS"),
+     ("mysql", (9, 7, 4), "SHOW BINARY LOG STATUS"), ("mariadb", (10, 11, 6), "SHOW MASTER STATUS"),
+     ("mariadb", (11, 8, 2), "SHOW MASTER STATUS")],
+)
+def test_binlog_status_statement_by_flavor_and_version(flavor, version, statement):
+    """8.4 removed SHOW MASTER STATUS, 8.0 has only it; MariaDB 10.11/11.x are not "newer than MySQL 8.4"."""
+    assert binlog_status_statement(ServerInfo(flavor, version, "x", 1, None, "OFF")) == statement
+
+
+@pytest.mark.both_flavors
+def test_the_watermark_table_is_checked(mysql_server, server_flavor, mysql_db, limited_user):
+    """A named watermark table must exist and take the CDC user's marker row (written, rolled back); on
+    Oracle MySQL, a source without one is warned about (its chunk reads need one), with what to create."""
+    base = limited_user("cdc_wm", "SELECT, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT")
+    missing = run_check(with_query(base, watermark_table=f"{mysql_db}.nowhere"))
+    assert missing.returncode == 1, missing.stdout
+    assert f"[FAIL] watermark table: {mysql_db}.nowhere does not exist" in missing.stdout
+    assert "CREATE TABLE" in missing.stdout
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(WATERMARK_DDL.format(table="wm"))
+    denied = run_check(with_query(base, watermark_table=f"{mysql_db}.wm"))
+    assert denied.returncode == 1 and "[FAIL] watermark table: the CDC user may not write" in denied.stdout
+    assert f"GRANT INSERT, UPDATE ON `{mysql_db}`.`wm`" in denied.stdout
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("GRANT INSERT, UPDATE ON wm TO 'cdc_wm'@'%'")
+        before = binlog_end(conn)
+    ok = run_check(with_query(base, watermark_table=f"{mysql_db}.wm"))
+    assert ok.returncode == 0 and f"[ok  ] watermark table: {mysql_db}.wm is writable" in ok.stdout, ok.stdout
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT COUNT(*) FROM wm")
+        assert cur.fetchone()[0] == 0  # rolled back
+        assert binlog_end(conn) == before  # and nothing reached the binlog
+    unnamed = run_check(base)
+    if server_flavor == "mysql":
+        assert unnamed.returncode == 0 and "[WARN] watermark table:" in unnamed.stdout
+        assert "?watermark_table=" in unnamed.stdout
+    else:
+        assert "watermark table" not in unnamed.stdout

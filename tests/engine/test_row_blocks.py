@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.engine.stream.transport import ROWS_OP, stream_batches, stream_changes
 from tests.engine.test_binlog_reader import execute, status
+from tests.support.servers import numbers
 
 SEED = 1811
 
@@ -95,8 +96,8 @@ def test_columnar_stream_equals_the_change_by_change_path(mysql_server, mysql_db
     with mysql_server.admin(mysql_db) as conn:
         execute(conn, "CREATE TABLE k (id INT PRIMARY KEY, g INT, s VARCHAR(200))",
                 "CREATE TABLE n (id INT, g INT, s VARCHAR(200))",  # no primary key: keyed by the chunk key
-                "INSERT INTO k SELECT seq, seq % 7, CONCAT('r', seq) FROM seq_1_to_200",
-                "INSERT INTO n SELECT seq, seq % 7, CONCAT('r', seq) FROM seq_1_to_200")
+                f"INSERT INTO k SELECT seq, seq % 7, CONCAT('r', seq) FROM {numbers(200)}",
+                f"INSERT INTO n SELECT seq, seq % 7, CONCAT('r', seq) FROM {numbers(200)}")
         # planned on the first 200 keys: 5 chunks of 40, the new keys in the last one
         store = ChunkStore(str(tmp_path / "chunks.db"))
         plans = plan_tables(settings, store, [str(t) for t in tables], chunk_size=40,

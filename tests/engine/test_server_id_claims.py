@@ -20,10 +20,11 @@ from airflow_provider_mysqlcdc.engine.stream.server_id_claims import (
     claim_server_id_range,
     lock_name,
 )
+from tests.support.servers import with_query
 
 
 def _settings(mysql_server, ids: str) -> MySQLSettings:
-    return MySQLSettings.from_url(f"{mysql_server.cdc_url}?server_id={ids}")
+    return MySQLSettings.from_url(with_query(mysql_server.cdc_url, server_id=ids))
 
 
 def _is_free(mysql_server, server_id: int) -> bool:

@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.source.readiness import check_server
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from tests.support.servers import with_query
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -53,7 +54,7 @@ def tls_server(tmp_path_factory):
 
 def test_every_connection_verifies_the_server_certificate(tls_server):
     server, ca, _ = tls_server
-    settings = MySQLSettings.from_url(f"{server.cdc_url}?ssl_ca={ca}")
+    settings = MySQLSettings.from_url(with_query(server.cdc_url, ssl_ca=str(ca)))
     assert settings.ssl == {"ca": str(ca), "check_hostname": True}
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE shop")
@@ -87,7 +88,7 @@ def test_every_connection_verifies_the_server_certificate(tls_server):
 
 def test_a_server_certificate_from_another_ca_is_refused(tls_server):
     server, _, other_ca = tls_server
-    settings = MySQLSettings.from_url(f"{server.cdc_url}?ssl_ca={other_ca}")
+    settings = MySQLSettings.from_url(with_query(server.cdc_url, ssl_ca=str(other_ca)))
     with pytest.raises(CdcError) as info:
         connect(settings)
     message = str(info.value)

@@ -75,7 +75,7 @@ def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_ta
             cur.execute(statement, params)
 
     write(f"UPDATE {table_sql} SET {name} = 'before snapshot' WHERE {ab} < 10")
-    options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(odd_table), output=output,
+    options = SnapshotOptions(mysql_url=settings.url_without_password(), table=str(odd_table), output=output,
                               chunk_store=store_url,
                               password_file=password_file(tmp_path, settings))
     result = run_chunk_group(spark, options)
@@ -85,7 +85,7 @@ def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_ta
     write(f"UPDATE {table_sql} SET {k} = CONCAT({k}, ' moved') WHERE {ab} > 90")
     write(f"DELETE FROM {table_sql} WHERE {ab} BETWEEN 40 AND 45")
     write(f"INSERT INTO {table_sql} VALUES (%s, %s, %s, %s)", "new `key`", "ü ö", 7, 1.5)
-    config = StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{ODD_DB}.we'ird*",),
+    config = StreamConfig(mysql_url=settings.url_without_password(), tables=(f"{ODD_DB}.we'ird*",),
                           chunk_store=store_url,
                           output=output, checkpoint=str(tmp_path / "ckpt"),
                           password_file=password_file(tmp_path, settings))
@@ -115,7 +115,7 @@ def test_cli_plan_of_an_unknown_table_fails_with_exit_2(mysql_server, tmp_path, 
 
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     monkeypatch.setenv(MYSQL_PASSWORD_ENV, settings.password)
-    code = cli.main(["plan", "--mysql-url", settings.redacted_url(), "--tables", "nowhere.nothing",
+    code = cli.main(["plan", "--mysql-url", settings.url_without_password(), "--tables", "nowhere.nothing",
                      "--chunk-store", str(tmp_path / "c.db")])
     err = capsys.readouterr().err
     assert code == 2 and "nowhere.nothing" in err, err
@@ -130,14 +130,15 @@ def test_unwritable_output_fails_before_reading(mysql_server, odd_table, spark, 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     output = str(blocker / "lake")
-    options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(odd_table), output=output,
+    options = SnapshotOptions(mysql_url=settings.url_without_password(), table=str(odd_table), output=output,
                               chunk_store=store_url)
     with pytest.raises(CdcError, match=r"output .*a-file/lake.* is not writable"):
         run_chunk_group(spark, options)
     with ChunkStore(store_url) as store:
         states = store.chunks(str(odd_table))
     assert all(s.status == "planned" and s.attempts == 0 for s in states), "nothing may start"
-    config = StreamConfig(mysql_url=settings.redacted_url(), tables=(str(odd_table),), chunk_store=store_url,
+    config = StreamConfig(mysql_url=settings.url_without_password(),
+                          tables=(str(odd_table),), chunk_store=store_url,
                           output=output, checkpoint=str(tmp_path / "ckpt"))
     with pytest.raises(CdcError, match="is not writable"):
         run_stream(spark, config)
@@ -418,9 +419,9 @@ def pipeline(mysql_server, tmp_path_factory) -> Iterator[Pipeline]:
         mp.delenv(MYSQL_URL_ENV, raising=False)
         mp.chdir(root)  # a stray relative path would land here, where the comparison sees it
         store = root / "chunks.db"
-        assert cli.main(["plan", "--mysql-url", settings.redacted_url(), "--tables", f"{db}.orders",
+        assert cli.main(["plan", "--mysql-url", settings.url_without_password(), "--tables", f"{db}.orders",
                          "--chunk-store", str(store), "--chunk-size", "20"]) == 0
-        yield Pipeline(root=root, url=settings.redacted_url(), password=settings.password, db=db,
+        yield Pipeline(root=root, url=settings.url_without_password(), password=settings.password, db=db,
                        table=f"{db}.orders", store=str(store), output=str(root / "lake"),
                        checkpoint=str(root / "ckpt"), a_file=str(a_file), password_file=str(password_file))
     with mysql_server.admin() as conn, conn.cursor() as cur:

@@ -108,7 +108,7 @@ def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mys
     proxy = CuttableProxy(("127.0.0.1", mysql_server.port))
     try:
         settings = MySQLSettings.from_url(mysql_server.cdc_url)
-        url = settings.redacted_url().replace(f":{mysql_server.port}", f":{proxy.port}")
+        url = settings.url_without_password().replace(f":{mysql_server.port}", f":{proxy.port}")
         options = BinlogSourceOptions(mysql_url=url, tables=(TableId(mysql_db, "t"),),
                                       chunk_store=str(tmp_path / "chunks.db"), reconnect_timeout=60.0)
         reader = BinlogMicroBatchStream(options, settings.password)

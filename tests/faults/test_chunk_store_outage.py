@@ -378,7 +378,8 @@ def test_configuration_errors_fail_at_once(pg_url, mysql_server, tmp_path):
 
     missing = pg_url.set(database="mysqlcdc_no_such_database").render_as_string(hide_password=False)
     fails_fast(lambda: ChunkStore(missing, outage_s=60), "does not exist")
-    wrong = sa.engine.make_url(mysql_server.cdc_url).set(password="wrong-password", database="mysql")
+    wrong = sa.engine.make_url(mysql_server.cdc_url).set(password="wrong-password", database="mysql",
+                                                          query={})
     fails_fast(lambda: ChunkStore(wrong.render_as_string(hide_password=False), outage_s=60), "Access denied")
 
     store = ChunkStore(str(tmp_path / "chunks.db"), outage_s=60)

@@ -122,7 +122,8 @@ def _snapshot(spark, settings: MySQLSettings, db: str, store: str, output: str, 
     with ChunkStore(store) as chunk_store:
         plans = plan_tables(settings, chunk_store, [f"{db}.t_*"], chunk_size=120)
     for plan in plans:
-        options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(plan.table), output=output,
+        options = SnapshotOptions(mysql_url=settings.url_without_password(),
+                                  table=str(plan.table), output=output,
                                   chunk_store=store, password_file=secret)
         result = run_chunk_group(spark, options)
         assert result.ok, result
@@ -161,7 +162,8 @@ def test_capture_from_a_replica(topology, spark, tmp_path):
     workload = _writers(primary, db, SEED)  # the application writes to the primary
     try:
         tables = _snapshot(spark, settings, db, store, output, secret)
-        config = StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{db}.t_*",), chunk_store=store,
+        config = StreamConfig(mysql_url=settings.url_without_password(),
+                              tables=(f"{db}.t_*",), chunk_store=store,
                               output=output, checkpoint=str(tmp_path / "ckpt"), password_file=secret,
                               max_bytes_per_batch=100_000)
         _stream(spark, config)  # under writes
@@ -193,7 +195,8 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
     store, output, checkpoint = str(tmp_path / "chunks.db"), str(tmp_path / "lake"), str(tmp_path / "ckpt")
 
     def config(settings: MySQLSettings) -> StreamConfig:
-        return StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{db}.t_*",), chunk_store=store,
+        return StreamConfig(mysql_url=settings.url_without_password(),
+                            tables=(f"{db}.t_*",), chunk_store=store,
                             output=output, checkpoint=checkpoint, password_file=secret,
                             max_bytes_per_batch=100_000)
 
@@ -275,7 +278,8 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
         secret = password_file(tmp_path, settings)
         store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
         checkpoint = str(tmp_path / "ckpt")
-        config = StreamConfig(mysql_url=settings.redacted_url(), tables=(f"{db}.t_*",), chunk_store=store,
+        config = StreamConfig(mysql_url=settings.url_without_password(),
+                              tables=(f"{db}.t_*",), chunk_store=store,
                               output=output, checkpoint=checkpoint, password_file=secret,
                               max_bytes_per_batch=200_000, catchup_partitions=3,
                               catchup_partition_bytes=20_000, rows_per_read=40)

@@ -54,13 +54,13 @@ def test_cli_plan_and_spark_stream_refuse_a_statement_binlog(mysql_server, order
     store, output = tmp_path / "chunks.db", tmp_path / "lake"
     with ChunkStore(str(store)) as chunk_store:  # planned while the server was fine
         plan_tables(settings, chunk_store, [orders])
-    config = StreamConfig(mysql_url=settings.redacted_url(), tables=(orders,), chunk_store=str(store),
+    config = StreamConfig(mysql_url=settings.url_without_password(), tables=(orders,), chunk_store=str(store),
                           output=str(output), checkpoint=str(tmp_path / "ckpt"),
                           password_file=password_file(tmp_path, settings))
     with global_variable(mysql_server, "binlog_format", "STATEMENT"):
         env = {**os.environ, MYSQL_PASSWORD_ENV: settings.password}
         result = subprocess.run(
-            ["mysqlcdc", "plan", "--mysql-url", settings.redacted_url(),
+            ["mysqlcdc", "plan", "--mysql-url", settings.url_without_password(),
              "--chunk-store", str(tmp_path / "other.db"), "--tables", orders],
             check=False, capture_output=True, text=True, env=env,
         )

@@ -278,7 +278,8 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     tables = [TableId(mysql_db, s.name) for s in SPECS]
     names = [str(t) for t in tables]
     store_path, output, checkpoint = (str(tmp_path / n) for n in ("chunks.db", "lake", "checkpoint"))
-    secret, url, pattern = password_file(tmp_path, settings), settings.redacted_url(), f"{mysql_db}.t_*"
+    secret, url = password_file(tmp_path, settings), settings.url_without_password()
+    pattern = f"{mysql_db}.t_*"
     common = ["--mysql-url", url, "--password-file", secret, "--chunk-store", store_path, "--tables", pattern]
     work = tmp_path / "old-run"
     work.mkdir()

@@ -20,6 +20,7 @@ from airflow_provider_mysqlcdc.engine.stream.server_id_claims import ServerIdRan
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import start_stream
 from tests.support.engine_harness import Pipeline, password_file
+from tests.support.servers import with_query
 from tests.support.workload import TABLE_SPECS, create_tables, seed_rows
 
 SPECS = [s for s in TABLE_SPECS if s.name == "t_int"]
@@ -38,7 +39,7 @@ def test_overlapping_server_id_ranges_fail_at_start(mysql_server, mysql_db, tmp_
     pipe.store.close()
 
     def config(name: str, ids: str) -> StreamConfig:
-        url = MySQLSettings.from_url(f"{mysql_server.cdc_url}?server_id={ids}").url_without_password()
+        url = MySQLSettings.from_url(with_query(mysql_server.cdc_url, server_id=ids)).url_without_password()
         return StreamConfig(mysql_url=url, tables=(f"{mysql_db}.t_*",), chunk_store=store,
                             output=str(tmp_path / f"out-{name}"), checkpoint=str(tmp_path / f"ckpt-{name}"),
                             password_file=password_file(tmp_path, settings),

@@ -121,8 +121,9 @@ def timed(call: Callable[[], Any], limit: float,
 # --- the source server ------------------------------------------------------------------------------------
 
 
+@pytest.mark.mariadb_only
 def test_a_chunk_read_on_a_silent_path_fails_within_its_read_timeout_and_commits_nothing(
-        mysql_server, mysql_db, mariadb_only, direct, proxy, tmp_path, monkeypatch):
+        mysql_server, mysql_db, direct, proxy, tmp_path, monkeypatch):
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))")
         cur.executemany("INSERT INTO t VALUES (%s, %s)", [(i, f"row {i}") for i in range(50)])

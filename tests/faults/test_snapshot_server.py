@@ -47,7 +47,7 @@ def _snapshot(spark, mysql_server, db: str, store: str, tmp_path) -> tuple[MySQL
     with ChunkStore(store) as chunk_store:
         plans = plan_tables(settings, chunk_store, [f"{db}.t_*"], chunk_size=50)
     for plan in plans:
-        options = SnapshotOptions(mysql_url=settings.redacted_url(), table=str(plan.table),
+        options = SnapshotOptions(mysql_url=settings.url_without_password(), table=str(plan.table),
                                   output=str(tmp_path / "snapshot-lake"), chunk_store=store,
                                   password_file=password_file(tmp_path, settings))
         result = run_chunk_group(spark, options)
@@ -78,7 +78,7 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, server
             cur.execute(f"CREATE DATABASE `{mysql_db}`")
             create_tables(conn, mysql_db, SPECS)
         elsewhere = MySQLSettings.from_url(other.cdc_url)
-        config = StreamConfig(mysql_url=elsewhere.redacted_url(), tables=(f"{mysql_db}.t_*",),
+        config = StreamConfig(mysql_url=elsewhere.url_without_password(), tables=(f"{mysql_db}.t_*",),
                               chunk_store=store, output=str(tmp_path / "lake"),
                               checkpoint=str(tmp_path / "ckpt"),
                               password_file=password_file(tmp_path, elsewhere))

@@ -16,6 +16,7 @@ from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream
 from tests.support.engine_harness import password_file
+from tests.support.servers import binlog_end
 
 
 def _purge_all_but_current(server) -> tuple[str, str]:
@@ -25,8 +26,7 @@ def _purge_all_but_current(server) -> tuple[str, str]:
         before = cur.fetchall()[0][0]
         cur.execute("FLUSH BINARY LOGS")
         cur.execute("FLUSH BINARY LOGS")
-        cur.execute("SHOW MASTER STATUS")
-        newest = cur.fetchone()[0]
+        newest = binlog_end(admin).file
         deadline = time.monotonic() + 20
         while True:  # MariaDB keeps files until its binlog checkpoint moves on: retry for a moment
             cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
@@ -43,7 +43,7 @@ def test_stream_from_a_purged_position_stops_with_the_way_out(private_mariadb, s
         cur.executemany("INSERT INTO shop.orders VALUES (%s, %s)", [(i, i) for i in range(200)])
     settings = MySQLSettings.from_url(private_mariadb.cdc_url)
     secret = password_file(tmp_path, settings)
-    url = settings.redacted_url()
+    url = settings.url_without_password()
     store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
     with ChunkStore(store) as chunk_store:
         plan_tables(settings, chunk_store, ["shop.orders"], chunk_size=50)

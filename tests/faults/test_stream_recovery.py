@@ -38,6 +38,7 @@ from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from tests.support.binlog_audit import assert_clean
 from tests.support.engine_harness import Pipeline, assert_mirror_equals_source, password_file
+from tests.support.servers import binlog_end
 from tests.support.tcp_proxy import CuttableProxy
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
@@ -98,9 +99,9 @@ def _lag_bytes(server, checkpoint: Path) -> int:
     folder = checkpoint / "mysqlcdc" / "batches"
     entries = [read_json(str(p)) or {} for p in sorted(folder.glob("batch=*.json"))]
     done = [e["end_offset"] for e in entries if e.get("state") == "committed"]
-    with server.admin() as admin, admin.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, position = cur.fetchone()[:2]
+    with server.admin() as admin:
+        end = binlog_end(admin)
+        file, position = end.file, end.pos
     if not done or done[-1]["file"] != file:
         return 1 << 30
     return int(position) - int(done[-1]["pos"])
@@ -172,13 +173,13 @@ def test_stream_survives_cut_sessions_a_server_restart_and_kills(private_mariadb
     with ChunkStore(store) as chunk_store:
         plans = plan_tables(settings, chunk_store, [f"{DB}.t_*"], chunk_size=80)
     for plan in plans:
-        result = run_chunk_group(spark, SnapshotOptions(mysql_url=settings.redacted_url(),
+        result = run_chunk_group(spark, SnapshotOptions(mysql_url=settings.url_without_password(),
                                                         table=str(plan.table), output=output,
                                                         chunk_store=store, password_file=secret))
         assert result.ok, result
 
     config = StreamConfig(
-        mysql_url=settings.redacted_url(), tables=(f"{DB}.t_*",), chunk_store=store, output=output,
+        mysql_url=settings.url_without_password(), tables=(f"{DB}.t_*",), chunk_store=store, output=output,
         checkpoint=str(tmp_path / "ckpt"), password_file=secret, max_bytes_per_batch=200_000,
         reconnect_timeout=120.0, lock_lease_seconds=15.0,
     )

@@ -24,6 +24,7 @@ from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream, snapshot_table
 from airflow_provider_mysqlcdc.spark.stream.resnapshots import ResnapshotLedger
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
+from tests.support.servers import numbers
 from tests.support.workload import SingleRowWriters
 
 SEED = 47
@@ -35,10 +36,10 @@ def _setup(server, db: str) -> None:
     with server.admin(db) as conn, conn.cursor() as cur:
         for name in ("t_big", "t_other", "t_big_new"):
             cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, a INT)")
-        cur.execute("INSERT INTO t_big SELECT seq, seq % 97 FROM seq_1_to_400")
-        cur.execute("INSERT INTO t_other SELECT seq, seq % 89 FROM seq_1_to_300")
+        cur.execute(f"INSERT INTO t_big SELECT seq, seq % 97 FROM {numbers(400)}")
+        cur.execute(f"INSERT INTO t_other SELECT seq, seq % 89 FROM {numbers(300)}")
         # the cut-over copy: more rows, so its snapshot takes a while under the rate limit
-        cur.execute(f"INSERT INTO t_big_new SELECT seq, seq % 83 FROM seq_1_to_{BIG_ROWS}")
+        cur.execute(f"INSERT INTO t_big_new SELECT seq, seq % 83 FROM {numbers(BIG_ROWS)}")
 
 
 class _Batches:
@@ -82,7 +83,7 @@ def test_resnapshot_runs_in_the_background_and_a_second_ddl_replaces_it(mysql_se
     _setup(mysql_server, mysql_db)
     big, other = TableId(mysql_db, "t_big"), TableId(mysql_db, "t_other")
     config = StreamConfig(
-        mysql_url=settings.redacted_url(), tables=(str(big), str(other)),
+        mysql_url=settings.url_without_password(), tables=(str(big), str(other)),
         chunk_store=str(tmp_path / "chunks.db"), output=str(tmp_path / "out"),
         checkpoint=str(tmp_path / "ckpt"),
         password_file=password_file(tmp_path, settings), trigger="processing-time=1 second",
@@ -184,10 +185,11 @@ def test_a_stream_killed_after_planning_a_resnapshot_takes_it_up_at_its_next_sta
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t_kill (id INT PRIMARY KEY, a INT)")
-        cur.execute("INSERT INTO t_kill SELECT seq, seq FROM seq_1_to_200")
+        cur.execute(f"INSERT INTO t_kill SELECT seq, seq FROM {numbers(200)}")
     table = TableId(mysql_db, "t_kill")
     config = StreamConfig(
-        mysql_url=settings.redacted_url(), tables=(str(table),), chunk_store=str(tmp_path / "chunks.db"),
+        mysql_url=settings.url_without_password(),
+        tables=(str(table),), chunk_store=str(tmp_path / "chunks.db"),
         output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
         password_file=password_file(tmp_path, settings), lock_lease_seconds=20.0,
     )

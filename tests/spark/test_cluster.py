@@ -69,7 +69,7 @@ def test_snapshot_and_stream_on_standalone_cluster(spark_cluster, mysql_server, 
     password_file = tmp_path / "mysql.pw"
     password_file.write_text(settings.password)
     password_file.chmod(0o600)
-    url = settings.redacted_url()
+    url = settings.url_without_password()
     store_path, output, checkpoint = tmp_path / "chunks.db", tmp_path / "out", tmp_path / "checkpoint"
     store = ChunkStore(str(store_path))
     t_int, t_ci = TableId(mysql_db, "t_int"), TableId(mysql_db, "t_ci")

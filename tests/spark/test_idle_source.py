@@ -58,9 +58,11 @@ def test_idle_tables_advance_the_offset_past_purged_binlogs(private_mariadb, spa
     store, output, checkpoint = str(tmp_path / "chunks.db"), str(tmp_path / "lake"), tmp_path / "ckpt"
     with ChunkStore(store) as chunk_store:
         plan_tables(settings, chunk_store, ["quiet.accounts"], chunk_size=100)
-    assert run_chunk_group(spark, SnapshotOptions(mysql_url=settings.redacted_url(), table="quiet.accounts",
+    assert run_chunk_group(spark, SnapshotOptions(mysql_url=settings.url_without_password(),
+                                                  table="quiet.accounts",
                                                   output=output, chunk_store=store, password_file=secret)).ok
-    config = StreamConfig(mysql_url=settings.redacted_url(), tables=("quiet.accounts",), chunk_store=store,
+    config = StreamConfig(mysql_url=settings.url_without_password(),
+                          tables=("quiet.accounts",), chunk_store=store,
                           output=output, checkpoint=str(checkpoint), password_file=secret)
     with server.admin() as admin, admin.cursor() as cur:
         cur.execute("UPDATE quiet.accounts SET balance = 0 WHERE id = 1")  # the last change for a while

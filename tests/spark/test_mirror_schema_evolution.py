@@ -48,7 +48,7 @@ DDL = [
 
 def _config(tmp_path, settings: MySQLSettings, db: str) -> StreamConfig:
     return StreamConfig(
-        mysql_url=settings.redacted_url(),
+        mysql_url=settings.url_without_password(),
         tables=(f"{db}.t_ev",),
         chunk_store=str(tmp_path / "chunks.db"),
         output=str(tmp_path / "out"),

@@ -63,7 +63,7 @@ def test_pipeline_on_an_s3_output_root(s3, mysql_server, mysql_db, tmp_path, mon
     store = str(tmp_path / "chunks.db")
     env = {**os.environ, **s3.env, MYSQL_PASSWORD_ENV: settings.password, "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable}
-    common = ["--mysql-url", settings.redacted_url(), "--chunk-store", store]
+    common = ["--mysql-url", settings.url_without_password(), "--chunk-store", store]
     tables = f"{mysql_db}.t_*"
     stream = ["stream", *common, "--tables", tables, "--output", root, "--checkpoint", str(tmp_path / "ckpt"),
               "--available-now", "--master", "local[2]", "--gc-retention", "1m"]

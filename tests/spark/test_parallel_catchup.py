@@ -40,6 +40,9 @@ from tests.spark.test_stream import (
     _settings,
     _setup,
 )
+from tests.support.servers import with_query
+
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
 
 def _marks(step: int, total: int) -> list[tuple[int, BinlogPosition]]:
@@ -62,10 +65,12 @@ def test_cut_points_split_a_far_behind_batch_evenly_and_keep_small_ones_whole():
                       min_bytes=1000) == []
 
 
-def _reader(mysql_server, tmp_path, table: TableId, query: str = "", **kw) -> BinlogMicroBatchStream:
+def _reader(mysql_server, tmp_path, table: TableId, server_ids: str = "", **kw) -> BinlogMicroBatchStream:
     settings = _settings(mysql_server)
+    url = settings.url_without_password()
     options = BinlogSourceOptions(
-        mysql_url=settings.redacted_url() + query, tables=(table,), chunk_store=str(tmp_path / "chunks.db"),
+        mysql_url=with_query(url, server_id=server_ids) if server_ids else url, tables=(table,),
+        chunk_store=str(tmp_path / "chunks.db"),
         max_bytes_per_batch=None, **kw,
     )
     return BinlogMicroBatchStream(options, settings.password)
@@ -134,7 +139,7 @@ def test_batch_partitions_tile_the_range_at_transaction_boundaries(mysql_server,
         whole_batch = _reader(mysql_server, tmp_path, table, **kw).partitions(start.to_dict(), end)
         assert [(p.index, p.count, p.end) for p in whole_batch] == [(0, 1, end)]
     # no more partitions than readers the server_id range has ids for (5400 the stream's, 5402 check's)
-    narrow = _reader(mysql_server, tmp_path, table, "?server_id=5400-5402", catchup_partitions=4,
+    narrow = _reader(mysql_server, tmp_path, table, "5400-5402", catchup_partitions=4,
                      catchup_partition_bytes=10_000)
     assert len(narrow.partitions(start.to_dict(), end)) == 2
     # a byte-limited batch is cut from the marks of its own planning scan

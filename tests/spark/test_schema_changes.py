@@ -34,6 +34,8 @@ from tests.spark.pacing import CountingHook, DdlSteps
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
 from tests.support.workload import SingleRowWriters
 
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
+
 SEED = 31
 STEP = 20  # writer statements before each DDL statement (and before each snapshot call)
 AFTER_DDL = 800  # writer statements after the last one
@@ -80,7 +82,7 @@ def _setup(server, db: str) -> None:
 
 def _config(server, db, tmp_path, settings: MySQLSettings, **kw) -> StreamConfig:
     options = {
-        "mysql_url": settings.redacted_url(),
+        "mysql_url": settings.url_without_password(),
         "tables": (f"{db}.t_*",),
         "chunk_store": str(tmp_path / "chunks.db"),
         "output": str(tmp_path / "out"),

@@ -36,6 +36,8 @@ from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
 from tests.support.engine_harness import Pipeline, assert_same_rows
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
+
 # --- helpers ------------------------------------------------------------------------------------------------
 
 

@@ -30,7 +30,8 @@ def test_the_stream_collects_garbage_after_batches_and_records_it(mysql_server, 
         cur.executemany("INSERT INTO g VALUES (%s, 0)", [(i,) for i in range(1, 101)])
         conn.commit()
     config = StreamConfig(
-        mysql_url=settings.redacted_url(), tables=(str(table),), chunk_store=str(tmp_path / "chunks.db"),
+        mysql_url=settings.url_without_password(),
+        tables=(str(table),), chunk_store=str(tmp_path / "chunks.db"),
         output=str(tmp_path / "out"), checkpoint=str(tmp_path / "ckpt"),
         password_file=password_file(tmp_path, settings), lock_lease_seconds=20.0, gc_interval_minutes=60,
     )

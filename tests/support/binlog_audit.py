@@ -169,7 +169,8 @@ class BinlogParser:
                 raise self._error("rows event before any file name (pass the first file)", line)
             if table_id not in self._maps:
                 raise self._error(f"rows event of table id {table_id} without its Table_map", line)
-            if rows.group(3).strip() != "flags: STMT_END_F":
+            flags = rows.group(3).split()  # Oracle MySQL 9 adds USE_SQL_FOREIGN_KEY_F after STMT_END_F
+            if flags[:1] != ["flags:"] or "STMT_END_F" not in flags[1:]:
                 # its rows would be printed under a later event: read files marked by end_every_statement
                 raise self._error("rows event not marked as the end of its statement", line)
             table, printed = self._maps[table_id]
@@ -250,28 +251,43 @@ class BinlogParser:
         return BinlogAuditError(f"binlog text line {self._line_no}: {what}: {line[:200]!r}")
 
 
-def binlog_program() -> str:
-    """MYSQLCDC_BINLOG_TOOL (e.g. Oracle's mysqlbinlog for a MySQL server), else the one on PATH."""
+def binlog_program(flavor: str = "mariadb") -> list[str]:
+    """The decoder of the flavor's binlog: MariaDB's ``mariadb-binlog`` cannot read Oracle MySQL 9.x files, so
+    Oracle MySQL's come from its own ``mysqlbinlog`` (``testing/mysql.py``).
+    MYSQLCDC_BINLOG_TOOL overrides both."""
     if tool := os.environ.get("MYSQLCDC_BINLOG_TOOL"):
-        return tool
+        return [tool]
+    if flavor == "mysql":
+        from airflow_provider_mysqlcdc.testing.mysql import find_mysql
+
+        return find_mysql().command("/usr/bin/mysqlbinlog")
     for name in ("mariadb-binlog", "mysqlbinlog"):
         if path := shutil.which(name):
-            return path
+            return [path]
     raise BinlogAuditError(
         "neither mariadb-binlog nor mysqlbinlog is on PATH (Debian: apt-get install mariadb-client)"
     )
 
 
-def read_binlog(settings: MySQLSettings, first_file: str, *, program: str | None = None,
+def _flavor(settings: MySQLSettings) -> str:
+    from airflow_provider_mysqlcdc.engine.source.connection import connect
+    from airflow_provider_mysqlcdc.engine.source.server import server_info
+
+    with connect(settings.with_database(None)) as conn:
+        return server_info(conn).flavor
+
+
+def read_binlog(settings: MySQLSettings, first_file: str, *, program: list[str] | None = None,
                 timeout: float = 600.0) -> BinlogText:
     """Download the server's binlog files from ``first_file`` to the newest (``--raw`` over the replication
     protocol: the user needs REPLICATION SLAVE; the password travels in MYSQL_PWD, never in argv), then read
     them like ``read_binlog_files``."""
     if settings.ssl:
         raise BinlogAuditError("the binlog audit does not pass TLS options to the binlog tool")
+    program = program or binlog_program(_flavor(settings))
     with tempfile.TemporaryDirectory(prefix="mysqlcdc-binlog-audit-") as tmp:
         args = [
-            program or binlog_program(), "--no-defaults", "--read-from-remote-server",
+            *program, "--no-defaults", "--read-from-remote-server",
             f"--host={settings.host}", f"--port={settings.port}", f"--user={settings.user}", "--raw",
             "--to-last-log", f"--result-file={tmp}/", first_file,
         ]
@@ -282,7 +298,7 @@ def read_binlog(settings: MySQLSettings, first_file: str, *, program: str | None
         return _read_files(files, program, timeout)
 
 
-def read_binlog_files(paths: Sequence[str | Path], *, program: str | None = None,
+def read_binlog_files(paths: Sequence[str | Path], *, program: list[str] | None = None,
                       timeout: float = 600.0) -> BinlogText:
     """Read local binlog files, in the given order (each file's name is its base name). The files are
     copied first: ``end_every_statement`` marks the copies."""
@@ -291,11 +307,11 @@ def read_binlog_files(paths: Sequence[str | Path], *, program: str | None = None
         return _read_files(copies, program, timeout)
 
 
-def _read_files(files: Sequence[Path], program: str | None, timeout: float) -> BinlogText:
+def _read_files(files: Sequence[Path], program: list[str] | None, timeout: float) -> BinlogText:
     text = BinlogText()
     for path in files:
         end_every_statement(path)
-        args = [program or binlog_program(), "--no-defaults", "--base64-output=DECODE-ROWS", "--verbose"]
+        args = [*(program or binlog_program()), "--no-defaults", "--base64-output=DECODE-ROWS", "--verbose"]
         part = _run([*args, str(path)], dict(os.environ), BinlogParser(path.name), timeout)
         assert part is not None
         text.changes.extend(part.changes)
@@ -363,6 +379,10 @@ def end_every_statement(path: Path) -> int:
     return changed
 
 
+def _tool_name(args: list[str]) -> str:
+    return next((Path(a).name for a in args if "binlog" in Path(a).name), Path(args[0]).name)
+
+
 def _run(args: list[str], env: dict[str, str], parser: BinlogParser | None,
          timeout: float) -> BinlogText | None:
     """Stream the tool's stdout through the parser (the text can be large); stderr goes to a file, so a
@@ -385,11 +405,11 @@ def _run(args: list[str], env: dict[str, str], parser: BinlogParser | None,
             timed_out = not timer.is_alive()
             timer.cancel()
         if timed_out:
-            raise BinlogAuditError(f"{Path(args[0]).name} did not finish within {timeout:.0f}s")
+            raise BinlogAuditError(f"{_tool_name(args)} did not finish within {timeout:.0f}s")
         if proc.returncode != 0:
             err.seek(0)
             message = err.read().decode("utf-8", "replace").strip()[:500]
-            raise BinlogAuditError(f"{Path(args[0]).name} failed ({proc.returncode}): {message}")
+            raise BinlogAuditError(f"{_tool_name(args)} failed ({proc.returncode}): {message}")
     return parser.finish() if parser is not None else None
 
 

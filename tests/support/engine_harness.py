@@ -223,7 +223,7 @@ def assert_mirror_equals_source(settings: MySQLSettings, output: str, tables: li
 
 def password_file(folder, settings: MySQLSettings) -> str:
     """The MySQL password in a private file: how Spark executors (of the shared session, or a cluster's) get
-    it; URLs carry none (``settings.redacted_url()``)."""
+    it; URLs carry none (``settings.url_without_password()``)."""
     path = folder / "mysql.password"
     path.write_text(settings.password)
     path.chmod(0o600)

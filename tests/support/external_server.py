@@ -38,6 +38,12 @@ class ExternalServer:
         kwargs = self.settings.with_database(database).pymysql_kwargs()
         return Connection(**kwargs)
 
+    def flavor(self) -> str:
+        from airflow_provider_mysqlcdc.engine.source.server import server_info
+
+        with self.admin() as conn:
+            return server_info(conn).flavor
+
     def start(self) -> ExternalServer:
         with self.admin() as conn, conn.cursor() as cur:
             cur.execute("DROP USER IF EXISTS %s@'%%'", (self.cdc_user,))

@@ -250,6 +250,7 @@ _UNREPRODUCIBLE_DEFAULT_TYPES = {
     "multilinestring",
     "multipolygon",
     "geometrycollection",
+    "geomcollection",
     "year",
     "enum",
     "inet4",

@@ -16,16 +16,32 @@
   and ``binlog.table_map.decode_member_names`` decodes them in the column's character set (as the server does)
   before any row of the table is read.
 
+* **Oracle MySQL's binary JSON stays bytes.** It decodes it lossily (a top-level string as bare text, JSON
+  null as SQL NULL, TIME without its sign, binary values as text); we hand the bytes on
+  (``model.mysql_json.MySQLJsonBinary``), which ``model.mysql_json`` decodes exactly.
+
+* **Oracle MySQL 9's VECTOR is a BLOB of float32s.** mysql-replication does not know its type (242): it would
+  misread the table map's metadata and fail on the rows. Its metadata and its values are a BLOB's (a length
+  size, then length-prefixed bytes), so it is read as one; the values are the bytes the SELECT returns.
+* **Optional metadata it does not know is skipped.** MySQL 9 adds a field (13, a VECTOR's dimensions) that
+  mysql-replication refuses with a ValueError, killing the stream at the table map: the fields it knows are
+  parsed as before, the others (type, length, value) passed over.
+
 ``install()`` patches the decoder once per process; the binlog reader calls it before it reads.
 """
 from __future__ import annotations
 
 import datetime as dt
 import threading
+from typing import Any
 
 from pymysqlreplication import row_event
-from pymysqlreplication.row_event import TableMapEvent
+from pymysqlreplication.column import Column
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
+from pymysqlreplication.packet import BinLogPacketWrapper
+from pymysqlreplication.row_event import MetadataFieldType, TableMapEvent
 
+from airflow_provider_mysqlcdc.engine.model.mysql_json import MySQLJsonBinary
 from airflow_provider_mysqlcdc.engine.model.values import ZeroDate
 
 _lock = threading.Lock()
@@ -45,7 +61,107 @@ def install() -> None:
         cls._RowsEvent__read_datetime2 = _read_datetime2
         cls._RowsEvent__read_time = _read_time
         TableMapEvent._read_type_values = _read_member_names
+        global _library_read_binary_json, _library_column_init
+        _library_read_binary_json = BinLogPacketWrapper.read_binary_json
+        BinLogPacketWrapper.read_binary_json = _read_binary_json
+        _library_column_init = Column.__init__
+        Column.__init__ = _column_init
+        global _library_optional_metadata
+        _library_optional_metadata = TableMapEvent._get_optional_meta_data
+        TableMapEvent._get_optional_meta_data = _known_optional_metadata
         _installed = True
+
+
+_library_optional_metadata: Any = None
+_KNOWN_METADATA_FIELDS = frozenset(f.value for f in MetadataFieldType) - {
+    MetadataFieldType.UNKNOWN_METADATA_FIELD_TYPE.value}
+
+
+class _MetadataFields:
+    """The table map's optional metadata fields mysql-replication knows, for its own parser (the packet
+    methods it calls on them, over a buffer)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data, self._at, self.read_bytes = data, 0, 0
+
+    def read(self, size: int) -> bytes:
+        size = int(size)
+        chunk = self._data[self._at:self._at + size]
+        self._at += size
+        self.read_bytes += size
+        return chunk
+
+    def bytes_to_read(self) -> int:  # its loop stops at the checksum's length
+        return len(self._data) - self._at + BINLOG.BINLOG_CHECKSUM_LEN
+
+    def read_length_coded_binary(self) -> int | None:
+        first = self.read(1)[0]
+        if first < 251:
+            return first
+        if first == 251:
+            return None
+        width = {252: 2, 253: 3, 254: 8}[first]
+        return int.from_bytes(self.read(width), "little")
+
+    def read_variable_length_string(self) -> bytes:
+        length = shift = 0
+        while True:
+            byte = self.read(1)[0]
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return self.read(length)
+
+
+def _length_coded(value: int) -> bytes:
+    if value < 251:
+        return bytes([value])
+    if value < 1 << 16:
+        return b"\xfc" + value.to_bytes(2, "little")
+    if value < 1 << 24:
+        return b"\xfd" + value.to_bytes(3, "little")
+    return b"\xfe" + value.to_bytes(8, "little")
+
+
+def _known_optional_metadata(self: Any) -> Any:
+    """The library's parse of the fields it knows; the others read past (type, length, value)."""
+    known = bytearray()
+    while self.packet.bytes_to_read() > BINLOG.BINLOG_CHECKSUM_LEN:
+        field = self.packet.read(1)[0]
+        value = bytes(self.packet.read(self.packet.read_length_coded_binary()))
+        if field in _KNOWN_METADATA_FIELDS:
+            known += bytes([field]) + _length_coded(len(value)) + value
+    real = self.packet
+    self.packet = _MetadataFields(bytes(known))
+    try:
+        return _library_optional_metadata(self)
+    finally:
+        self.packet = real
+
+
+MYSQL_TYPE_VECTOR = 242
+_library_column_init: Any = None
+
+
+def _column_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """A table map column; VECTOR's read as the BLOB it is stored as (``binlog_type`` keeps the real one)."""
+    if len(args) == 2 and args[0] == MYSQL_TYPE_VECTOR:
+        _library_column_init(self, FIELD_TYPE.BLOB, args[1])
+        self.binlog_type = MYSQL_TYPE_VECTOR
+        return
+    _library_column_init(self, *args, **kwargs)
+
+
+_library_read_binary_json: Any = None
+
+
+def _read_binary_json(self: Any, size: int, is_partial: bool) -> Any:
+    """A JSON column's value as bytes; a partial update (``binlog_row_value_options=PARTIAL_JSON``, which
+    ``check`` refuses and the stream stops at) is left to the library."""
+    if is_partial:
+        return _library_read_binary_json(self, size, is_partial)
+    length = self.read_uint_by_size(size)
+    return MySQLJsonBinary(bytes(self.read(length)))
 
 
 def _read_member_names(self, length: int) -> list[list[bytes]]:

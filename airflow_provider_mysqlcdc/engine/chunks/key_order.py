@@ -30,6 +30,7 @@ from airflow_provider_mysqlcdc.engine.chunks.key_codec import Key, timedelta_mic
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import chunk_predicate
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import DECIMAL_TYPES, INTEGER_TYPES, Column, TableSchema
+from airflow_provider_mysqlcdc.engine.model.values import GEOMETRY_TYPES
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk
@@ -61,6 +62,7 @@ _NULL = (0,)  # NULL sorts before every value (MySQL ASC order)
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 _TEMPORAL_TEXT = re.compile(r"^(\d+)-(\d+)-(\d+)(?:[ T](\d+):(\d+):(\d+)(?:\.(\d{1,6}))?)?$")
 _DEFAULT_SORTLEN = 8  # most weights per character of any MariaDB/MySQL collation we know (UCA)
+_MIN_PAD_EXPANSION = 3  # weights per character the padding allows for at least, when padded here
 _PROBE_MAX_CHARS = 4  # padding covers at least this many characters, so the self-check probes fit
 _COLLATION_PROBES = (
     "", " ", "\t", "\x00", "a", "A", "a ", "a\t", "á", "a\u0301", "ä", "ae", "æ", "ß", "ss", "ﬃ", "ffi",
@@ -89,8 +91,7 @@ def unorderable_reason(column: Column) -> str | None:
         return _UNORDERABLE_REASONS[column.data_type]
     if "text" in column.data_type or "blob" in column.data_type:
         return "TEXT/BLOB values can only be indexed by a prefix, so ranges over them are not index ranges"
-    if column.data_type in {"point", "linestring", "polygon", "multipoint", "multilinestring",
-                            "multipolygon", "geometrycollection"}:
+    if column.data_type in GEOMETRY_TYPES:
         return _UNORDERABLE_REASONS["geometry"]
     return f"type {column.data_type} is not supported as a chunk key"
 
@@ -136,11 +137,15 @@ class _StringColumn:
 
     def use_space_padding(self, space: bytes) -> None:
         """Comparisons pad with the weight of a space, but a few collations' WEIGHT_STRING pads with another
-        weight (latin7_general_ci: a space weighs 0x30, the pad 0x20; '' > '-' on the server). For those the
-        weights are taken unpadded and padded here with the space's weight. (Trailing spaces are not trimmed:
+        weight (latin7_general_ci: a space weighs 0x30, the pad 0x20; '' > '-' on the server), and Oracle
+        MySQL's pads by characters. For those the weights are taken unpadded and padded here with the space's
+        weight. (Trailing spaces are not trimmed:
         tis620_thai_ci moves tone marks behind them, so for it 'x ' and 'x' differ.)"""
         self.weight_sql = f"WEIGHT_STRING({self.cast_sql})"
         self.space_pad = space
+        # the catalogue's SORTLEN is 1 for some expanding collations on Oracle MySQL (latin1_german2_ci:
+        # 'ß' weighs as 'SS'): a width of 3 weights a character bounds every expansion we know
+        self.pad_weights = self.max_chars * max(self.pad_weights // self.max_chars, _MIN_PAD_EXPANSION)
 
     def finish(self, weight: bytes) -> bytes:
         """The sort key of a weight string the server returned for ``weight_sql``."""
@@ -406,10 +411,13 @@ class KeyOrder:
             pad_space = not ("nopad" in lowered or "_0900_" in lowered)
         info = _StringColumn(column, charset, collation, pad_space, sortlen)
         if pad_space:
-            pad, space = self._query_row(
-                f"SELECT WEIGHT_STRING({info.cast_sql} AS CHAR(1)), WEIGHT_STRING({info.cast_sql})", ("", " ")
+            pad, space, mariadb = self._query_row(
+                f"SELECT WEIGHT_STRING({info.cast_sql} AS CHAR(1)), WEIGHT_STRING({info.cast_sql}), "
+                "VERSION() LIKE '%%MariaDB%%'", ("", " ")
             )
-            if pad is not None and space and bytes(pad) != bytes(space):
+            # Oracle MySQL's WEIGHT_STRING(x AS CHAR(n)) pads x to n *characters*, so a character that
+            # expands to several weights ('ss' for 'ß') makes an equal string's key longer: pad here instead
+            if space and (not mariadb or (pad is not None and bytes(pad) != bytes(space))):
                 info.use_space_padding(bytes(space))
         return info
 

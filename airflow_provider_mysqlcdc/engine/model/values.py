@@ -64,6 +64,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.model import mysql_json
 from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder, is_unicode
 from airflow_provider_mysqlcdc.engine.model.tables import (
     BINARY_TYPES,
@@ -81,7 +82,7 @@ _ONE_SECOND_US = 1_000_000
 TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}
 GEOMETRY_TYPES = {
     "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-    "geometrycollection",
+    "geometrycollection", "geomcollection",  # Oracle MySQL's catalog says the latter
 }
 ZERO_DATE_TYPES = {"date", "datetime", "timestamp"}
 MARIADB_NATIVE_TYPES = {"uuid": 16, "inet4": 4, "inet6": 16}  # binary width in the binlog
@@ -172,7 +173,9 @@ def _json_from_text(value: Any) -> str:
 
 
 def _json_from_binlog(value: Any) -> str:
-    if isinstance(value, (str, bytes)):  # MySQL sends text for JSON in some paths; MariaDB stores text
+    if isinstance(value, mysql_json.MySQLJsonBinary):  # Oracle MySQL's binary JSON
+        return canonical_json(mysql_json.decode(value.data))
+    if isinstance(value, (str, bytes)):  # MariaDB's JSON is text
         return _json_from_text(value)
     return canonical_json(_json_plain(value))
 
@@ -349,7 +352,7 @@ def _kind(column: Column) -> str:
         return "text"
     if t in BINARY_TYPES:
         return "binary" if t == "binary" else "bytes"
-    if t in GEOMETRY_TYPES:
+    if t in GEOMETRY_TYPES or t == "vector":  # VECTOR(n): n float32s, as bytes (the SELECT's and binlog's)
         return "bytes"
     if t in MARIADB_NATIVE_TYPES:
         return t
@@ -372,8 +375,8 @@ def select_expression(column: Column) -> str:
         # The server prints FLOAT with 6 significant digits; as DOUBLE it prints the exact single-precision
         # value (shortest round-trip form), which is what the binlog carries.
         return f"CAST({q} AS DOUBLE)"
-    if kind == "text" and _read_as_bytes(column):
-        return f"CAST({q} AS BINARY)"
+    if (kind == "text" and _read_as_bytes(column)) or column.data_type == "vector":
+        return f"CAST({q} AS BINARY)"  # a VECTOR's own field type is one pymysql decodes as text
     return q
 
 

@@ -16,11 +16,12 @@ primary key or the chunk key fails the chunk (``ChunkKeyChanged``): the table mu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pymysql.cursors
@@ -93,6 +94,17 @@ def native_view_opened(position: BinlogPosition) -> BinlogPosition:
     """The native read's view is open at ``position`` (its first rows arrived). A named step, as
     ``open_consistent_snapshot`` is for the pure-Python reader: the conformance suite writes here."""
     return position
+
+
+def source_read_view(options: ChunkReadOptions, settings: MySQLSettings) -> ChunkReadOptions:
+    """The read view the source's settings ask for (``read_view_mode``/``watermark_table`` of its URL or
+    connection) where the read's own options leave it open (``auto``, no table)."""
+    mode = options.mode if options.mode != "auto" else settings.read_view_mode
+    table = options.watermark_table or (TableId.parse(settings.watermark_table) if settings.watermark_table
+                                        else None)
+    if (mode, table) == (options.mode, options.watermark_table):
+        return options
+    return dataclasses.replace(options, mode=cast(ReadViewMode, mode), watermark_table=table)
 
 
 class WatermarkNotFound(CdcError):
@@ -201,7 +213,7 @@ class ChunkRead:
         self.session = session
         # ``self.schema`` is what the read uses: reloaded when DDL changed the table
         self._given_schema = schema
-        self.options = options or ChunkReadOptions()
+        self.options = source_read_view(options or ChunkReadOptions(), settings)
         self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id,
                                       mode=self.options.mode)
         self._used = False
@@ -605,8 +617,8 @@ class ChunkRead:
         # the predicate's values escaped by pymysql, exactly as the Python reader sends them
         with conn.cursor() as cur:
             where_sql = cur.mogrify(where, params)
-        sql = (f"SELECT {native_columns.select_list(planned)} FROM {self.schema.table.quoted} "
-               f"WHERE {where_sql}")
+        sql = (f"SELECT {native_session.statement_hint(info.flavor)}{native_columns.select_list(planned)} "
+               f"FROM {self.schema.table.quoted} WHERE {where_sql}")
         statements = native_session.session_statements(info.flavor, self.options.limits.query_timeout_s)
         select = NativeSelect(self.settings, sql, statements, self.options.batch_rows, "")
         try:

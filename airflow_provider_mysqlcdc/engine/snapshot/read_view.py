@@ -24,13 +24,10 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, S
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
+from airflow_provider_mysqlcdc.engine.source.watermark_table import WATERMARK_DDL
 
 ReadViewMode = Literal["auto", "consistent_snapshot", "watermark_table"]
 
-WATERMARK_DDL = (
-    "CREATE TABLE {table} (id INT PRIMARY KEY, token VARCHAR(64) NOT NULL, "
-    "written_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
-)
 
 
 def has_snapshot_status(conn: pymysql.connections.Connection) -> bool:
@@ -106,8 +103,10 @@ def write_marker(
         try:
             cur.execute(
                 f"INSERT INTO {table.quoted} (id, token) VALUES (%s, %s) "
-                "ON DUPLICATE KEY UPDATE token = VALUES(token), written_at = CURRENT_TIMESTAMP(6)",
-                (slot, token),
+                # the token given twice, not VALUES(token): MySQL deprecates VALUES() there and MariaDB has
+                # no row alias, while a parameter means the same on both
+                "ON DUPLICATE KEY UPDATE token = %s, written_at = CURRENT_TIMESTAMP(6)",
+                (slot, token, token),
             )
         except pymysql.err.MySQLError as exc:
             code = exc.args[0] if exc.args else None

@@ -15,10 +15,12 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.charsets import (
+    FOUR_BYTE_CODECS,
     NOT_ALONE,
     REPLACEMENT,
     CharsetDecoder,
     CharsetTable,
+    decoder_for,
     is_unicode,
 )
 
@@ -45,7 +47,7 @@ def charset_decoder(conn_factory: Callable[[], pymysql.connections.Connection], 
         return found
     conn = conn_factory()
     try:
-        decoder = CharsetDecoder(charset, read_table(conn, charset))
+        decoder = decoder_for(charset, read_table(conn, charset))
     finally:
         conn.close()
     with _lock:
@@ -73,11 +75,62 @@ def read_table(conn: pymysql.connections.Connection, charset: str) -> CharsetTab
         multi: dict[bytes, str] = {}
         if maxlen > 1:
             ranges = [(_DOUBLE, 2)] + ([(_TRIPLE, 3)] if maxlen > 2 else [])
+            if maxlen == 4:  # no 3-byte sequences; the 4-byte ones below
+                ranges = [(_DOUBLE, 2)]
             for (first, last), width in ranges:
                 for code, char in _converted(cur, charset, first, last, width=width).items():
-                    if len(char) == 1:  # a well-formed sequence the charset leaves undefined is one '?'
-                        multi[code.to_bytes(width, "big")] = char
+                    sequence = code.to_bytes(width, "big")
+                    # a well-formed sequence the charset leaves undefined is one '?'; a byte that is a
+                    # character of its own never leads a sequence (Oracle MySQL converts 'ﾇ' + an incomplete
+                    # lead byte to 'ﾇ' alone, MariaDB to 'ﾇ?')
+                    if len(char) == 1 and chars[sequence[0]] == NOT_ALONE:
+                        multi[sequence] = char
+            if maxlen == 4:
+                multi.update(_four_byte_exceptions(cur, charset))
     return CharsetTable(charset, "".join(chars), multi)
+
+
+def _four_byte_exceptions(cur: pymysql.cursors.Cursor, charset: str) -> dict[bytes, str]:
+    """Where the server's conversion of a 4-byte sequence differs from Python's codec of the same standard
+    (MySQL 9.7's gb18030: one, 0x8135F437). Every sequence of the range mapped by table (first bytes 81-84:
+    50,400) is compared; the rest of the 1.1 million map arithmetically onto the supplementary planes, so a
+    sample of every first byte is compared there, and a difference refuses the charset."""
+    codec = FOUR_BYTE_CODECS.get(charset)
+    if codec is None:
+        raise ConfigurationError(f"the character set {charset!r} has 4-byte sequences mysqlcdc cannot decode")
+    found: dict[bytes, str] = {}
+    for first, last, thirds in ((0x81, 0x84, None), (0x85, 0xFE, (0x81, 0x9F, 0xC0, 0xFE))):
+        for sequence, server in _four_byte_conversions(cur, charset, first, last, thirds):
+            try:
+                ours = sequence.decode(codec)
+            except UnicodeDecodeError:
+                ours = REPLACEMENT
+            if server != ours and thirds is None:
+                found[sequence] = server
+            elif server != ours:
+                raise ConfigurationError(
+                    f"the server converts {charset} sequence 0x{sequence.hex()} to {server!r}, Python's "
+                    f"codec to {ours!r}: mysqlcdc cannot decode this character set from the binlog exactly"
+                )
+    return found
+
+
+def _four_byte_conversions(cur: pymysql.cursors.Cursor, charset: str, first: int, last: int,
+                           thirds: tuple[int, ...] | None) -> list[tuple[bytes, str]]:
+    """The server's text of each sequence [first..last][30-39][81-FE or ``thirds``][30-39]."""
+    digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {i}" for i in range(1, 10)) + ")"
+    third = (f"(SELECT {thirds[0]} AS v" + "".join(f" UNION ALL SELECT {t}" for t in thirds[1:]) + ")"
+             if thirds else "(SELECT v FROM third)")
+    cur.execute(
+        "WITH RECURSIVE firsts (v) AS (SELECT %s UNION ALL SELECT v + 1 FROM firsts WHERE v < %s), "
+        "third (v) AS (SELECT 129 UNION ALL SELECT v + 1 FROM third WHERE v < 254) "
+        "SELECT s, HEX(CONVERT(CONVERT(UNHEX(s) USING " + charset + ") USING utf8mb4)) FROM ("
+        "SELECT CONCAT(HEX(firsts.v), HEX(48 + d2.d), HEX(t.v), HEX(48 + d4.d)) AS s "
+        f"FROM firsts, {digits} AS d2, {third} AS t, {digits} AS d4) AS sequences",
+        (first, last),
+    )
+    return [(bytes.fromhex(s), "" if h is None else bytes.fromhex(h).decode("utf-8", "surrogatepass"))
+            for s, h in cur.fetchall()]
 
 
 def _allow_deep_recursion(cur: pymysql.cursors.Cursor) -> None:
@@ -98,4 +151,7 @@ def _converted(cur: pymysql.cursors.Cursor, charset: str, first: int, last: int,
         "FROM seq",
         (first, last),
     )
-    return {int(n): bytes.fromhex(h).decode("utf-8", "surrogatepass") for n, h in cur.fetchall()}
+    # a sequence the charset does not define converts to '?' on MariaDB and to NULL on Oracle MySQL: both
+    # mean "not a character of its own" (left out here)
+    return {int(n): bytes.fromhex(h).decode("utf-8", "surrogatepass") for n, h in cur.fetchall()
+            if h is not None}

@@ -28,10 +28,20 @@ UNREACHABLE_ERRORS = frozenset({2003, 2005, 2006, 2013})
 # ... and of a session the server ended: killed (1927 MariaDB), shutdown in progress (1053).
 LOST_CONNECTION_ERRORS = frozenset({2013, 2006, 1927, 1053})
 DEFAULT_SERVER_ID_RANGE = (5400, 5499)
+# Every session of ours runs in UTC and under one sql_mode, whatever the server's default: Oracle MySQL's
+# default (NO_ZERO_DATE, NO_ZERO_IN_DATE, strict) refuses a zero date as a comparison value, so a table whose
+# key holds one could not be planned or read; ALLOW_INVALID_DATES keeps '2024-02-30' keys (legacy schemas
+# written under it) as they are in comparisons; and no NO_BACKSLASH_ESCAPES, under which pymysql's quoting
+# of parameters would mean other values.
+SESSION_SQL_MODE = "ALLOW_INVALID_DATES"
+SESSION_INIT = f"SET time_zone = '+00:00', sql_mode = '{SESSION_SQL_MODE}'"
 
 _SSL_KEYS = {"ssl_ca": "ca", "ssl_cert": "cert", "ssl_key": "key"}
 _KNOWN_QUERY_KEYS = set(_SSL_KEYS) | {"ssl", "ssl_verify", "charset", "server_id", "connect_timeout",
-                                     "read_timeout"}
+                                     "read_timeout", "read_view_mode", "watermark_table"}
+# how a chunk read opens its read view (engine/snapshot/read_view.py): a property of the source, so the
+# snapshot's chunk reads and the stream's re-snapshots of the same server read alike
+READ_VIEW_MODES = ("auto", "consistent_snapshot", "watermark_table")
 
 
 @dataclass(frozen=True)
@@ -48,11 +58,23 @@ class MySQLSettings:
     server_id_range: tuple[int, int] = DEFAULT_SERVER_ID_RANGE
     connect_timeout: int = 10
     read_timeout: float = DEFAULT_READ_TIMEOUT_S  # seconds each read or write of a session may wait
+    read_view_mode: str = "auto"  # one of READ_VIEW_MODES
+    watermark_table: str | None = None  # db.table the CDC user may write, for the watermark_table mode
 
     def __post_init__(self) -> None:
         if not 0 < self.read_timeout < float("inf"):  # also NaN
             raise ConfigurationError(
                 f"MySQL read_timeout must be a positive number of seconds, got {self.read_timeout!r}"
+            )
+        if self.read_view_mode not in READ_VIEW_MODES:
+            raise ConfigurationError(
+                f"MySQL read_view_mode must be one of {', '.join(READ_VIEW_MODES)}, "
+                f"got {self.read_view_mode!r}"
+            )
+        if self.watermark_table is not None and (
+                self.watermark_table.count(".") != 1 or "" in self.watermark_table.split(".")):
+            raise ConfigurationError(
+                f"MySQL watermark_table must be db.table, got {self.watermark_table!r}"
             )
 
     @classmethod
@@ -93,6 +115,8 @@ class MySQLSettings:
             server_id_range=parse_server_id_range(query.get("server_id")),
             connect_timeout=int(query.get("connect_timeout", 10)),
             read_timeout=parse_read_timeout(query.get("read_timeout")),
+            read_view_mode=query.get("read_view_mode") or "auto",
+            watermark_table=query.get("watermark_table") or None,
         )
 
     def redacted_url(self) -> str:
@@ -120,6 +144,10 @@ class MySQLSettings:
             query["connect_timeout"] = str(self.connect_timeout)
         if self.read_timeout != DEFAULT_READ_TIMEOUT_S:
             query["read_timeout"] = f"{self.read_timeout:g}"
+        if self.read_view_mode != "auto":
+            query["read_view_mode"] = self.read_view_mode
+        if self.watermark_table:
+            query["watermark_table"] = self.watermark_table
         base = self.redacted_url()
         return f"{base}?{urlencode(query)}" if query else base
 
@@ -137,7 +165,7 @@ class MySQLSettings:
             "read_timeout": self.read_timeout,
             "write_timeout": self.read_timeout,
             "autocommit": True,
-            "init_command": "SET time_zone = '+00:00'",
+            "init_command": SESSION_INIT,
         }
         if self.database:
             kwargs["database"] = self.database

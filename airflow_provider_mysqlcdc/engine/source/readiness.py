@@ -5,7 +5,7 @@ stream (``require_ready``), so all of them say the same thing.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 import pymysql
@@ -19,6 +19,7 @@ from airflow_provider_mysqlcdc.engine.source.server import (
     global_variables,
     server_info,
 )
+from airflow_provider_mysqlcdc.engine.source.watermark_table import WATERMARK_DDL
 
 Status = Literal["ok", "warn", "fail"]
 
@@ -96,6 +97,7 @@ def check_server(
             "binlog_row_value_options",
             "binlog_transaction_compression",
             "log_bin_compress",
+            "binlog_order_commits",
             "binlog_expire_logs_seconds",
             "expire_logs_days",
         ]
@@ -106,6 +108,9 @@ def check_server(
         client = _check_replication_client(conn, info)
         report.results.append(client[0])
         report.binlog = client[1]
+        watermark = _check_watermark_table(conn, info, settings)
+        if watermark is not None:
+            report.results.append(watermark)
     finally:
         conn.close()
     report.results.append(_check_replication_slave(settings, report.binlog))
@@ -194,12 +199,20 @@ def _check_binlog_settings(info: ServerInfo, v: dict[str, str | None]) -> list[C
                     "binlog_row_value_options",
                     "fail",
                     f"binlog_row_value_options = {options}: partial JSON updates cannot be replayed",
-                    "SET GLOBAL binlog_row_value_options='' and remove it from the configuration",
+                    "set binlog_row_value_options='' in the server configuration and run SET GLOBAL "
+                    "binlog_row_value_options='' (new sessions only)",
                 )
             )
         else:
             results.append(CheckResult("binlog_row_value_options", "ok", "binlog_row_value_options is empty"))
         results.append(_expect_off("binlog_transaction_compression", v["binlog_transaction_compression"]))
+        # the watermark-table read view (Oracle MySQL's exact mode) holds only if transactions commit in the
+        # storage engine in their binlog order: everything before a marker is then visible after it
+        order = _expect("binlog_order_commits", v["binlog_order_commits"], "ON")
+        if order.status != "ok":
+            order = replace(order, detail=order.detail + ": chunk reads between watermarks could "
+                                        "miss a transaction committed in the binlog before their low marker")
+        results.append(order)
     else:
         results.append(_expect_off("log_bin_compress", v["log_bin_compress"]))
     return results
@@ -260,6 +273,52 @@ def _check_replication_client(
             )
         raise
     return CheckResult("privilege REPLICATION CLIENT", "ok", "binlog position readable"), status
+
+
+def _check_watermark_table(conn: pymysql.connections.Connection, info: ServerInfo,
+                           settings: MySQLSettings) -> CheckResult | None:
+    """The watermark table the source names (``watermark_table``): it exists and the CDC user may write it
+    (a marker row written and rolled back: nothing reaches the binlog). On Oracle MySQL without one, exact
+    chunk reads are impossible: a warning says what to create (a stream that never re-snapshots runs)."""
+    name = "watermark table"
+    if not settings.watermark_table:
+        if info.flavor != "mysql" or settings.read_view_mode not in ("auto", "watermark_table"):
+            return None
+        return CheckResult(
+            name, "warn", f"{info.label} has no read view with its own binlog position: chunk reads (the "
+            "snapshot, a re-snapshot after TRUNCATE or RENAME) need a watermark table",
+            "create one (" + WATERMARK_DDL.format(table="db.mysqlcdc_watermark") + "), GRANT INSERT, "
+            "UPDATE on it to the CDC user, and name it in the source: the connection extra watermark_table "
+            "or ?watermark_table=db.mysqlcdc_watermark in the URL",
+        )
+    database, _, table = settings.watermark_table.partition(".")
+    quoted = f"`{database.replace('`', '``')}`.`{table.replace('`', '``')}`"
+    with conn.cursor() as cur:  # a user who may not write it is told "denied" even where it is missing
+        cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (database, table))
+        if cur.fetchone() is None:
+            return CheckResult(name, "fail", f"{settings.watermark_table} does not exist (or the CDC user "
+                               "may not see it)", WATERMARK_DDL.format(table=quoted))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("START TRANSACTION")
+            try:
+                cur.execute(f"INSERT INTO {quoted} (id, token) VALUES (%s, %s) "
+                            "ON DUPLICATE KEY UPDATE token = %s", (2**31 - 1, "check", "check"))
+            finally:
+                cur.execute("ROLLBACK")
+    except pymysql.err.MySQLError as exc:
+        code = exc.args[0] if exc.args else None
+        if code == 1146:
+            return CheckResult(name, "fail", f"{settings.watermark_table} does not exist",
+                               WATERMARK_DDL.format(table=quoted))
+        if code in (1142, 1044, 1227):
+            return CheckResult(name, "fail", f"the CDC user may not write {settings.watermark_table}",
+                               f"GRANT INSERT, UPDATE ON {quoted} TO the CDC user")
+        return CheckResult(name, "fail", f"{settings.watermark_table} cannot take a marker row: "
+                           f"{exc.args[-1] if exc.args else exc}",
+                           "create it as " + WATERMARK_DDL.format(table=quoted))
+    return CheckResult(name, "ok", f"{settings.watermark_table} is writable")
 
 
 def _check_replication_slave(settings: MySQLSettings, binlog: BinlogStatus | None) -> CheckResult:

@@ -58,14 +58,14 @@ def detect_flavor(version_string: str, version_comment: str) -> Flavor:
 
 
 def global_variables(conn: pymysql.connections.Connection, names: list[str]) -> dict[str, str | None]:
-    """Read global variables by name; a variable this server does not have maps to None."""
+    """Read global variables by name; a variable this server does not have maps to None.
+
+    ``SHOW GLOBAL VARIABLES`` on both flavors: MariaDB keeps them in ``information_schema.GLOBAL_VARIABLES``,
+    MySQL 8+ only in ``performance_schema.global_variables`` (which a server may run without)."""
     with conn.cursor() as cur:
         placeholders = ", ".join(["%s"] * len(names))
-        cur.execute(
-            "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES "
-            f"WHERE VARIABLE_NAME IN ({placeholders})",
-            [n.upper() for n in names],
-        )
+        cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({placeholders})",
+                    [n.lower() for n in names])
         found = {str(name).lower(): value for name, value in cur.fetchall()}
     return {n: found.get(n.lower()) for n in names}
 

@@ -13,9 +13,10 @@ In C: integers, FLOAT/DOUBLE, DECIMAL, DATE/DATETIME/TIMESTAMP/TIME (5.6+ format
 zero dates, YEAR, BIT, ENUM, SET, CHAR/VARCHAR/TEXT in utf8/utf8mb3/utf8mb4/ucs2/utf16/utf16le/utf32 and in
 every legacy charset with a table read off the server (single- and multi-byte), BINARY/VARBINARY/BLOB,
 GEOMETRY, MariaDB UUID/INET4/INET6; partial row images (MINIMAL/NOBLOB). One Python call per value: JSON
-columns (canonical text) and text whose decoder is not a ``CharsetDecoder`` table. No layout (Python path):
-MySQL's binary JSON, types mysql-replication does not read either, a schema that does not match the table
-map, MySQL's partial JSON updates (PartialUpdateRowsEvent: ``decode_event`` refuses it).
+columns (canonical text; Oracle MySQL's binary form through ``model.mysql_json``) and text whose decoder is
+not a ``CharsetDecoder`` table. No layout (Python path): types mysql-replication does not read either, a
+schema that does not match the table map, MySQL's partial JSON updates (PartialUpdateRowsEvent:
+``decode_event`` refuses it).
 """
 from airflow_provider_mysqlcdc.engine.binlog.rows_decoder.decode import (
     NotDecodable,

@@ -20,9 +20,9 @@ _HALVES = {
 }
 # v1 (MariaDB 10.11 writes these, types 23-25) and v2 (Oracle MySQL 5.6+, types 30-32). Their bodies are
 # alike: v2 only adds extra data (NDB info, partition ids) to the header, which mysql-replication has read
-# before the event reaches us; the row images start where its cursor stands. The v2 path is verified only
-# with MYSQLCDC_TEST_MYSQL_URL. MariaDB's compressed rows events (log_bin_compress, types 166-171) reach
-# mysql-replication as NotImplementedEvent and never come here (the reader refuses them).
+# before the event reaches us; the row images start where its cursor stands (the suite runs both flavors,
+# the compiled decoder in compare mode). MariaDB's compressed rows events (log_bin_compress, types 166-171)
+# reach mysql-replication as NotImplementedEvent and never come here (the reader refuses them).
 _ROWS_EVENT_TYPES = {
     BINLOG.WRITE_ROWS_EVENT_V1, BINLOG.UPDATE_ROWS_EVENT_V1, BINLOG.DELETE_ROWS_EVENT_V1,
     BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V2,

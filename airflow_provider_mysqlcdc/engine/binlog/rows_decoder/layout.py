@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.engine.binlog.rows_decoder.codes import Flag, Out
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.charsets import CharsetDecoder
+from airflow_provider_mysqlcdc.engine.model.mysql_json import MySQLJsonBinary
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
 
 Decoders = Callable[[str], CharsetDecoder]
@@ -188,6 +189,8 @@ def _plan(tm: Any, column: Column, table: TableId, decoders: Decoders | None) ->
         return ColumnPlan(tm.name, wire, out, size, obj=obj, conv=conv)
     if kind in _NATIVE:
         return ColumnPlan(tm.name, wire, _NATIVE[kind], size, conv=conv)
+    if kind == "json" and tm.type == T.JSON:  # Oracle MySQL's binary JSON: its bytes, decoded per value
+        return ColumnPlan(tm.name, wire, Out.PYCALL, size, conv=_mysql_json(conv))
     if kind == "json":
         return ColumnPlan(tm.name, wire, Out.PYCALL, size, conv=conv)
     if kind == "binary" and column.char_max_length:
@@ -232,9 +235,20 @@ def _wire(tm: Any) -> tuple[Wire, int, dict]:
         if not 1 <= tm.length_size <= 4:
             raise Unsupported(f"column {tm.name!r}: a length of {tm.length_size} bytes")
         return Wire.STRING, tm.length_size, {}
-    if code == T.JSON:
-        raise Unsupported(f"column {tm.name!r}: MySQL's binary JSON is decoded by mysql-replication only")
+    if code == T.JSON:  # length-prefixed like a BLOB; the value is MySQL's binary form (model/mysql_json.py)
+        if not 1 <= tm.length_size <= 4:
+            raise Unsupported(f"column {tm.name!r}: a JSON length of {tm.length_size} bytes")
+        return Wire.STRING, tm.length_size, {}
     raise Unsupported(f"column {tm.name!r}: binlog type {code} is not decoded by the compiled decoder")
+
+
+def _mysql_json(conv: Callable[[Any], Any]) -> Callable[[bytes], Any]:
+    """The column's converter given what mysql-replication (as ``row_decoding`` patches it) would hand it."""
+
+    def convert(raw: bytes) -> Any:
+        return conv(MySQLJsonBinary(bytes(raw)))
+
+    return convert
 
 
 def _set_text(members: list[str], conv: Callable[[Any], Any]) -> Callable[[int], str]:

@@ -30,6 +30,10 @@ NATIVE_DECIMAL_PRECISION, NATIVE_DECIMAL_SCALE = 28, 10
 # (``date_guard.py``): the server evaluates it for every value.
 ZERO_DATE_TEST = "(YEAR({q}) = 0 OR DATE_ADD({q}, INTERVAL 0 DAY) IS NULL)"
 
+# A TIME (up to +-838:59:59.999999) as signed microseconds, the same on both flavors
+TIME_MICROS = ("CAST(IF({q} < TIME '00:00:00', -1, 1) * ((HOUR({q}) * 3600 + MINUTE({q}) * 60 + SECOND({q}))"
+               " * 1000000 + MICROSECOND({q})) AS SIGNED)")
+
 
 @dataclass(frozen=True)
 class NativeColumn:
@@ -64,13 +68,13 @@ def _native_column(column: Column, guard_dates: bool) -> NativeColumn | str:
     if kind in values.ZERO_DATE_TYPES:
         zero = ZERO_DATE_TEST.format(q=q)
         return NativeColumn(column, kind, f"IF({zero}, NULL, {q})", f"IF({zero}, CAST({q} AS CHAR), NULL)")
-    if kind == "time":
-        return NativeColumn(column, kind, f"CAST(TIME_TO_SEC({q}) * 1000000 AS SIGNED)")
+    if kind == "time":  # not TIME_TO_SEC(): MySQL's drops the fraction (MariaDB's keeps it)
+        return NativeColumn(column, kind, TIME_MICROS.format(q=q))
     if kind == "bit":
         return NativeColumn(column, kind, f"{q} + 0")
     if kind in values.MARIADB_NATIVE_TYPES:
         return NativeColumn(column, kind, f"CAST({q} AS CHAR)")
-    if kind == "bytes" and column.data_type in values.GEOMETRY_TYPES:
+    if kind == "bytes" and (column.data_type in values.GEOMETRY_TYPES or column.data_type == "vector"):
         return NativeColumn(column, kind, f"CAST({q} AS BINARY)")
     return NativeColumn(column, kind, q)
 

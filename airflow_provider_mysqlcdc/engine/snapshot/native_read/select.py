@@ -51,7 +51,10 @@ class NativeSelect:
                  binlog_file: str) -> None:
         self.settings = settings
         self.tag = f"mysqlcdc-read-{uuid.uuid4().hex}"
-        self.sql = select_sql.replace("SELECT ", f"SELECT /* {self.tag} */ ", 1)
+        head = "SELECT "
+        if select_sql.startswith("SELECT /*+ "):  # an optimizer hint must follow SELECT directly
+            head = select_sql[:select_sql.index("*/") + 3]
+        self.sql = head + f"/* {self.tag} */ " + select_sql[len(head):]
         self.statements, self.batch_rows, self.binlog_file = statements, batch_rows, binlog_file
         self._reader: Any = None
         self._finished = False

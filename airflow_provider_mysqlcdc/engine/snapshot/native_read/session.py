@@ -16,7 +16,12 @@ import re
 from urllib.parse import quote
 
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.connection import (
+    LOST_CONNECTION_ERRORS,
+    SESSION_INIT,
+    SESSION_SQL_MODE,
+    MySQLSettings,
+)
 
 HW_VARIABLE = "@mysqlcdc_hw"
 POSITION_BITS = 40
@@ -42,13 +47,21 @@ def connectorx_url(settings: MySQLSettings) -> str:
 
 
 def session_statements(flavor: str, query_timeout_s: float | None) -> list[str]:
-    """UTF-8 and UTC as the pure-Python reader's sessions, and the per-statement limit. Enough for a SELECT
-    between two watermarks (watermark-table mode: its read view is the statement's own)."""
+    """UTF-8, UTC and the sql_mode of the pure-Python reader's sessions, and the per-statement limit. Enough
+    for a SELECT between two watermarks (watermark-table mode: its read view is the statement's own)."""
     if flavor == "mariadb":
         limit = f"SET SESSION max_statement_time = {float(query_timeout_s or 0)!r}"
     else:
         limit = f"SET SESSION max_execution_time = {int((query_timeout_s or 0) * 1000)}"
-    return ["SET NAMES utf8mb4", "SET time_zone = '+00:00'", limit]
+    return ["SET NAMES utf8mb4", SESSION_INIT, limit]
+
+
+def statement_hint(flavor: str) -> str:
+    """What the SELECT itself must carry: connectorx first runs it with ``LIMIT 0`` on a connection of its
+    own, without the statements above, for its column types; under Oracle MySQL's default sql_mode a zero date
+    in the chunk's predicate fails there (error 1525). MySQL's SET_VAR hint gives the statement our sql_mode
+    wherever it runs (MariaDB has no SET_VAR, and its default sql_mode compares zero dates)."""
+    return f"/*+ SET_VAR(sql_mode = '{SESSION_SQL_MODE}') */ " if flavor == "mysql" else ""
 
 
 def read_view_statements(flavor: str, server_id: int, query_timeout_s: float | None) -> list[str]:
