@@ -54,6 +54,7 @@ from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
 from tests.support.servers import airflow_connection, create_cdc_user
+from tests.support.threads import ReportingThread
 from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 
 pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
@@ -360,24 +361,16 @@ def _running_run_states() -> dict[str, str | None]:
         return {str(task): None if state is None else str(state) for task, state in rows}
 
 
-class SnapshotPhaseWriters(threading.Thread):
+class SnapshotPhaseWriters(ReportingThread):
     """Runs ``workload`` over the snapshot phase of the run in progress: its writers start once the plan task
     has succeeded (the plan, and so the number of chunk groups, is that of the seeded rows) and stop as the
     stream task starts (which then has changes of every table to catch up). The workload's own bound caps
     the volume on a slow machine."""
 
     def __init__(self, workload: Workload, timeout: float = 600) -> None:
-        super().__init__(daemon=True, name="snapshot-phase-writers")
+        super().__init__("snapshot-phase-writers")
         self.workload, self.timeout = workload, timeout
         self.started = threading.Event()
-        self.halt = threading.Event()
-        self.error: str | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            self.error = f"{type(exc).__name__}: {exc}"
 
     def _run(self) -> None:
         deadline = time.monotonic() + self.timeout

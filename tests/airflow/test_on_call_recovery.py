@@ -48,6 +48,7 @@ from tests.support.browser import chromium, screenshot
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
 from tests.support.servers import airflow_connection
+from tests.support.threads import ReportingThread
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 DAG_ID, SNAPSHOT_TASK = "mysqlcdc_replication", "snapshot_phase.snapshot_chunk_group"
@@ -67,27 +68,19 @@ def _spark_processes(output: str, table: str) -> list[tuple[int, list[str]]]:
     return found
 
 
-class Killer(threading.Thread):
+class Killer(ReportingThread):
     """While armed: kills every snapshot ``spark-submit`` of the ``unstarted`` table at once (before its
     driver can start a chunk), and the Python driver of the ``midway`` table once one of its chunks is half
     written."""
 
     def __init__(self, output: str, unstarted: str, midway: str) -> None:
-        super().__init__(daemon=True, name="on-call-killer")
+        super().__init__("on-call-killer")
         self.output, self.unstarted, self.midway = output, unstarted, midway
         self.store_path = os.path.join(output, CHUNK_STORE_FILE)
         self.armed = {unstarted: threading.Event(), midway: threading.Event()}
         for event in self.armed.values():
             event.set()
         self.kills: dict[str, int] = {unstarted: 0, midway: 0}
-        self.halt = threading.Event()
-        self.error: str | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except Exception as exc:  # noqa: BLE001 - reported by the test
-            self.error = f"{type(exc).__name__}: {exc}"
 
     def _run(self) -> None:
         while not self.halt.is_set():
