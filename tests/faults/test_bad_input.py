@@ -57,6 +57,7 @@ def odd_table(mysql_server):
         cur.execute(f"DROP DATABASE IF EXISTS {q(ODD_DB)}")
 
 
+@pytest.mark.both_flavors
 def test_odd_identifiers_through_snapshot_stream_and_mirror(mysql_server, odd_table, spark, tmp_path,
                                                             monkeypatch):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)

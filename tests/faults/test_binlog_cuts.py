@@ -23,6 +23,8 @@ from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.testing.mariadb import free_port
 from tests.support.tcp_proxy import CuttableProxy
 
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
+
 
 def _binlog_end(conn) -> BinlogPosition:
     status = current_binlog_status(conn, server_info(conn))

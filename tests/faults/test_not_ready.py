@@ -34,6 +34,7 @@ def _assert_nothing_planned(store_path: Path) -> None:
             assert store.tables() == [], "a plan was written"
 
 
+@pytest.mark.both_flavors
 @pytest.mark.parametrize("name, bad, flavor", MISCONFIGURATIONS,
                          ids=[f"{n}={v}" for n, v, _ in MISCONFIGURATIONS])
 def test_plan_refuses_a_misconfigured_server(mysql_server, server_flavor, orders, tmp_path, name, bad,

@@ -23,6 +23,8 @@ from tests.support.engine_harness import Pipeline, password_file
 from tests.support.servers import with_query
 from tests.support.workload import TABLE_SPECS, create_tables, seed_rows
 
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
+
 SPECS = [s for s in TABLE_SPECS if s.name == "t_int"]
 
 

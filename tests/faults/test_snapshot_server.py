@@ -55,10 +55,10 @@ def _snapshot(spark, mysql_server, db: str, store: str, tmp_path) -> tuple[MySQL
     return settings, sorted(p.table for p in plans)
 
 
-def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, server_flavor, mysql_db, tmp_path,
-                                                             spark):
-    if server_flavor != "mariadb":
-        pytest.skip("starts a second MariaDB next to the session's server")
+# A twin with the same server_id is told apart by MariaDB's GTID position at the HWs; Oracle MySQL's GTID
+# positions and server identity are issue 36's
+@pytest.mark.mariadb_only
+def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, mysql_db, tmp_path, spark):
     store = str(tmp_path / "chunks.db")
     settings, tables = _snapshot(spark, mysql_server, mysql_db, store, tmp_path)
     with mysql_server.admin() as conn, conn.cursor() as cur:

@@ -18,6 +18,8 @@ from airflow_provider_mysqlcdc.spark.stream.job import run_stream
 from tests.support.engine_harness import password_file
 from tests.support.servers import binlog_end
 
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
+
 
 def _purge_all_but_current(server) -> tuple[str, str]:
     """FLUSH twice and purge up to the newest file; returns (oldest file before, oldest file now)."""
@@ -36,12 +38,12 @@ def _purge_all_but_current(server) -> tuple[str, str]:
             time.sleep(0.05)
 
 
-def test_stream_from_a_purged_position_stops_with_the_way_out(private_mariadb, spark, tmp_path):
-    with private_mariadb.admin() as admin, admin.cursor() as cur:
+def test_stream_from_a_purged_position_stops_with_the_way_out(private_server, spark, tmp_path):
+    with private_server.admin() as admin, admin.cursor() as cur:
         cur.execute("CREATE DATABASE shop")
         cur.execute("CREATE TABLE shop.orders (id INT PRIMARY KEY, v INT)")
         cur.executemany("INSERT INTO shop.orders VALUES (%s, %s)", [(i, i) for i in range(200)])
-    settings = MySQLSettings.from_url(private_mariadb.cdc_url)
+    settings = MySQLSettings.from_url(private_server.cdc_url)
     secret = password_file(tmp_path, settings)
     url = settings.url_without_password()
     store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
@@ -50,9 +52,9 @@ def test_stream_from_a_purged_position_stops_with_the_way_out(private_mariadb, s
     result = run_chunk_group(spark, SnapshotOptions(mysql_url=url, table="shop.orders", output=output,
                                                     chunk_store=store, password_file=secret))
     assert result.ok
-    with private_mariadb.admin() as admin, admin.cursor() as cur:
+    with private_server.admin() as admin, admin.cursor() as cur:
         cur.execute("UPDATE shop.orders SET v = v + 1 WHERE id < 10")  # changes the stream would need
-    needed, oldest = _purge_all_but_current(private_mariadb)
+    needed, oldest = _purge_all_but_current(private_server)
 
     config = StreamConfig(mysql_url=url, tables=("shop.orders",), chunk_store=store, output=output,
                           checkpoint=str(tmp_path / "ckpt"), password_file=secret)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import time
 
+import pytest
+
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -17,6 +19,8 @@ from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import mirror_refresh, run_stream
 from tests.engine.test_readiness_check import global_variable
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
+
+pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
 
 def _committed_offset(output: str) -> dict:
@@ -45,8 +49,8 @@ def _stream(spark, config: StreamConfig) -> None:
         run_stream(spark, config, on_batch_committed=hook)
 
 
-def test_idle_tables_advance_the_offset_past_purged_binlogs(private_mariadb, spark, tmp_path):
-    server = private_mariadb
+def test_idle_tables_advance_the_offset_past_purged_binlogs(private_server, spark, tmp_path):
+    server = private_server
     with server.admin() as admin, admin.cursor() as cur:
         cur.execute("CREATE DATABASE quiet")
         cur.execute("CREATE DATABASE busy")

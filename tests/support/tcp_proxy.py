@@ -11,6 +11,7 @@ import socket
 import threading
 
 _COM_BINLOG_DUMP = 0x12
+_TLS_RECORD = b"\x16\x03"  # a TLS handshake record, as a client opens TLS
 
 
 class CuttableProxy:
@@ -71,8 +72,8 @@ class CuttableProxy:
         self._marker = marker
 
     def cut_connection_after(self, downstream_bytes: int) -> None:
-        """Cut the next MySQL binlog dump connection (a client that sent COM_BINLOG_DUMP) once it carried
-        ``downstream_bytes`` to the client; only that one: the listener stays open, the client may
+        """Cut the next MySQL binlog dump connection (a client that sent COM_BINLOG_DUMP, or any TLS one) once
+        it carried ``downstream_bytes`` to the client; only that one: the listener stays open, the client may
         reconnect."""
         self._cut_after_bytes = downstream_bytes
 
@@ -144,7 +145,9 @@ class CuttableProxy:
             while data := source.recv(65536):
                 if key in self._blackholed:
                     continue
-                if upstream and len(data) > 4 and data[4] == _COM_BINLOG_DUMP:
+                if upstream and (len(data) > 4 and data[4] == _COM_BINLOG_DUMP or data[:2] == _TLS_RECORD):
+                    # a TLS session (pymysql tries TLS wherever the server offers it: Oracle MySQL does) hides
+                    # its commands: every such connection counts as a possible binlog dump
                     dump.set()
                 carried += len(data) if dump.is_set() else 0
                 if not upstream and dump.is_set() and self._redirect is not None:
