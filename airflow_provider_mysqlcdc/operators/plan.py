@@ -59,6 +59,7 @@ from airflow_provider_mysqlcdc.operators.arguments import (
     table_list,
 )
 from airflow_provider_mysqlcdc.operators.arguments import chunk_keys as parse_chunk_keys
+from airflow_provider_mysqlcdc.operators.run_conf import check_run_conf
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint
@@ -145,6 +146,9 @@ class MySqlCdcPlanOperator(BaseOperator):
         the snapshot and the stream agree: ``keep`` (default: exactly, in a ``<column>__zero_date`` companion
         column next to the NULL date) or ``null`` (NULL only, no companion, except for key columns, whose
         zero dates keep rows apart). See docs/output.md.
+    :param allow_unknown_conf: False (default): a run whose conf has a key the DAG declares no param for (a
+        misspelling: ``{"tabels": ...}``) fails here, naming it, before anything is read or written; True for
+        a DAG whose other tasks read conf keys that are not params.
     """
 
     template_fields: Sequence[str] = (
@@ -171,9 +175,11 @@ class MySqlCdcPlanOperator(BaseOperator):
         only_new: bool | str = True,
         remove_tables: str | Sequence[str] | None = None,
         zero_dates: str = "keep",
+        allow_unknown_conf: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.allow_unknown_conf = allow_unknown_conf
         self.tables = tables
         self.output_path = output_path
         self.chunk_store = chunk_store
@@ -195,6 +201,8 @@ class MySqlCdcPlanOperator(BaseOperator):
         return PlanArguments(**check_rendered(self, _CHECKS))
 
     def execute(self, context: Any) -> list[dict[str, Any]]:
+        if not self.allow_unknown_conf:
+            check_run_conf(context)
         args = self.checked_arguments()
         hook = MySqlCdcHook(args.mysql_conn_id)
         patterns = args.tables

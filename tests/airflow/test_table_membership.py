@@ -178,6 +178,37 @@ def test_example_dag_plan_task_renders_only_new_and_remove_tables(mysql_server, 
     assert {(g["table"], g["generation"]) for g in plan(only_new=False)} == {(a, 2)}
 
 
+def test_a_misspelled_param_fails_the_run_before_anything_is_written(mysql_server, mysql_db, airflow_home,
+                                                                      tmp_path, monkeypatch, capsys):
+    """``{"tabels": ...}`` would run on the default tables, into the default output: the example DAG's plan
+    task refuses it (``dag.test()`` of that task), naming the key and the param it was meant to be."""
+    from airflow_provider_mysqlcdc.operators.run_conf import unknown_conf_message, unknown_keys
+    from tests.airflow.test_example_dag import _load_dag, _task_instances
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    monkeypatch.setenv("AIRFLOW_CONN_MYSQLCDC_SOURCE", json.dumps(
+        {"conn_type": "mysql", "host": settings.host, "port": settings.port, "login": settings.user,
+         "password": settings.password}))
+    dag = _load_dag().partial_subset("plan", include_downstream=False, include_upstream=False)
+    output = tmp_path / "lake"
+    run = dag.test(run_conf={"tabels": f"{mysql_db}.*", "output": str(output), "chunksize": 10})
+    assert run.state == "failed", _task_instances(run.run_id)
+    logged = capsys.readouterr().out  # dag.test() prints the task's log
+    assert ("has keys the DAG has no param for: 'tabels' (did you mean 'tables'?), 'chunksize' (did you mean "
+            "'chunk_size'?). Nothing was read or written") in logged, logged[-3000:]
+    assert not output.exists(), "nothing may be written"
+    params = list(dag.params)
+    assert unknown_keys({"tabels": 1, "output": 2, "chunksize": 3}, params) == ["tabels", "chunksize"]
+    message = unknown_conf_message(dag.dag_id, ["tabels", "chunksize", "zzz"], params)
+    assert "'tabels' (did you mean 'tables'?)" in message and "'chunksize' (did you mean 'chunk_size'?)" in (
+        message) and "'zzz'," not in message and "Nothing was read or written" in message, message
+    # the way out for a DAG whose other tasks read keys that are no params
+    _create(mysql_server, mysql_db, "a")
+    monkeypatch.setattr(dag.get_task("plan"), "allow_unknown_conf", True)
+    run = dag.test(run_conf={"tables": f"{mysql_db}.*", "output": str(output), "note": "for another task"})
+    assert run.state == "success", _task_instances(run.run_id)
+
+
 def test_cli_remove_table_and_plan_only_new(mysql_server, mysql_db, tmp_path, capsys, monkeypatch):
     from airflow_provider_mysqlcdc.cli import main as cli
 
