@@ -73,12 +73,14 @@ with DAG(
                               description="initial (snapshot, then stream) | snapshot-only | latest-offset | "
                                           "earliest-offset | specific-offset:<file>:<pos> | "
                                           "specific-offset:gtid=<set> | timestamp:<ISO 8601>"),
-        "redo_chunks": Param("", type="string", maxLength=4096, pattern=REDO_CHUNKS,
+        # optional text: null by default (the trigger form holds an empty string param for missing and keeps
+        # its Trigger button disabled)
+        "redo_chunks": Param(None, type=["null", "string"], maxLength=4096, pattern=REDO_CHUNKS,
                              description="only re-snapshot these chunks, e.g. demo.orders=3,7 (no re-plan)"),
         "only_new": Param(True, type="boolean",
                           description="plan and snapshot only tables not in the pipeline yet (false: re-plan "
                                       "and re-snapshot every table)"),
-        "remove_tables": Param("", type="string", maxLength=4096,
+        "remove_tables": Param(None, type=["null", "string"], maxLength=4096,
                                description="take these planned tables (names or patterns, comma-separated) "
                                            "out of the pipeline; their output stays"),
         "zero_dates": Param("keep", type="string", enum=["keep", "null"],

@@ -43,7 +43,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
 from tests.conftest import MIGRATED_DB
 from tests.support.airflow_services import AirflowServices
-from tests.support.airflow_ui import clear_task_instance, login, open_run
+from tests.support.airflow_ui import clear_task_instance, login, open_run, open_trigger_form
 from tests.support.browser import chromium, screenshot
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
@@ -119,9 +119,16 @@ class Killer(ReportingThread):
 
 
 @pytest.fixture(scope="module")
-def services(mysql_server, airflow_home) -> Iterator[AirflowServices]:
+def demo_output(tmp_path_factory) -> Path:
+    """Where the example DAG's default ``output`` points in these services (``$MYSQLCDC_DEMO_OUTPUT``)."""
+    return tmp_path_factory.mktemp("demo") / "lake"
+
+
+@pytest.fixture(scope="module")
+def services(mysql_server, airflow_home, demo_output) -> Iterator[AirflowServices]:
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     env = {
+        "MYSQLCDC_DEMO_OUTPUT": str(demo_output),
         # the connection as the docs create it: type mysqlcdc (no MySQL provider installed here)
         "AIRFLOW_CONN_MYSQLCDC_SOURCE": airflow_connection(settings, conn_type="mysqlcdc"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
@@ -362,3 +369,30 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
                    for line in plan_log.splitlines()) == 1, plan_log[-3000:]
     batches = [line for line in stream_log.splitlines() if re.search(r"batch \d+: \d+ changes", line)]
     assert batches and len(batches) == len({re.search(r"batch \d+", b)[0] for b in batches}), batches
+
+
+def test_the_example_dag_triggers_from_the_ui_form_with_its_defaults(services, mysql_server, demo_output):
+    """A new user's first click: the DAG page's Trigger dialog, every param at its default, is accepted (its
+    Trigger button enabled) and the run it starts succeeds, here on the default table ``demo.orders``."""
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS demo")
+        cur.execute("CREATE TABLE demo.orders (id INT PRIMARY KEY, amount DECIMAL(10,2), note VARCHAR(20))")
+        cur.executemany("INSERT INTO demo.orders VALUES (%s, %s, %s)",
+                        [(i, i * 1.25, f"order {i}") for i in range(1, 201)])
+    try:
+        with chromium() as driver:
+            login(driver, services, "admin")
+            services.unpause(DAG_ID)
+            before = set(services.run_ids(DAG_ID))
+            button = open_trigger_form(driver, services, DAG_ID)
+            screenshot(driver, "trigger-form-defaults")
+            assert button.is_enabled(), "the Trigger button is disabled with the DAG's defaults"
+            button.click()
+            run_id = services.wait_until(lambda: next(iter(set(services.run_ids(DAG_ID)) - before), None), 60,
+                                         "the run the form started")
+        assert services.wait_for_run(DAG_ID, run_id, 300) == "success", _tis(services, run_id)
+        assert_mirror_equals_source(settings, str(demo_output), [TableId("demo", "orders")], min_rows=200)
+    finally:
+        with mysql_server.admin() as conn, conn.cursor() as cur:
+            cur.execute("DROP DATABASE IF EXISTS demo")

@@ -266,9 +266,16 @@ class AirflowServices:
 
         return self.wait_until(parsed, timeout, what)
 
+    def unpause(self, dag_id: str) -> None:
+        self._request("PATCH", f"/api/v2/dags/{_quote(dag_id)}", json={"is_paused": False})
+
+    def run_ids(self, dag_id: str) -> list[str]:
+        runs = self._request("GET", f"/api/v2/dags/{_quote(dag_id)}/dagRuns", params={"limit": 100}).json()
+        return [run["dag_run_id"] for run in runs["dag_runs"]]
+
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
         """Unpauses the DAG and starts a manual run with ``conf``; returns its run id."""
-        self._request("PATCH", f"/api/v2/dags/{_quote(dag_id)}", json={"is_paused": False})
+        self.unpause(dag_id)
         run = self._request("POST", f"/api/v2/dags/{_quote(dag_id)}/dagRuns",
                             json={"logical_date": None, "conf": dict(conf or {})}).json()
         return run["dag_run_id"]

@@ -167,3 +167,19 @@ def clear_task_instance(driver: Any, server: Server, dag_id: str, run_id: str, t
     wait.until(ec.element_to_be_clickable(dialog.find_element(By.XPATH, DIALOG_CONFIRM))).click()
     wait.until(ec.invisibility_of_element_located((By.XPATH, OPEN_DIALOG)), "clear dialog closed")
     return affected
+
+
+def open_trigger_form(driver: Any, server: Server, dag_id: str) -> Any:
+    """The DAG page's Trigger dialog, its params form filled with their defaults; returns the dialog's own
+    Trigger (submit) button once the form has rendered."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    driver.get(f"{server.url}/dags/{_q(dag_id)}")
+    wait = _wait(driver)
+    opener = "//button[.//text()[normalize-space()='Trigger']]"
+    wait.until(ec.element_to_be_clickable((By.XPATH, opener))).click()
+    dialog = "//*[@role='dialog'][.//text()[starts-with(normalize-space(), 'Trigger Dag')]]"
+    wait.until(ec.presence_of_element_located((By.XPATH, f"{dialog}//*[normalize-space()='Run Parameters']")))
+    return wait.until(ec.presence_of_element_located(
+        (By.XPATH, f"{dialog}//button[@data-testid='trigger-dag-submit']")))
