@@ -36,12 +36,12 @@ from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
     TaskRef,
     attempts_before,
     describe_chunks,
-    exit_reason,
     failure_message,
     group_result,
     record_dead_attempts,
 )
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
+from airflow_provider_mysqlcdc.operators.spark_exit import exit_reason
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.arguments import BadValue, shown

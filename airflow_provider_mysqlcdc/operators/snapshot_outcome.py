@@ -9,7 +9,6 @@ its chunks are recorded here, so the MySQL CDC tab shows them failed with the re
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +16,7 @@ from typing import Any
 from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, RUNNING, ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, TableChunks, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-
-# SIGKILL as Popen reports it (-9) and as a shell does (128 + 9):
-# the kernel's OOM killer, a container limit, kill -9
-_KILLED = {-9, 137}
+from airflow_provider_mysqlcdc.operators.spark_exit import exit_reason
 
 
 def group_result(store_url: str, group: ChunkGroup) -> dict[str, Any]:
@@ -64,41 +60,6 @@ def _part_result(states: Sequence[Any], part: TableChunks) -> dict[str, Any]:
         "min_hw": str(min(hws)) if hws else None, "max_hw": str(max(hws)) if hws else None,
         "table_complete": bool(states) and all(c.status == COMMITTED for c in states),
     }
-
-
-def exit_reason(failure: BaseException | None) -> str:
-    """``spark-submit exit code 137 (killed: ...)`` from the Spark provider's error, else the error's type."""
-    if failure is None:
-        return "no error from spark-submit"
-    code = re.search(r"Error code is: (-?\d+)", str(failure))
-    if not code:
-        first_line = str(failure).strip().splitlines()[0][:300] if str(failure) else ""
-        return f"{type(failure).__name__}: {first_line}"
-    number = int(code.group(1))
-    text = f"spark-submit exit code {number}"
-    if number in _KILLED:
-        text += " (killed by SIGKILL: the out-of-memory killer, a container limit or kill -9)"
-    cause = _cause_line(str(failure))
-    return f"{text}: {cause}" if cause else text
-
-
-# what the driver says last about why it stopped: our apps' one-line errors first,
-# then a Python exception line
-_CAUSES = (
-    re.compile(r"^(snapshot_chunks|binlog_stream): error: .+"),
-    re.compile(r"^[\w.]+(Error|Exception): .+"),
-)
-
-
-def _cause_line(message: str) -> str | None:
-    """The driver's own error line from the tail of spark-submit's output the Spark provider appends."""
-    _, found, tail = message.partition("Last spark-submit output:")
-    lines = [line.strip() for line in tail.splitlines() if line.strip()] if found else []
-    for pattern in _CAUSES:
-        hits = [line for line in lines if pattern.match(line)]
-        if hits:
-            return hits[-1][:400]
-    return None
 
 
 ChunkKey = tuple[str, int]  # (table, chunk id)

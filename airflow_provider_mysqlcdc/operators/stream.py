@@ -17,7 +17,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
@@ -31,6 +31,7 @@ from airflow_provider_mysqlcdc.operators.arguments import (
     optional,
 )
 from airflow_provider_mysqlcdc.operators.spark_apps import STREAM_APP, app_path
+from airflow_provider_mysqlcdc.operators.spark_exit import exit_reason
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.arguments import BadValue
@@ -253,7 +254,16 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         if not self.name or self.name == "arrow-spark":
             self.name = f"mysqlcdc stream {context['dag'].dag_id}"
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
-        super().execute(context)
+        try:
+            super().execute(context)
+        except Exception as exc:
+            if "Error code is:" not in str(exc):  # not spark-submit's exit (a kill of the task, ...)
+                raise
+            # the provider's error leads with the command line; the cause is the driver's last word
+            raise CdcError(f"the stream's Spark application stopped: {exit_reason(exc)}. Its checkpoint "
+                           f"{checkpoint} keeps every batch it committed: remove the cause, then clear this "
+                           "task to resume from there (the driver's whole output is above in this log)"
+                           ) from exc
         settings = hook.settings()
         # here, not at the top: it loads pyarrow.dataset and pandas (~0.3 s), which every parse of a DAG
         # that uses this operator and every other task would pay

@@ -77,7 +77,7 @@ def test_a_try_killed_mid_chunk_reports_each_error_once(tmp_path):
 
 
 def test_the_drivers_own_error_line_is_the_cause():
-    from airflow_provider_mysqlcdc.operators.snapshot_outcome import exit_reason
+    from airflow_provider_mysqlcdc.operators.spark_exit import exit_reason
 
     failure = Exception(
         "Cannot execute: spark-submit --master local[2] app.py. Error code is: 2.\n"

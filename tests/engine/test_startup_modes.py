@@ -3,17 +3,19 @@ start that cannot be found, and streams without a snapshot on Spark whose change
 after their start (checked against the server's own mariadb-binlog)."""
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -195,3 +197,16 @@ def test_operators_follow_the_startup_mode(private_server, settings, tmp_path, m
                                     startup_mode="snapshot-only")
     with pytest.raises(AirflowSkipException, match="snapshot-only"):
         stream.execute({"run_id": "manual__modes"})
+
+    # a stream whose Spark driver stops: the task's error leads with the driver's own cause, not with
+    # Airflow's "Cannot execute: <spark-submit command>"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    stream = MySqlCdcStreamOperator(task_id="stream", tables="modes.*", output_path=str(tmp_path / "lake"),
+                                    chunk_store=store, mysql_conn_id="modes_src",
+                                    startup_mode="specific-offset:mysql-bin.999999:4")
+    with pytest.raises(CdcError) as failed:
+        stream.execute({"run_id": "manual__modes", "dag": SimpleNamespace(dag_id="modes")})
+    message = str(failed.value)
+    assert message.startswith("the stream's Spark application stopped: spark-submit exit code 2: "
+                              "binlog_stream: error: "), message
+    assert "no binlog file mysql-bin.999999" in message and "clear this task to resume" in message, message
