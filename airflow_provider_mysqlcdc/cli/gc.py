@@ -10,11 +10,9 @@ import argparse
 import json
 from typing import Any
 
-from airflow_provider_mysqlcdc.cli.options import add_chunk_store_option, add_output_option
+from airflow_provider_mysqlcdc.cli.options import add_chunk_store_option, add_output_option, chunk_store_of
 from airflow_provider_mysqlcdc.cli.validation import checked
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
-from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.gc.collector import collect_garbage
 from airflow_provider_mysqlcdc.engine.lake.gc.report import bytes_text, read_gc_report
 from airflow_provider_mysqlcdc.engine.lake.gc.retention import DEFAULT_RETENTION, Retention
@@ -32,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "than the retention (VACUUM), expired Delta log entries. Safe while the stream runs.",
     )
     add_output_option(parser, required=True, writable=False)
-    add_chunk_store_option(parser, store_alias=True)
+    add_chunk_store_option(parser, store_alias=True, output_default=True)
     parser.add_argument("--retention", default=DEFAULT_RETENTION, type=checked(arguments.retention),
                         help="keep what stopped being needed less than this long ago: 72h, 3d, 30m "
                         "(default %(default)s; never below the 15 minute grace)")
@@ -45,10 +43,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    if not args.chunk_store:
-        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
     try:
-        url = arguments.chunk_store_location(args.chunk_store, must_exist=True)
+        url = arguments.chunk_store_location(chunk_store_of(args), must_exist=True)
     except arguments.BadValue as exc:
         raise exc.named("--chunk-store") from None
     tables = None if args.tables is None else [TablePattern.parse(t).exact for t in args.tables]

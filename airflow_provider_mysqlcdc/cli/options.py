@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.pipeline import arguments
+from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 
 MYSQL_URL_FORMAT = "mysql://user@host:port[/db][?ssl_ca=..&server_id=5400-5499]"
 
@@ -59,18 +60,37 @@ def add_mysql_options(
         )
 
 
+_OUTPUT_DEFAULT = ", else <output>/_mysqlcdc_chunks.db for a local --output"
+
+
 def add_chunk_store_option(parser: argparse.ArgumentParser, *, store_alias: bool = False,
-                           existing: bool | None = None) -> None:
+                           existing: bool | None = None, output_default: bool = False) -> None:
     """``--chunk-store`` (default ``$MYSQLCDC_CHUNK_STORE_URL``); ``store_alias`` also accepts ``--store``.
 
     ``existing``: True, a SQLite store must exist (commands that read a pipeline); False, its directory must
     exist and be writable (commands that may create it); None, only its form is checked (Spark apps, whose
-    driver may run elsewhere).
+    driver may run elsewhere). ``output_default``: the command takes ``--output`` and finds the store by
+    ``chunk_store_of``.
     """
     names = ("--chunk-store", "--store") if store_alias else ("--chunk-store",)
     check = checked(arguments.chunk_store_location, must_exist=existing, env=CHUNK_STORE_URL_ENV)
+    default = f"${CHUNK_STORE_URL_ENV}{_OUTPUT_DEFAULT if output_default else ''}"
     parser.add_argument(*names, dest="chunk_store", default=os.environ.get(CHUNK_STORE_URL_ENV), type=check,
-                        help=f"chunk store URL or SQLite path (default ${CHUNK_STORE_URL_ENV})")
+                        help=f"chunk store URL or SQLite path (default {default})")
+
+
+def chunk_store_of(args: argparse.Namespace) -> str:
+    """``--chunk-store``, else ``$MYSQLCDC_CHUNK_STORE_URL`` (its default), else, for a local ``--output``,
+    the SQLite file the operators default to (``<output>/_mysqlcdc_chunks.db``): ``mysqlcdc status --output
+    DIR`` finds what a DAG wrote into DIR."""
+    if args.chunk_store:
+        return str(args.chunk_store)
+    output = getattr(args, "output", None)
+    if output and ("://" not in output or output.startswith("file://")):
+        return chunk_store_url(None, output)
+    where = (f"--output {output} is not a local path, so the chunk store has no default: "
+             if output else "")
+    raise ConfigurationError(f"no chunk store given: {where}pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
 
 
 def add_output_option(parser: argparse.ArgumentParser, *, required: bool, writable: bool = True) -> None:

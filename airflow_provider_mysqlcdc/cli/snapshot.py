@@ -11,6 +11,7 @@ from airflow_provider_mysqlcdc.cli.options import (
     add_exclude_columns_option,
     add_spark_master_option,
     add_tables_option,
+    chunk_store_of,
     parse_pairs,
     require_mysql_url,
     unique_tables,
@@ -23,7 +24,7 @@ from airflow_provider_mysqlcdc.cli.snapshot_options import (
     options_from_args,
 )
 from airflow_provider_mysqlcdc.cli.validation import checked
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
+from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.table_names import split_table_list
@@ -58,8 +59,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.spark.session import build_session
     from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_snapshot
 
-    if not args.chunk_store:
-        raise ConfigurationError(f"no chunk store: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
+    args.chunk_store = chunk_store_of(args)
     exclusions = unique_tables([item.split("=", 1) for item in args.exclude_columns], "--exclude-columns")
     parts = urlsplit(require_mysql_url(args))
     if parts.password is not None:

@@ -43,7 +43,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, password_in_url
     store must be here (``mysqlcdc snapshot``; a Spark app's driver may run on another host).
     """
     add_mysql_options(parser, password_in_url=password_in_url, on_executors=True, local_files=local_files)
-    add_chunk_store_option(parser, existing=True if local_files else None)
+    add_chunk_store_option(parser, existing=True if local_files else None, output_default=True)
 
 
 def add_read_arguments(parser: argparse.ArgumentParser, *, local_files: bool = False) -> None:

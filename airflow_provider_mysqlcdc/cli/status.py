@@ -25,11 +25,11 @@ from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
     add_mysql_options,
     add_output_option,
+    chunk_store_of,
     mysql_settings,
 )
 from airflow_provider_mysqlcdc.cli.validation import checked, whole
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
@@ -106,7 +106,8 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
-    add_chunk_store_option(parser, store_alias=True)  # must exist: checked where it is opened (_store)
+    # must exist: checked where it is opened (_store)
+    add_chunk_store_option(parser, store_alias=True, output_default=True)
     add_output_option(parser, required=False, writable=False)
     add_mysql_options(parser)
 
@@ -240,10 +241,9 @@ def _store(args: argparse.Namespace) -> Iterator[ChunkStore]:
 
 
 def _check_store(args: argparse.Namespace) -> str:
-    """``--chunk-store``: given, and an existing store (these commands read a pipeline, never start one)."""
-    url = args.chunk_store
-    if not url:
-        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
+    """``--chunk-store`` (or the default of a local ``--output``), an existing store: these commands read a
+    pipeline, never start one."""
+    url = chunk_store_of(args)
     try:
         return arguments.chunk_store_location(url, must_exist=True)
     except arguments.BadValue as exc:

@@ -13,12 +13,12 @@ from airflow_provider_mysqlcdc.cli.options import (
     add_mysql_options,
     add_output_option,
     add_tables_option,
+    chunk_store_of,
     require_mysql_url,
     unique_tables,
 )
 from airflow_provider_mysqlcdc.cli.snapshot_options import add_source_limit_options, source_limits
 from airflow_provider_mysqlcdc.cli.validation import checked, decimal, whole
-from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.gc.retention import DEFAULT_INTERVAL_MINUTES, DEFAULT_RETENTION
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import DEFAULT_LEASE_SECONDS
@@ -40,7 +40,7 @@ def add_stream_arguments(parser: argparse.ArgumentParser, *, local_files: bool =
     output and checkpoint are checked here (``mysqlcdc stream``; a Spark app's driver may run elsewhere)."""
     add_mysql_options(parser, password_in_url=False, local_files=local_files)
     add_tables_option(parser)
-    add_chunk_store_option(parser, existing=False if local_files else None)
+    add_chunk_store_option(parser, existing=False if local_files else None, output_default=True)
     add_output_option(parser, required=True, writable=local_files)
     parser.add_argument("--checkpoint", required=True,
                         type=checked(arguments.storage_root, what="a checkpoint directory",
@@ -102,8 +102,7 @@ def _startup_mode_text(value: str) -> str:
 def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> StreamConfig:
     """A StreamConfig from the shared options; missing settings are named with their fix."""
     mysql_url = require_mysql_url(args)
-    if not args.chunk_store:
-        raise ConfigurationError(f"no chunk store given: pass --chunk-store or set ${CHUNK_STORE_URL_ENV}")
+    chunk_store = chunk_store_of(args)
     low, high = MySQLSettings.from_url(mysql_url, password="").server_id_range
     if args.server_id_slot >= high - low:
         raise ConfigurationError(
@@ -114,7 +113,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
     return StreamConfig(
         mysql_url=mysql_url,
         tables=tuple(split_table_list(args.tables)),
-        chunk_store=args.chunk_store,
+        chunk_store=chunk_store,
         output=args.output,
         checkpoint=args.checkpoint,
         trigger=trigger,

@@ -173,3 +173,30 @@ def test_status_through_the_phases_and_the_cli(mysql_server, mysql_db, tmp_path,
                 "--no-refresh",
             ]
         )
+
+
+def test_the_cli_finds_the_chunk_store_the_operators_default_to(tmp_path, capsys, monkeypatch):
+    """Operators keep the chunk store in ``<output>/_mysqlcdc_chunks.db`` unless told otherwise: ``mysqlcdc
+    status --output DIR`` (as the README shows it) and ``mysqlcdc gc`` find it there; a remote output has no
+    such default, and the error says so."""
+    from airflow_provider_mysqlcdc.cli import gc as cli_gc
+    from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
+    from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE, chunk_store_url
+
+    monkeypatch.delenv(CHUNK_STORE_URL_ENV, raising=False)
+    output = tmp_path / "lake"
+    output.mkdir()
+    assert chunk_store_url(None, str(output)) == str(output / CHUNK_STORE_FILE)
+    with ChunkStore(str(output / CHUNK_STORE_FILE)) as store:
+        store.create_plan("shop.orders", {"key_columns": ["id"]}, [(0, None, None)], run_id="plan")
+    assert _cli(["status", "--output", str(output), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [t["table"] for t in report["tables"]] == ["shop.orders"], report
+
+    parser = argparse.ArgumentParser(prog="mysqlcdc")
+    cli_gc.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["gc", "--output", str(output), "--dry-run"])
+    assert args.func(args) == 0
+    with pytest.raises(CdcError, match="--output s3://lake/cdc is not a local path, so the chunk store has "
+                                      "no default: pass --chunk-store or set"):
+        _cli(["status", "--output", "s3://lake/cdc"])
