@@ -135,11 +135,13 @@ def failure_message(group: ChunkGroup, chunks: Sequence[Mapping[str, Any]], fail
         several = len(group.parts) > 1
         cause = "; ".join(f"{_chunks_text(hit, several)}: {error}"
                           for error, hit in by_error.items()) or exit_reason(failure)
+    # a line a sentence: the log view cuts one long line off at the width of the screen
     return (
-        f"snapshot of {group.name} failed: {cause}. The previous snapshot of these chunks (if any) stays in "
-        f"force. To finish the run: clear task instance {task.describe(group)} with Downstream on (the Clear "
-        f"dialog's default), so the stream runs after it; or trigger the DAG with redo_chunks "
-        f"\"{group.redo_value}\""
+        f"snapshot of {group.name} failed: {cause}.\n"
+        "The previous snapshot of these chunks (if any) stays in force.\n"
+        f"To finish the run: clear task instance {task.describe(group)} with Downstream on (the Clear "
+        "dialog's default), so the stream runs after it;\n"
+        f"or trigger the DAG with redo_chunks \"{group.redo_value}\""
     )
 
 
