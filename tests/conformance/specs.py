@@ -76,7 +76,11 @@ def type_specs(skipped: dict[str, str], suffix: str = "") -> list[TableSpec]:
 
 
 def probe_key_case(conn: pymysql.connections.Connection, case: KeyCase) -> str | None:
+    """Why the server cannot hold this key case (None: it can), asked under the case's own ``sql_mode``: a
+    zero-date default that a legacy mode allows is refused under Oracle MySQL's strict default."""
     with conn.cursor() as cur:
+        if case.sql_mode is not None:
+            cur.execute("SET SESSION sql_mode = %s", (case.sql_mode,))
         for ddl in case.needs:
             reason = _try_create(cur, "probe_key", f"x {ddl}")
             if reason:
