@@ -4,6 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PACKAGE_STAMP := $(VENV)/.installed-package
 S3_VENV := .venv-s3
 S3_STAMP := $(S3_VENV)/.installed
 MYSQL_ROOT := .mysql-root
@@ -11,38 +12,54 @@ MYSQL_STAMP := $(MYSQL_ROOT)/.installed
 MYSQL_MIRROR ?= http://deb.debian.org/debian
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps test lint demo bench lock clean
+.PHONY: setup system-deps demo-deps test lint demo bench lock clean
 
 setup: system-deps $(STAMP) $(S3_STAMP) $(MYSQL_STAMP)
 
 # Debian packages the project needs: a MariaDB server binary for the throwaway test/demo servers (and its
-# client's mariadb-binlog, the independent decoder of the binlog audit), Java 17 for Spark, Chromium with its
-# driver for the UI plugin's browser test, openssl for the TLS test's certificates, and gcc with the Python
+# client's mariadb-binlog, the independent decoder of the binlog audit), Java 17 for Spark, gcc with the Python
 # headers for the compiled rows-event decoder (Debian's own Python has them in python3-dev), mmdebstrap for the
-# Oracle MySQL root below. Installed only when missing.
+# Oracle MySQL root below, and for the suite only: Chromium with its driver for the UI tests, openssl for the
+# TLS test's certificates. Installed only when missing. FOR=demo asks only for what `make demo` needs (and
+# mmdebstrap only with SERVER=mysql).
 system-deps:
 	@need=""; \
 	command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || need="$$need mariadb-server"; \
-	command -v mariadb-binlog >/dev/null || need="$$need mariadb-client"; \
 	command -v java >/dev/null || need="$$need openjdk-17-jre-headless"; \
-	[ -x /usr/bin/chromium ] || need="$$need chromium"; \
-	[ -x /usr/bin/chromedriver ] || need="$$need chromium-driver"; \
-	command -v openssl >/dev/null || need="$$need openssl"; \
 	command -v gcc >/dev/null || need="$$need gcc"; \
-	command -v mmdebstrap >/dev/null || need="$$need mmdebstrap"; \
 	$(PYTHON) -c 'import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
 	  || need="$$need python3-dev"; \
+	if [ "$(FOR)" != demo ] || [ "$(SERVER)" = mysql ]; then \
+	  command -v mmdebstrap >/dev/null || need="$$need mmdebstrap"; \
+	fi; \
+	if [ "$(FOR)" != demo ]; then \
+	  command -v mariadb-binlog >/dev/null || need="$$need mariadb-client"; \
+	  [ -x /usr/bin/chromium ] || need="$$need chromium"; \
+	  [ -x /usr/bin/chromedriver ] || need="$$need chromium-driver"; \
+	  command -v openssl >/dev/null || need="$$need openssl"; \
+	fi; \
 	if [ -n "$$need" ]; then \
 	  echo "installing Debian packages:$$need"; \
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$need; \
 	fi
 
-# the compiled rows-event decoder is rebuilt when its source changes
+demo-deps:
+	@$(MAKE) --no-print-directory system-deps FOR=demo SERVER=$(SERVER)
+
+# the compiled rows-event decoder is rebuilt when its source changes; the suite's venv has the test extras
+# (pytest, Selenium, DuckDB, ...), the demo's only the package and what it needs
 $(STAMP): setup.py constraints.txt pyproject.toml airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/python -m airflow_provider_mysqlcdc.testing.verify_install
+	touch $@ $(PACKAGE_STAMP)
+
+$(PACKAGE_STAMP): setup.py constraints.txt pyproject.toml airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	$(BIN)/python -m airflow_provider_mysqlcdc.testing.verify_install
 	touch $@
 
@@ -60,7 +77,7 @@ $(S3_STAMP): constraints-s3-server.txt
 # into $(MYSQL_ROOT) (~25 s, ~490 MB); airflow_provider_mysqlcdc/testing/mysql.py runs the server through
 # that root's own loader and libraries. The suite's Release file may be past its validity date: apt is told
 # not to mind.
-$(MYSQL_STAMP): | $(STAMP)
+$(MYSQL_STAMP): | $(PACKAGE_STAMP)
 	$(SUDO) rm -rf $(MYSQL_ROOT) $(MYSQL_ROOT).new
 	$(SUDO) mmdebstrap --quiet --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' \
 	  --include=mysql-server-core,mysql-client-core sid $(MYSQL_ROOT).new $(MYSQL_MIRROR)
@@ -78,8 +95,9 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# SERVER=mysql runs it on Oracle MySQL instead of MariaDB
-demo: setup
+# SERVER=mysql runs it on Oracle MySQL instead of MariaDB. Only what the demo needs: the package (not the
+# suite's test extras), MariaDB or Oracle MySQL, Java
+demo: demo-deps $(PACKAGE_STAMP) $(if $(filter mysql,$(SERVER)),$(MYSQL_STAMP))
 	MYSQLCDC_DEMO_SERVER=$(or $(SERVER),mariadb) $(BIN)/python -m airflow_provider_mysqlcdc.testing.demo
 
 # The benchmark suite: one table of figures next to baselines measured in the same run, saved to
