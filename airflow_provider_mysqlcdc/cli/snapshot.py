@@ -59,7 +59,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from airflow_provider_mysqlcdc.spark.session import build_session
     from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_snapshot
 
-    args.chunk_store = chunk_store_of(args)
+    try:  # a snapshot reads a plan: the store must exist (a default one is not created here)
+        args.chunk_store = arguments.chunk_store_location(chunk_store_of(args), must_exist=True)
+    except arguments.BadValue as exc:
+        raise exc.named("--chunk-store") from None
     exclusions = unique_tables([item.split("=", 1) for item in args.exclude_columns], "--exclude-columns")
     parts = urlsplit(require_mysql_url(args))
     if parts.password is not None:

@@ -200,3 +200,15 @@ def test_the_cli_finds_the_chunk_store_the_operators_default_to(tmp_path, capsys
     with pytest.raises(CdcError, match="--output s3://lake/cdc is not a local path, so the chunk store has "
                                       "no default: pass --chunk-store or set"):
         _cli(["status", "--output", "s3://lake/cdc"])
+
+    # a snapshot reads a plan: a default store that is not there is named, not created empty
+    from airflow_provider_mysqlcdc.cli import main as cli
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    assert cli.main(["snapshot", "--mysql-url", "mysql://cdc@127.0.0.1:1/", "--tables", "shop.orders",
+                     "--output", str(empty)]) == 2
+    error = capsys.readouterr().err
+    assert "--chunk-store: no chunk store at '" in error and "plan the tables first" in error, error
+    assert not any(empty.iterdir()), "nothing may be created"
