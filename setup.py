@@ -39,7 +39,8 @@ setup(
     ext_modules=compiled_extensions(),
     # the spark-submit entry points the operators submit (found by operators/spark_apps.py)
     data_files=[("share/airflow-provider-mysqlcdc/spark_apps",
-                 ["spark_apps/snapshot_chunks.py", "spark_apps/binlog_stream.py"])],
+                 ["spark_apps/snapshot_chunks.py", "spark_apps/binlog_stream.py",
+                  "spark_apps/snapshot_runner.py"])],
     install_requires=[
         "apache-airflow>=3.1,<4",
         "apache-airflow-providers-apache-spark>=6.0,<7",

@@ -1,6 +1,7 @@
 """The ``apache_airflow_provider`` entry point: what Airflow's provider manager learns about this package.
 
-Hooks, operators, the ``mysqlcdc`` connection type (a ``mysql`` connection works too) and the UI plugin.
+Hooks, operators, triggers, the ``mysqlcdc`` connection type (a ``mysql`` connection works too) and the UI
+plugin.
 """
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_mysqlcdc.operators.plan",
                     "airflow_provider_mysqlcdc.operators.snapshot",
+                    "airflow_provider_mysqlcdc.operators.snapshot_runner",
                     "airflow_provider_mysqlcdc.operators.stream",
                 ],
             },
+        ],
+        "triggers": [
+            {"integration-name": "MySQL CDC",
+             "python-modules": ["airflow_provider_mysqlcdc.triggers.group_request"]},
         ],
         "connection-types": [
             {

@@ -1,4 +1,4 @@
-"""MySQL -> data lake: plan -> snapshot (one mapped Spark job per chunk group) -> stream.
+"""MySQL -> data lake: plan -> snapshot (one mapped task per chunk group) -> stream.
 
 Copy this DAG and set its params (or pass them with ``airflow dags test mysqlcdc_replication -c '{...}'`` /
 "Trigger DAG w/ config"). Connections: ``mysql_conn_id`` (type mysql: host, port, login, password; extras
@@ -15,6 +15,11 @@ the other tables keep their snapshot and the running stream captures the new one
 taking it out of ``tables`` and triggering a run with ``remove_tables`` (``"shop.old"``): the stream stops
 capturing it, its output stays as it is. ``only_new=false`` re-plans and re-snapshots every table.
 
+The snapshot's chunk groups run in one Spark application started for the DAG run (``start_runner``, a setup
+task; ``stop_runner`` is its teardown); each mapped task hands its group over and waits deferred, without a
+worker slot (a triggerer must run: ``airflow triggerer``, part of ``airflow standalone``). Param
+``shared_spark_app=false`` gives each group a Spark application of its own (``spark-submit`` per group).
+
 Reruns: clear one mapped ``snapshot_phase.snapshot_chunk_group`` task with Downstream on (the Clear dialog's
 default) to rerun exactly that chunk group and then the stream (the MySQL CDC tab links the failed one); or
 trigger a run with ``redo_chunks`` (``"shop.orders=3,7"``) to re-snapshot only those chunks while the stream
@@ -29,6 +34,10 @@ from airflow.sdk import DAG, Param, TaskGroup
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
 from airflow_provider_mysqlcdc.operators.plan import MySqlCdcPlanOperator
 from airflow_provider_mysqlcdc.operators.snapshot import MAP_INDEX_TEMPLATE, MySqlCdcSnapshotOperator
+from airflow_provider_mysqlcdc.operators.snapshot_runner import (
+    MySqlCdcStartRunnerOperator,
+    MySqlCdcStopRunnerOperator,
+)
 from airflow_provider_mysqlcdc.operators.stream import MySqlCdcStreamOperator
 
 DEFAULT_OUTPUT = os.environ.get("MYSQLCDC_DEMO_OUTPUT", "/tmp/mysqlcdc-demo/lake")
@@ -63,6 +72,9 @@ with DAG(
                             description="rows per chunk"),
         "chunks_per_group": Param(512, type="integer", minimum=1, maximum=1_000_000,
                                   description="chunks per Spark application (one mapped task)"),
+        "shared_spark_app": Param(True, type="boolean",
+                                  description="run every chunk group in one Spark application started for "
+                                              "the run (false: a spark-submit per group)"),
         "pack_tables": Param(True, type="boolean",
                              description="tables smaller than chunks_per_group share Spark applications "
                                          "(false: one table per mapped task)"),
@@ -126,7 +138,21 @@ with DAG(
         remove_tables="{{ params.remove_tables }}",
         zero_dates="{{ params.zero_dates }}",
     )
-    with TaskGroup("snapshot_phase", tooltip="one Spark application per chunk group") as snapshot_phase:
+    start_runner = MySqlCdcStartRunnerOperator(
+        task_id="start_runner",
+        conn_id="{{ params.spark_conn_id }}",
+        mysql_conn_id="{{ params.mysql_conn_id }}",
+        output_path="{{ params.output }}",
+        chunk_store="{{ params.chunk_store }}",
+        # no group (or shared_spark_app off): no runner, and each group submits its own application
+        chunk_groups="{{ ti.xcom_pull(task_ids='plan') if params.shared_spark_app else [] }}",
+    )
+    stop_runner = MySqlCdcStopRunnerOperator(
+        task_id="stop_runner",
+        output_path="{{ params.output }}",
+        chunk_store="{{ params.chunk_store }}",
+    )
+    with TaskGroup("snapshot_phase", tooltip="one mapped task per chunk group") as snapshot_phase:
         MySqlCdcSnapshotOperator.partial(
             task_id="snapshot_chunk_group",
             conn_id="{{ params.spark_conn_id }}",
@@ -139,6 +165,7 @@ with DAG(
             query_timeout="{{ params.query_timeout }}",
             map_index_template=MAP_INDEX_TEMPLATE,  # "shop.orders chunks 8-15 (plan generation 3)"
             outlets=[ASSET_ALIAS],  # mapped tasks declare their outlets here: one asset per table (assets.py)
+            deferrable=True,  # waits in the triggerer while the run's group runner runs its group
             retries=1,
         ).expand(chunk_group=plan.output)
     stream = MySqlCdcStreamOperator(
@@ -158,4 +185,5 @@ with DAG(
         query_timeout="{{ params.query_timeout }}",
         trigger_rule="none_failed",  # a startup mode without a snapshot maps no snapshot task (skipped)
     )
-    plan >> snapshot_phase >> stream
+    plan >> start_runner >> snapshot_phase >> stream
+    snapshot_phase >> stop_runner.as_teardown(setups=start_runner)

@@ -1,4 +1,5 @@
-"""Snapshot task: one chunk group as one Spark application (``spark_apps/snapshot_chunks.py``).
+"""Snapshot task: one chunk group, run by the DAG run's group runner when one serves, else as a Spark
+application of its own (``spark_apps/snapshot_chunks.py``).
 
 Mapped over the plan task's groups with ``.partial(...).expand(chunk_group=...)``; the map index names the
 group (``shop.orders chunks 8-15 (plan generation 3)``) from the moment a try starts. Clearing one mapped task
@@ -6,17 +7,26 @@ instance reruns exactly that group: the chunks are read again and replace their 
 stream treats them as HW = -inf until the rerun commits. Returns the group's chunk results (rows, LW, HW) as
 recorded in the chunk store. What a failed try left behind, and the message it gives, is
 ``snapshot_outcome``'s.
+
+With a group runner (``snapshot_runner.py``: one Spark application started once for the DAG run) the task
+hands it the group through the chunk store and waits: deferred (``deferrable=True``: in the triggerer, no
+worker slot held) or polling. A runner that goes away before it finishes the group (stopped, dead) makes the
+task record what it left behind and run the group with its own ``spark-submit``.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS
-from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store.group_runs import DONE, GONE, request_outcome
 from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
@@ -40,12 +50,14 @@ from airflow_provider_mysqlcdc.operators.snapshot_outcome import (
     group_result,
     record_dead_attempts,
 )
+from airflow_provider_mysqlcdc.operators.snapshot_runner import runner_scope
 from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_exit import exit_reason
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.arguments import BadValue, shown
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
+from airflow_provider_mysqlcdc.triggers.group_request import GroupRequestTrigger
 
 # Rendered by the task runner from the mapped argument as a try starts (not from a value set in execute(),
 # which showed a bare number while the group was running or waiting to retry).
@@ -105,6 +117,10 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         0: no cap).
     :param rows_per_second: rows/s the source serves to all chunk reads together (default: no limit).
     :param query_timeout: server-side time limit of each chunk ``SELECT`` in seconds (default 600; 0: none).
+    :param deferrable: while the DAG run's group runner runs the group, wait in the triggerer (no worker
+        slot held) instead of in the task (default: Airflow's ``[operators] default_deferrable``). Without a
+        runner serving, the task runs the group with ``spark-submit`` either way.
+    :param poll_interval: seconds between looks at the runner's progress (default 2).
     :param application: the Spark app (default ``spark_apps/snapshot_chunks.py``, found in the checkout or
         under ``<prefix>/share/airflow-provider-mysqlcdc/spark_apps``).
     :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
@@ -132,6 +148,8 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         max_concurrent_reads: int | str | None = None,
         rows_per_second: float | str | None = None,
         query_timeout: float | str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 2.0,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -151,6 +169,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.max_concurrent_reads = max_concurrent_reads
         self.rows_per_second = rows_per_second
         self.query_timeout = query_timeout
+        self.deferrable, self.poll_interval = deferrable, float(poll_interval)
         check_literals(vars(self), _LITERAL_CHECKS)
 
     def checked_arguments(self) -> dict[str, Any]:
@@ -160,11 +179,39 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
     # SparkSubmitOperator annotates its execute ``-> None``, narrower than BaseOperator's: what execute
     # returns is the task's XCom value, here the outcome the downstream tasks read
     def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]
+        group, hook, store_url = self._prepare(context)
+        before = attempts_before(group_result(store_url, group))
+        request_id = self._hand_to_runner(context, group, hook, store_url)
+        if request_id is None:
+            return self._run_own_application(context, group, hook, store_url, before)
+        if self.deferrable:
+            self.defer(trigger=GroupRequestTrigger(
+                chunk_store=self._given_store(), output_path=self.output_path, scope=runner_scope(context),
+                request_id=request_id, poll_interval=self.poll_interval,
+                echo={"before": _before_list(before)}),
+                method_name="execute_complete")
+        with ChunkStore(store_url) as store:
+            while True:
+                request = store.group_request(request_id)
+                outcome = request_outcome(request, store.runner(runner_scope(context)))
+                if outcome is not None:
+                    break
+                time.sleep(self.poll_interval)
+        return self._after_runner(context, group, hook, store_url, before, outcome[0], outcome[1])
+
+    def execute_complete(self, context: Any, event: Mapping[str, Any]) -> dict[str, Any]:
+        """Back from the trigger: the runner finished the group (or went away: run it here)."""
+        group, hook, store_url = self._prepare(context)
+        counts = {(str(t), int(c)): int(n) for t, c, n in (event.get("echo") or {}).get("before", ())}
+        return self._after_runner(context, group, hook, store_url, counts, str(event["outcome"]),
+                                  str(event.get("detail") or ""))
+
+    def _prepare(self, context: Any) -> tuple[ChunkGroup, MySqlCdcHook, str]:
+        """Check every argument and build the Spark application's arguments (also what the runner gets)."""
         args = self.checked_arguments()
         group: ChunkGroup = args["chunk_group"]
         hook = MySqlCdcHook(args["mysql_conn_id"])
         store_url = chunk_store_url(args["chunk_store"], args["output_path"])
-        settings = hook.settings()
         map_index = int(context["ti"].map_index or 0)
         self.application_args = [
             "--mysql-url", hook.redacted_url(),
@@ -187,9 +234,57 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
                 self.application_args += [flag, str(value)]
         self.name = (self.name if self.name and self.name != "arrow-spark"
                      else f"mysqlcdc snapshot {group.name}")
+        self._group_args = list(self.application_args)  # before prepare_spark adds the chunk store
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
+        return group, hook, store_url
+
+    def _given_store(self) -> str | None:
+        return None if not_given(self.chunk_store) else str(self.chunk_store)
+
+    def _hand_to_runner(self, context: Any, group: ChunkGroup, hook: MySqlCdcHook,
+                        store_url: str) -> str | None:
+        """Queue the group for the DAG run's runner if one serves with this task's source; its request id,
+        or None (no runner: run the group here)."""
+        scope = runner_scope(context)
+        with ChunkStore(store_url) as store:
+            runner = store.runner(scope)
+            if runner is None or not runner.takes_groups():
+                if runner is not None:
+                    self.log.info("the DAG run's group runner runs no more groups (%s): running %s with "
+                                  "spark-submit", runner.gone_reason(), group.name)
+                return None
+            if runner.source != hook.redacted_url():
+                self.log.warning("the DAG run's group runner reads from %s, this task from %s: running %s "
+                                 "with spark-submit", runner.source, hook.redacted_url(), group.name)
+                return None
+            ti = context["ti"]
+            task = f"{self.task_id}[{ti.map_index}]"
+            request_id = hashlib.sha256(
+                f"{scope}\0{task}\0{ti.try_number}\0{runner.runner_id}".encode()).hexdigest()[:40]
+            store.request_group(scope, request_id, task=task, name=group.name, args=self._group_args)
+        self.log.info("handed %s (%d chunk(s)) to the DAG run's group runner %s (request %s)", group.name,
+                      group.chunk_count, runner.runner_id, request_id)
+        return request_id
+
+    def _after_runner(self, context: Any, group: ChunkGroup, hook: MySqlCdcHook, store_url: str,
+                      before: Mapping[tuple[str, int], int], outcome: str, detail: str) -> dict[str, Any]:
+        if outcome == GONE:
+            gone = CdcError(f"the group runner went away before it finished the group: {detail}")
+            running, _ = record_dead_attempts(store_url, group, before, str(context["run_id"]), gone)
+            self.log.warning("%s: %s%s; running it with spark-submit", group.name, gone,
+                             f" (chunks {describe_chunks(running)} were running)" if running else "")
+            return self._run_own_application(context, group, hook, store_url,
+                                             attempts_before(group_result(store_url, group)))
+        failure = None if outcome == DONE else CdcError(detail or f"the group runner: {outcome}")
+        unstarted: dict[str, list[int]] = {}
+        if failure is not None:
+            _, unstarted = record_dead_attempts(store_url, group, before, str(context["run_id"]), failure)
+        return self._finish(context, group, hook, store_url, failure, unstarted)
+
+    def _run_own_application(self, context: Any, group: ChunkGroup, hook: MySqlCdcHook, store_url: str,
+                             before: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+        """The group as a Spark application of its own (``spark-submit``)."""
         self.log.info("snapshotting %s (%d chunk(s)) on Spark", group.name, group.chunk_count)
-        before = attempts_before(group_result(store_url, group))
         failure: BaseException | None = None
         unstarted: dict[str, list[int]] = {}
         try:
@@ -201,18 +296,29 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
                 self.log.warning("%s: the Spark application ended (%s) with %s running and %s not started; "
                                  "they are recorded as failed", group.name, exit_reason(exc),
                                  describe_chunks(running), describe_chunks(unstarted))
+        return self._finish(context, group, hook, store_url, failure, unstarted)
+
+    def _finish(self, context: Any, group: ChunkGroup, hook: MySqlCdcHook, store_url: str,
+                failure: BaseException | None, unstarted: Mapping[str, Sequence[int]]) -> dict[str, Any]:
+        """The group's result as the chunk store has it; a chunk not committed by this run fails the task."""
         result = group_result(store_url, group)
         failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
         if failure is not None or failed:
-            task = TaskRef(self.task_id, map_index)
+            task = TaskRef(self.task_id, int(context["ti"].map_index or 0))
             raise CdcError(failure_message(group, failed, failure, unstarted, task)) from failure
         self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"],
                       result["max_hw"])
+        settings = hook.settings()
         for part in result["parts"]:
             if part["table_complete"]:
                 self.emit_table_asset(context, settings, part["table"], {"generation": part["generation"],
                                                                          "phase": "snapshot"})
         return result
+
+
+def _before_list(before: Mapping[tuple[str, int], int]) -> list[list[Any]]:
+    """``attempts_before`` as JSON (the trigger's resume arguments)."""
+    return [[table, chunk_id, count] for (table, chunk_id), count in before.items()]
 
 
 def reader_slot_base(map_index: int, group_size: int) -> int:

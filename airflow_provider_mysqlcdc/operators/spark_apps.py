@@ -12,6 +12,7 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 
 SNAPSHOT_APP = "snapshot_chunks.py"
 STREAM_APP = "binlog_stream.py"
+RUNNER_APP = "snapshot_runner.py"
 SHARE_DIR = Path("share") / "airflow-provider-mysqlcdc" / "spark_apps"
 
 

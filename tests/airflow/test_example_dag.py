@@ -1,15 +1,17 @@
 """The example DAG through real Airflow, Spark and MariaDB, with writers, and a Spark driver killed mid-chunk.
 
-1. ``dag.test()``: plan -> mapped snapshot groups (Spark) -> available-now stream; map indexes are named.
-   While it runs, a watcher SIGKILLs the first snapshot driver caught half way through a chunk read (the chunk
-   ``running`` in the chunk store, its first Parquet file on disk, not committed), as when a node dies (the
-   fault matrix, issue 7). Once Airflow has failed that try, the group's chunks are ``failed``, not
-   ``running``; Airflow retries exactly that mapped task (``retries=1``, only the delay shortened) and the run
+1. ``dag.test()``: plan -> the run's group runner (one Spark application) -> mapped snapshot groups handed to
+   it, each task deferred while its group runs -> available-now stream; map indexes are named. While it runs,
+   a watcher SIGKILLs the runner's driver caught half way through a chunk read (the chunk ``running`` in the
+   chunk store, its first Parquet file on disk, not committed), as when a node dies (the fault matrix, issue
+   7). The deferred task of that group learns that its runner is gone, records the group's chunks ``failed``
+   and runs the group with a ``spark-submit`` of its own, in the same try, as do the groups after it; the run
    succeeds: the killed chunks show two attempts (the first failed, the second committed), no other chunk is
    read twice, and the snapshot manifest (what readers follow) names only the committed attempt's files, every
-   key once;
-2. one mapped snapshot task instance is cleared (Airflow's own clear) and the run is driven again: exactly
-   that chunk group is read again, nothing else;
+   key once; the runner's teardown records it failed;
+2. one mapped snapshot task instance is cleared (Airflow's own clear, which clears the runner's setup and
+   teardown with it) and the run is driven again: a new runner reads exactly that chunk group again, nothing
+   else;
 3. the stream task runs in continuous mode (``airflow tasks test`` in a subprocess) while a second DAG run
    redoes two chunk ids: that run's stream task skips, the running stream picks up the new HWs;
 4. the continuous stream task is killed (SIGTERM) once it has committed a batch of its own: spark-submit and
@@ -48,7 +50,8 @@ from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapsho
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
-from airflow_provider_mysqlcdc.operators.spark_apps import SNAPSHOT_APP
+from airflow_provider_mysqlcdc.operators.snapshot_runner import LOG_DIR_ENV
+from airflow_provider_mysqlcdc.operators.spark_apps import RUNNER_APP, SNAPSHOT_APP
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
 from tests.support.engine_harness import assert_mirror_equals_source
@@ -155,14 +158,17 @@ def _clear_and_rerun(dag, run_id: str, task_id: str, map_index: int) -> str:
     from airflow.utils.state import DagRunState, TaskInstanceState
     from sqlalchemy import select
 
+    # as the UI's Clear: the task's setup and teardown (the group runner's start and stop) are cleared with it
+    around = [t.task_id for t in dag.task_dict[task_id].get_upstreams_only_setups_and_teardowns()]
     with create_session() as session:
         tis = session.scalars(
             select(TaskInstance).where(
                 TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run_id,
-                TaskInstance.task_id == task_id, TaskInstance.map_index == map_index,
+                ((TaskInstance.task_id == task_id) & (TaskInstance.map_index == map_index))
+                | TaskInstance.task_id.in_(around),
             )
         ).all()
-        assert len(tis) == 1
+        assert len(tis) == 1 + len(around)
         clear_task_instances(tis, session, dag_run_state=DagRunState.QUEUED)
     scheduler_dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     with create_session() as session:
@@ -182,7 +188,7 @@ def _clear_and_rerun(dag, run_id: str, task_id: str, map_index: int) -> str:
             scheduled = [t for t in dr.get_task_instances(session=session)
                          if t.state == TaskInstanceState.SCHEDULED]
             for ti in scheduled:
-                _run_task(ti=ti, task=dag.task_dict[ti.task_id])
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
         return str(dr.state)
 
 
@@ -227,6 +233,7 @@ def _stream_batches(checkpoint: str) -> int:
 class Kill:
     """What the watcher saw and did: the killed driver, its chunk group, the chunk it was in, the try."""
 
+    app: str = ""  # the killed driver's Spark app: the group runner, or one group's own application
     pid: int = 0
     table: str = ""
     generation: int = 0
@@ -243,15 +250,16 @@ class Kill:
 
 
 def _snapshot_drivers(output: str) -> list[tuple[int, list[str]]]:
-    """Python driver processes of snapshot spark-submits writing to ``output`` (not the JVM, not the test)."""
+    """Python driver processes of snapshot spark-submits writing to ``output`` (not the JVM, not the test):
+    one group's own application, or the group runner (whose chunk store is in ``output``)."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         argv = argv_of(proc.name)
-        if len(argv) < 2 or int(proc.name) == os.getpid() or output not in argv:
+        if len(argv) < 2 or int(proc.name) == os.getpid() or not any(output in a for a in argv):
             continue
         if Path(argv[0]).name.startswith("java") or "org.apache.spark.deploy.SparkSubmit" in argv:
             continue
-        if any(a.endswith("/" + SNAPSHOT_APP) for a in argv[1:3]):
+        if any(a.endswith(("/" + SNAPSHOT_APP, "/" + RUNNER_APP)) for a in argv[1:3]):
             found.append((int(proc.name), argv))
     return found
 
@@ -277,9 +285,9 @@ class DriverKiller(threading.Thread):
     """Kills the first snapshot driver caught half way through a chunk read, then waits for Airflow to fail
     that try and records what the chunk store says about the killed chunks at that moment."""
 
-    def __init__(self, output: str, timeout: float = 300) -> None:
+    def __init__(self, output: str, tables: list[str], timeout: float = 300) -> None:
         super().__init__(daemon=True, name="driver-killer")
-        self.output, self.timeout = output, timeout
+        self.output, self.tables, self.timeout = output, tables, timeout
         self.store_path = os.path.join(output, CHUNK_STORE_FILE)
         self.kill = Kill()
         self.killed = threading.Event()
@@ -297,8 +305,8 @@ class DriverKiller(threading.Thread):
             if os.path.exists(self.store_path) and self._try_kill():
                 break
             time.sleep(0.05)
-        if not self.killed.is_set():
-            return
+        if not self.killed.is_set() or self.kill.app == RUNNER_APP:
+            return  # a group handed to a dead runner is run again in the same try, not retried
         # Airflow fails the try once spark-submit has exited; the try stays the same (up_for_retry) for the
         # retry delay (1 s): polled often enough to see it
         while not self.halt.is_set() and time.monotonic() < deadline:
@@ -315,12 +323,13 @@ class DriverKiller(threading.Thread):
 
     def _try_kill(self) -> bool:
         for pid, argv in _snapshot_drivers(self.output):
-            for table in snapshot_tables(argv):
-                if self._kill_in(pid, table):
+            runner = any(a.endswith("/" + RUNNER_APP) for a in argv[1:3])
+            for table in self.tables if runner else snapshot_tables(argv):
+                if self._kill_in(pid, table, RUNNER_APP if runner else SNAPSHOT_APP):
                     return True
         return False
 
-    def _kill_in(self, pid: int, table: str) -> bool:
+    def _kill_in(self, pid: int, table: str, app: str) -> bool:
         with ChunkStore(self.store_path) as store:
             running = [c for c in store.chunks(table) if c.status == RUNNING]
         snapshot = posixpath.join(table_dir(self.output, TableId.parse(table)), "snapshot")
@@ -329,11 +338,13 @@ class DriverKiller(threading.Thread):
                                             f"chunk={chunk.chunk_id}", "version=*", "part-*.parquet")):
                 continue
             tis = [(m, t, r) for m, t, s, r in _snapshot_tis() if s == "running"]
+            if app == RUNNER_APP:  # the task whose group the runner runs waits deferred: its request says
+                tis = [(m, t, r) for m, t, s, r in _snapshot_tis() if m in _runner_tasks(self.store_path)]
             os.kill(pid, signal.SIGKILL)  # the driver only: spark-submit's JVM sees it die
             started = glob.glob(posixpath.join(snapshot, f"generation={chunk.generation}", "chunk=*",
                                                "version=*"))
             self.kill = Kill(
-                pid=pid, table=table, generation=chunk.generation,
+                app=app, pid=pid, table=table, generation=chunk.generation,
                 running=tuple(c.chunk_id for c in running), chunk_id=chunk.chunk_id,
                 version_dirs=tuple(sorted(started)), attempt=chunk.attempts,
                 run_id=tis[0][2] if len(tis) == 1 else None,
@@ -343,6 +354,17 @@ class DriverKiller(threading.Thread):
             self.killed.set()
             return True
         return False
+
+
+def _runner_tasks(store_path: str) -> set[int]:
+    """Map indexes of the snapshot tasks whose groups the group runner is running."""
+    import sqlalchemy as sa
+
+    from airflow_provider_mysqlcdc.engine.chunk_store.schema import group_requests_table as q
+
+    with ChunkStore(store_path) as store, store.engine.connect() as conn:
+        tasks = conn.execute(sa.select(q.c.task).where(q.c.state == "running")).scalars().all()
+    return {int(t.rsplit("[", 1)[1].rstrip("]")) for t in tasks}
 
 
 def _running_run_states() -> dict[str, str | None]:
@@ -394,17 +416,20 @@ class SnapshotPhaseWriters(ReportingThread):
 
 def _assert_killed_try_retried(kill: Kill, tis: dict, tables: list[TableId], store: ChunkStore, output: str,
                                run_id: str) -> None:
-    """What the kill left once the run succeeded: Airflow retried exactly that mapped task, the killed attempt
-    failed and the retry committed; readers following the manifest see only the committed attempt's files."""
-    # the kill hit the first try of one mapped task; once Airflow failed it, the chunks were not "running"
+    """What the kill left once the run succeeded: the killed attempt failed and the next one committed (a
+    group's own application killed: Airflow retried exactly that mapped task; the group runner killed: the
+    task ran its group itself in the same try); readers following the manifest see only the committed
+    attempt's files."""
     assert kill.try_number == 1 and kill.map_index is not None and kill.run_id == run_id, kill
-    assert kill.ti_state_after == "up_for_retry", kill
-    assert kill.after_failure == {c: FAILED for c in kill.running}, kill
-
-    # Airflow retried exactly that mapped task; every other task ran once
     mapped = {k[1]: v for k, v in tis.items() if k[0] == SNAPSHOT_TASK}
     tries = {i: v[2] for i, v in mapped.items()}
-    assert tries == {i: 2 if i == kill.map_index else 1 for i in mapped}, mapped
+    if kill.app == SNAPSHOT_APP:  # once Airflow failed the try, the chunks were not "running"
+        assert kill.ti_state_after == "up_for_retry", kill
+        assert kill.after_failure == {c: FAILED for c in kill.running}, kill
+        assert tries == {i: 2 if i == kill.map_index else 1 for i in mapped}, mapped
+    else:  # the runner's end: recorded by its teardown, and no task needed a retry
+        assert kill.app == RUNNER_APP and tries == {i: 1 for i in mapped}, mapped
+        assert tis[("stop_runner", -1)][0] == "success", tis
     assert all(v[0] == "success" for v in tis.values()), tis
     assert tis[("plan", -1)][2] == 1 and tis[("stream", -1)][2] == 1, tis
     killed_name = mapped[kill.map_index][1]
@@ -501,13 +526,14 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     more = Workload(lambda: mysql_server.admin(), mysql_db, seed=32, writers=2, specs=SPECS, pace=0.1,
                     max_transactions=30)
     more_started = False
-    killer = DriverKiller(output)
+    killer = DriverKiller(output, [str(t) for t in tables])
+    monkeypatch.setenv(LOG_DIR_ENV, str(tmp_path / "runner-logs"))
     logs: list[str] = []
     # the watchers' first queries import Airflow's models and configure its mappers: here, not in a thread
     # while dag.test() does the same (that deadlocks on the import lock)
     assert _running_run_states() == {} and _snapshot_tis() == []
     try:
-        # 1. the whole DAG while the writers run; one snapshot driver killed mid-chunk, Airflow retries it
+        # 1. the whole DAG while the writers run; the group runner's driver killed mid-chunk
         writers.start()
         killer.start()
         try:
@@ -538,8 +564,12 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
             assert events.count((uri, SNAPSHOT_TASK)) == 1, (uri, events)
             assert events.count((uri, "stream")) == 1, (uri, events)
         _assert_killed_try_retried(kill, tis, tables, store, output, run.run_id)
+        scope = f"{DAG_ID}/{run.run_id}"
+        killed_runner = store.runner(scope)
+        assert killed_runner.state == "failed" and "has ended" in killed_runner.detail, killed_runner
 
-        # 2. clear one mapped snapshot task (not the retried one): exactly its chunk group is read again
+        # 2. clear one mapped snapshot task (not the killed one): a new runner reads exactly its chunk group
+        # again
         index, name = next((i, n) for i, n in mapped[1:] + mapped[:1] if i != kill.map_index)
         group_table = name.split(" ")[0]
         before = {(t, c.chunk_id): c.attempts for t in map(str, tables) for c in store.chunks(t)}
@@ -549,6 +579,10 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         group = next(r for r in results if r["name"] == name)
         assert rerun == {(group_table, c) for c in group["chunk_ids"]}, (name, rerun)
         assert _task_instances(run.run_id)[(SNAPSHOT_TASK, index)][2] == 2  # a second try of that task only
+        rerun_runner = store.runner(scope)  # started again by the cleared setup, stopped by its teardown
+        assert rerun_runner.runner_id != killed_runner.runner_id, rerun_runner
+        assert rerun_runner.state == "stopped", rerun_runner
+        assert "ran 1 group(s), 0 failed" in rerun_runner.detail, rerun_runner
 
         # 3. the stream task in continuous mode (a long-running task) while another run redoes two chunks
         checkpoint = record["checkpoint"]

@@ -542,11 +542,17 @@ def test_planning_a_removed_table_again_puts_it_back_with_a_new_generation(store
 
 
 def _downgrade(url: str, version: int) -> None:
-    """Turn a store into what release ``version`` wrote: schema_version 2 has no HW servers and no stream
-    claims; 1 has no membership columns either."""
+    """Turn a store into what release ``version`` wrote: schema_version 3 has no group-run tables; 2 no HW
+    servers and no stream claims either; 1 no membership columns either."""
     engine = sa.create_engine(cs.normalize_url(url))
     try:
         with engine.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE mysqlcdc_group_requests")
+            conn.exec_driver_sql("DROP TABLE mysqlcdc_group_runners")
+            if version == 3:
+                conn.execute(sa.update(cs.meta_table).where(cs.meta_table.c.name == "schema_version")
+                             .values(value="3"))
+                return
             for column in ("hw_server", "hw_gtid_position"):
                 conn.exec_driver_sql(f"ALTER TABLE mysqlcdc_chunks DROP COLUMN {column}")
             conn.exec_driver_sql("DROP TABLE mysqlcdc_stream_claims")
@@ -590,7 +596,7 @@ def test_a_version_1_store_is_migrated_when_opened(fresh_store_url):
         t.join()
     assert not errors, errors
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == cs.SCHEMA_VERSION == 3
+        assert store.schema_version() == cs.SCHEMA_VERSION == 4
         assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
         entry = store.table_entry(TABLE)
         assert entry.active and entry.added_generation is None and entry.removed_at is None
@@ -608,7 +614,7 @@ def test_a_version_2_store_is_migrated_when_opened(fresh_store_url):
         commit(first, g, 0, 10, 20, "v0", hw_server="mariadb:1", hw_gtid_position="0-1-5")
     _downgrade(fresh_store_url, 2)
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == cs.SCHEMA_VERSION == 3
+        assert store.schema_version() == cs.SCHEMA_VERSION == 4
         [old] = [c for c in store.chunks(TABLE) if c.hw is not None]
         assert (old.hw, old.hw_server, old.hw_gtid_position) == (pos(20), None, None)
         again = commit(store, g, 0, 30, 40, "v1", hw_server="mariadb:1", hw_gtid_position="0-1-9")
@@ -785,3 +791,88 @@ def test_forked_child_reuses_an_inherited_store(tmp_path):
         child.join(30)
         assert child.exitcode == 0
         assert [c.output_version for c in store.chunks(TABLE)] == [None, "parent", "from-child"]
+
+
+# --- group runs: chunk groups handed to a running application -----------------------------------------------
+
+
+def test_a_version_3_store_gains_the_group_run_tables_when_opened(fresh_store_url):
+    with ChunkStore(fresh_store_url) as first:
+        g = new_plan(first)
+        before = first.chunks(TABLE)
+    _downgrade(fresh_store_url, 3)
+    with ChunkStore(fresh_store_url) as store:
+        assert store.schema_version() == cs.SCHEMA_VERSION == 4
+        assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
+        store.register_runner("d/r", "u1", source="mysql://cdc@h:1", host="h", pid=None)
+        assert store.runner("d/r").state == "starting"
+
+
+def test_groups_are_taken_oldest_first_by_the_scopes_runner_and_finished_once(store):
+    from airflow_provider_mysqlcdc.engine.chunk_store import group_runs as gr
+
+    assert store.runner("d/r1") is None
+    store.register_runner("d/r1", "u1", source="mysql://cdc@h:1", host="h", pid=None)
+    for i in range(3):
+        store.request_group("d/r1", f"q{i}", task=f"snap[{i}]", name=f"g{i}", args=["--x", str(i)])
+    store.request_group("d/other", "q9", task="snap[0]", name="other scope", args=[])
+    assert store.take_groups("d/r1", "someone-else", 5) == []  # not the scope's runner
+    taken = store.take_groups("d/r1", "u1", 2)
+    assert [(t.request_id, t.state, t.runner_id, t.args) for t in taken] == [
+        ("q0", gr.TAKEN, "u1", ("--x", "0")), ("q1", gr.TAKEN, "u1", ("--x", "1"))]
+    assert store.runner_heartbeat("d/r1", "u1") == gr.SERVING
+    store.finish_group("q0", "u1", result={"ok": True, "rows": 3})
+    store.finish_group("q0", "u1", error="late duplicate")  # finished once: ignored
+    store.finish_group("q1", "u1", error="ValueError: bad group")
+    done, failed = store.group_request("q0"), store.group_request("q1")
+    assert (done.state, done.result, done.error) == (gr.DONE, {"ok": True, "rows": 3}, None)
+    assert (failed.state, failed.error, failed.runner_gone) == (
+        gr.REQUEST_FAILED, "ValueError: bad group", False)
+    runner = store.runner("d/r1")
+    assert gr.request_outcome(done, runner) == (gr.DONE, "")
+    assert gr.request_outcome(failed, runner) == (gr.REQUEST_FAILED, "ValueError: bad group")
+    assert gr.request_outcome(store.group_request("q2"), runner) is None  # queued, the runner serves: wait
+
+    # a later try of the same task withdraws its earlier request that nobody took
+    store.request_group("d/r1", "q2-try2", task="snap[2]", name="g2", args=[])
+    assert store.group_request("q2").state == gr.WITHDRAWN
+    assert store.request_group("d/r1", "q2-try2", task="snap[2]", name="g2", args=["ignored"]).args == ()
+
+    # asked to stop: takes nothing more; what was queued will not run, and its waiter learns it now
+    assert store.stop_runner("d/r1").state == gr.STOPPING
+    assert store.take_groups("d/r1", "u1", 5) == []
+    assert store.runner_heartbeat("d/r1", "u1") == gr.STOPPING
+    assert gr.request_outcome(store.group_request("q2-try2"), store.runner("d/r1"))[0] == gr.GONE
+    store.runner_ended("d/r1", "u1", failed=False, detail="asked to stop")
+    left = store.group_request("q2-try2")
+    assert (left.state, left.runner_gone) == (gr.REQUEST_FAILED, True) and "stopped" in left.error
+    assert gr.request_outcome(left, store.runner("d/r1"))[0] == gr.GONE
+    assert store.group_request("q9").state == gr.QUEUED  # another scope's request is untouched
+
+
+def test_a_silent_runner_is_gone_and_a_replaced_one_stops(store):
+    from datetime import timedelta
+
+    from airflow_provider_mysqlcdc.engine.chunk_store import group_runs as gr
+
+    store.register_runner("d/r2", "u1", source="mysql://cdc@h:1", host="h", pid=None)
+    store.note_runner_pid("d/r2", "u1", 4242)
+    store.request_group("d/r2", "q0", task="snap[0]", name="g0", args=[])
+    [taken] = store.take_groups("d/r2", "u1", 1)
+    runner = store.runner("d/r2")
+    assert runner.pid == 4242 and runner.alive()
+    starting_late = runner.heartbeat_at + timedelta(seconds=gr.STALE_S + 1)
+    assert runner.state == gr.STARTING and runner.alive(starting_late)  # a start may take long
+    store.runner_heartbeat("d/r2", "u1")
+    runner = store.runner("d/r2")
+    silent = runner.heartbeat_at + timedelta(seconds=gr.STALE_S + 1)
+    assert runner.state == gr.SERVING and not runner.alive(silent)
+    outcome = gr.request_outcome(taken, runner, silent)
+    assert outcome[0] == gr.GONE and "not been heard from" in outcome[1], outcome
+    # a new runner of the scope (the setup task cleared and run again): the old one's work fails, it stops
+    store.register_runner("d/r2", "u2", source="mysql://cdc@h:1", host="h", pid=None)
+    assert store.runner_heartbeat("d/r2", "u1") is None
+    replaced = store.group_request("q0")
+    assert replaced.runner_gone and "replaced by u2" in replaced.error
+    store.runner_ended("d/r2", "u1", failed=True, detail="late")  # the old one's end changes nothing
+    assert store.runner("d/r2").runner_id == "u2" and store.runner("d/r2").state == gr.STARTING

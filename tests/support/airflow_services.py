@@ -1,8 +1,9 @@
-"""A real, throwaway Airflow deployment for end-to-end tests: api-server, scheduler and dag-processor.
+"""A real, throwaway Airflow deployment for end-to-end tests: api-server, scheduler, dag-processor and
+triggerer (deferred tasks wait in it).
 
 ``dag.test()`` runs tasks in the test process; this runs them the way a deployment does: the dag-processor
 parses the DAG bundles, the scheduler (LocalExecutor) queues task instances, its workers run them through the
-task SDK and report to the api-server's execution API, and the UI shows the result. All three processes share
+task SDK and report to the api-server's execution API, and the UI shows the result. All processes share
 one environment (its own Airflow home and a fresh SQLite metadata DB in a work dir, one JWT secret so the
 api-server accepts the scheduler's task tokens), write logs to files there, die with the test process and are
 stopped as process groups (the LocalExecutor's workers and the task processes go with the scheduler).
@@ -53,8 +54,9 @@ def _quote(value: str) -> str:
 
 @dataclass
 class AirflowServices:
-    """api-server + scheduler + dag-processor on one fresh metadata DB; ``env`` adds to their environment
-    (connections as ``AIRFLOW_CONN_*``, config overrides); ``users`` maps SimpleAuthManager user to role."""
+    """api-server + scheduler + dag-processor + triggerer on one fresh metadata DB; ``env`` adds to their
+    environment (connections as ``AIRFLOW_CONN_*``, config overrides); ``users`` maps SimpleAuthManager user
+    to role."""
 
     users: Mapping[str, str] = field(default_factory=lambda: {"admin": "admin"})
     env: Mapping[str, str] = field(default_factory=dict)
@@ -83,7 +85,7 @@ class AirflowServices:
         return self.api.passwords
 
     def log_path(self, name: str) -> Path:
-        """``api-server``, ``scheduler``, ``dag-processor`` or ``db-migrate``."""
+        """``api-server``, ``scheduler``, ``dag-processor``, ``triggerer`` or ``db-migrate``."""
         if name == "api-server" and self.api is not None and self.api.workdir is not None:
             return self.api.log_path
         assert self.workdir is not None, "the services have not been started"
@@ -136,13 +138,13 @@ class AirflowServices:
             else:
                 self._run("db-migrate", ["db", "migrate"], env)
             # The scheduler and the dag-processor start while the api-server does (2 cores: it all overlaps).
-            for name in ("dag-processor", "scheduler"):
+            for name in ("dag-processor", "scheduler", "triggerer"):
                 self.processes[name] = self._spawn(name, [name], env)
             self.api = AirflowApiServer(users=self.users, env=env, port=port, apps="all",
                                         startup_timeout=self.startup_timeout, keep_workdir=self.keep_workdir)
             self.api.start()
             self.wait_until(self._components_healthy, self.startup_timeout,
-                            "scheduler and dag-processor healthy")
+                            "scheduler, dag-processor and triggerer healthy")
         except BaseException:
             self.stop()
             raise
@@ -171,7 +173,8 @@ class AirflowServices:
     def _components_healthy(self) -> bool:
         self.check_alive()
         health = requests.get(f"{self.url}/api/v2/monitor/health", timeout=self.request_timeout).json()
-        return all(health.get(part, {}).get("status") == "healthy" for part in ("scheduler", "dag_processor"))
+        return all(health.get(part, {}).get("status") == "healthy"
+                   for part in ("scheduler", "dag_processor", "triggerer"))
 
     def check_alive(self) -> None:
         """Fails with the process's log when the scheduler, the dag-processor or the api-server has exited."""
@@ -187,7 +190,7 @@ class AirflowServices:
         ``stop_grace``): they shut down side by side, not one after the other; the work dir goes unless
         ``keep_workdir``."""
         try:
-            popped = (self.processes.pop(name, None) for name in ("scheduler", "dag-processor"))
+            popped = (self.processes.pop(name, None) for name in ("scheduler", "dag-processor", "triggerer"))
             processes = [(p, 20.0) for p in popped if p is not None]
             if self.api is not None and self.api.process is not None:
                 processes.append((self.api.process, self.api.stop_grace))
@@ -216,7 +219,7 @@ class AirflowServices:
 
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of every process's log, for assertion messages."""
-        names = ("scheduler", "dag-processor", "api-server")
+        names = ("scheduler", "dag-processor", "triggerer", "api-server")
         return "\n".join(f"--- {name} ---\n{self._tail(name, lines)}" for name in names)
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1,

@@ -3,8 +3,8 @@
 Import from here. Inside: ``errors``, ``schema`` (tables, version, migrations), ``records`` (what it hands
 out), ``database`` (engine, transactions, retries through conflicts and outages), ``plans`` (plan generations
 and pipeline membership), ``attempts`` (start/commit/fail/invalidate a chunk), ``views`` (what the stream
-filter and the mirror read), ``claims`` (which stream holds which server_id range), and ``store``
-(``ChunkStore``, all of them in one object).
+filter and the mirror read), ``claims`` (which stream holds which server_id range), ``group_runs`` (chunk
+groups handed to an application already running), and ``store`` (``ChunkStore``, all of them in one object).
 """
 from airflow_provider_mysqlcdc.engine.chunk_store.claims import StreamClaim
 from airflow_provider_mysqlcdc.engine.chunk_store.database import (
@@ -21,6 +21,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store.errors import (
     StaleGeneration,
     UnknownChunk,
 )
+from airflow_provider_mysqlcdc.engine.chunk_store.group_runs import GroupRequest, GroupRunner
 from airflow_provider_mysqlcdc.engine.chunk_store.records import (
     ChunkEvent,
     ChunkResult,
@@ -56,7 +57,8 @@ __all__ = [
     "COMMITTED", "DEFAULT_OUTAGE_S", "FAILED", "MAX_ERROR_CHARS", "OUTAGE_ENV", "PLANNED", "RUNNING",
     "SCHEMA_VERSION", "SQLITE_BUSY_TIMEOUT_S", "STATUSES", "ChunkEvent", "ChunkResult", "ChunkSpec",
     "ChunkState", "ChunkStore", "ChunkStoreError", "ChunkStoreUnavailable", "ChunkStoreVersionError",
-    "GenerationView", "MirrorChunk", "MirrorView", "PlanInfo", "StaleAttempt", "StaleGeneration",
+    "GenerationView", "GroupRequest", "GroupRunner", "MirrorChunk", "MirrorView", "PlanInfo", "StaleAttempt",
+    "StaleGeneration",
     "StreamChunk", "StreamClaim", "TableEntry", "TableView", "UnknownChunk", "chunks_table", "history_table",
     "meta_table", "metadata", "normalize_url", "plans_table", "stream_claims_table", "tables_table",
 ]

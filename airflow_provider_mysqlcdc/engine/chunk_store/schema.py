@@ -13,8 +13,9 @@ from airflow_provider_mysqlcdc.engine.chunk_store.errors import ChunkStoreVersio
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3  # 1: the first release; 2: table membership (removed_*, added_generation);
-# 3: the server of each chunk HW (hw_server, hw_gtid_position) and the stream claims of server_id ranges
+SCHEMA_VERSION = 4  # 1: the first release; 2: table membership (removed_*, added_generation);
+# 3: the server of each chunk HW (hw_server, hw_gtid_position) and the stream claims of server_id ranges;
+# 4: the group runners of DAG runs and the chunk groups handed to them (tables only, no column added)
 JSON_VERSION = 1  # "v" of the store's own JSON columns (timings_json, extra_json)
 PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed"
 STATUSES = (PLANNED, RUNNING, COMMITTED, FAILED)
@@ -144,6 +145,40 @@ stream_claims_table = sa.Table(
     sa.Column("high_id", sa.BigInteger, nullable=False),
     sa.Column("holder", sa.Text, nullable=False),  # user@host pid
     sa.Column("claimed_at", _TS, nullable=False),
+    **_MYSQL_OPTS,
+)
+
+# schema version 4: a Spark application that runs the chunk groups of one DAG run (its "scope") handed to it
+# by the mapped snapshot tasks (engine/chunk_store/group_runs.py): the application, and each group's request.
+runners_table = sa.Table(
+    "mysqlcdc_group_runners", metadata,
+    sa.Column("scope_key", sa.String(64), primary_key=True),  # sha256 of the scope (any length)
+    sa.Column("scope", sa.Text, nullable=False),  # "<dag_id>/<run_id>"
+    sa.Column("runner_id", sa.String(64), nullable=False),  # this incarnation (a restart gets a new one)
+    sa.Column("state", sa.String(16), nullable=False),  # starting | serving | stopping | stopped | failed
+    sa.Column("source", sa.Text, nullable=False),  # the MySQL URL it reads with, password left out
+    sa.Column("host", _SHORT, nullable=False),
+    sa.Column("pid", sa.BigInteger, nullable=True),  # of the process that started it, on ``host``
+    sa.Column("started_at", _TS, nullable=False),
+    sa.Column("heartbeat_at", _TS, nullable=False),
+    sa.Column("finished_at", _TS, nullable=True),
+    sa.Column("detail", sa.Text, nullable=True),  # where its log is; why it stopped
+    **_MYSQL_OPTS,
+)
+group_requests_table = sa.Table(
+    "mysqlcdc_group_requests", metadata,
+    sa.Column("request_id", sa.String(64), primary_key=True),
+    sa.Column("scope_key", sa.String(64), nullable=False),
+    sa.Column("task", sa.Text, nullable=False),  # the mapped task instance that asked: "task_id[map_index]"
+    sa.Column("name", sa.Text, nullable=False),  # the group's name, for the logs
+    sa.Column("arguments_json", _LONG_TEXT, nullable=False),  # {"v": 1, "args": [snapshot app arguments]}
+    sa.Column("state", sa.String(16), nullable=False),  # queued | running | done | failed | withdrawn
+    sa.Column("runner_id", sa.String(64), nullable=True),  # the runner that took it
+    sa.Column("requested_at", _TS, nullable=False),
+    sa.Column("started_at", _TS, nullable=True),
+    sa.Column("finished_at", _TS, nullable=True),
+    sa.Column("result_json", _LONG_TEXT, nullable=True),  # {"v": 1, "result": ...} or {"v": 1, "error": ...}
+    sa.Index("ix_mysqlcdc_group_requests_scope", "scope_key", "state"),
     **_MYSQL_OPTS,
 )
 

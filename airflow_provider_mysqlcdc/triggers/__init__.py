@@ -1,0 +1,1 @@
+"""Triggers: what deferred tasks wait on, in Airflow's triggerer."""
