@@ -215,10 +215,11 @@ def test_a_failed_run_is_recovered_from_the_tab(services, mysql_server, mysql_db
         seed_rows(conn, mysql_db, rows_per_table=160, seed=SEED, specs=SPECS)
     output = str(tmp_path / "lake")
     t_nopk, t_ci = f"{mysql_db}.{NO_PK.name}", f"{mysql_db}.t_ci"
-    # one chunk group per table (pack_tables off); reads slowed (50 rows/s per read) so a chunk is caught half
+    # one chunk group per table (pack_tables off), each its own Spark application (shared_spark_app off: the
+    # killer below kills each group's driver); reads slowed (50 rows/s per read) so a chunk is caught half
     # written
     conf = {"tables": f"{mysql_db}.t_*", "output": output, "chunk_size": 60, "chunks_per_group": 64,
-            "pack_tables": False,
+            "pack_tables": False, "shared_spark_app": False,
             "max_concurrent_reads": 2, "rows_per_second": 100, "chunk_keys": {t_nopk: NO_PK.chunk_key}}
     # writers bounded by volume (every row they add is read again, slowly, by each rerun): over the run's
     # start and first tries, then (``rerun_writes``) over the first group's rerun

@@ -212,3 +212,30 @@ def test_the_cli_finds_the_chunk_store_the_operators_default_to(tmp_path, capsys
     error = capsys.readouterr().err
     assert "--chunk-store: no chunk store at '" in error and "plan the tables first" in error, error
     assert not any(empty.iterdir()), "nothing may be created"
+
+
+def test_the_snapshot_rate_counts_the_time_chunks_were_read_not_the_idle_time_after():
+    """Two tables read side by side for 10 s, then, an hour later, one chunk rerun in 2 s: the rate is the
+    rows over the 12 s of reading (it fell to rows/3,600 s when measured from the first start to the latest
+    commit), and it stays so however long after the snapshot the tab is looked at."""
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_provider_mysqlcdc.engine.status.progress import snapshot_progress
+    from airflow_provider_mysqlcdc.engine.status.table_status import TableStatus
+
+    t0 = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
+    at = lambda s: t0 + timedelta(seconds=s)
+    a = TableStatus("db.a", "stream", chunks=2, committed=2, rows=6000, first_started_at=t0,
+                    last_committed_at=at(10), read_spans=((at(0), at(6)), (at(6), at(10))))
+    b = TableStatus("db.b", "stream", chunks=2, committed=2, rows=6000, first_started_at=t0,
+                    last_committed_at=at(3602), read_spans=((at(1), at(9)), (at(3600), at(3602))))
+    for later in (3603, 86400):
+        progress = snapshot_progress([a, b], now=at(later))
+        assert progress.elapsed_s == 12 and progress.rows_per_second == 1000, progress
+        assert progress.eta_s is None and progress.done
+    # while chunks run: the rate is over what committed, the time left from it
+    c = TableStatus("db.c", "snapshot", chunks=4, committed=1, running=1, rows=1000, first_started_at=t0,
+                    last_committed_at=at(2), read_spans=((at(0), at(2)), (at(2), None)))
+    progress = snapshot_progress([c], now=at(3))
+    assert progress.rows_per_second == 500 and progress.elapsed_s == 3 and progress.eta_s == 5, progress
+    assert "read_spans" not in c.as_dict()

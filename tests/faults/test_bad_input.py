@@ -762,7 +762,7 @@ def test_the_example_dag_params_refuse_bad_values_in_the_trigger_form():
         "chunk_size": [0, -1, 10**12, "8096", 1.5], "chunks_per_group": [0, 10**7],
         "stream_trigger": ["sometimes", "processing-time="], "startup_mode": ["latest", "timestamp:", ""],
         "redo_chunks": ["3,7", "shop.orders=a", "shop.orders=3; DROP"], "only_new": ["maybe", 1],
-        "pack_tables": ["maybe", 0],
+        "pack_tables": ["maybe", 0], "shared_spark_app": ["maybe", 0],
         "remove_tables": ["x" * 5000], "zero_dates": ["drop"],
         "chunk_keys": [{"shop.t": ""}, {"nodot": "id"}, {"shop.t": "c" * 65}, ["shop.t"]],
         "exclude_columns": [{"shop.t": []}, {"nodot": ["c"]}, "secret"],

@@ -6,7 +6,7 @@ mixes chunk HWs; the status says so instead of letting readers assume one point 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -78,10 +78,15 @@ class TableStatus:
     row_estimate: int = 0  # the planner's estimate of the latest generation's rows
     first_started_at: datetime | None = None  # the latest generation's first chunk start (progress, rate)
     last_committed_at: datetime | None = None  # and its latest chunk commit
+    # when each chunk of the latest generation was read: (latest attempt's start, its commit; None while it
+    # runs), for the progress rate; left out of as_dict (one pair a chunk)
+    read_spans: tuple[tuple[datetime, datetime | None], ...] = field(default=(), repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name in self.__dataclass_fields__:
+            if name == "read_spans":
+                continue
             value = getattr(self, name)
             if isinstance(value, (BinlogPosition, datetime)):
                 value = str(value) if isinstance(value, BinlogPosition) else value.isoformat()
@@ -151,6 +156,8 @@ def table_status(
         row_estimate=_row_estimate(store, name, chunks.generation),
         first_started_at=min((c.started_at for c in chunks.states if c.started_at), default=None),
         last_committed_at=max((c.committed_at for c in chunks.states if c.committed_at), default=None),
+        read_spans=tuple((c.started_at, c.committed_at if c.status == COMMITTED else None)
+                         for c in chunks.states if c.started_at and c.status in (COMMITTED, RUNNING)),
     )
 
 
