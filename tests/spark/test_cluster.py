@@ -1,4 +1,6 @@
-"""Snapshot and available-now stream on a real Spark standalone cluster (master + worker), via spark-submit.
+"""Snapshot and available-now stream on a real Spark standalone cluster (master + worker), via spark-submit:
+the first snapshot through the group runner (one application taking two chunk groups handed to it through the
+chunk store), a chunk rerun as an application of its own.
 
 Nothing may depend on local mode: executors are separate JVMs with their own Python workers, the apps are
 submitted with a password file (never the password on the command line), and the result must equal the source.
@@ -9,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -42,14 +45,19 @@ def _executor_jvm_options() -> str:
     return " ".join([*FAST_START, *([f"-XX:SharedArchiveFile={archive}"] if archive is not None else [])])
 
 
-def _submit(cluster: SparkStandaloneCluster, app: str, args: list[str],
-            password: str) -> subprocess.CompletedProcess:
+def _command(cluster: SparkStandaloneCluster, app: str, args: list[str]) -> tuple[list[str], dict[str, str]]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop(MYSQL_PASSWORD_ENV, None)
     cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster.master_url,
            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=700m",
            "--conf", f"spark.executor.extraJavaOptions={_executor_jvm_options()}",
            "--conf", "spark.sql.shuffle.partitions=2", str(REPO / "spark_apps" / app), *args]
+    return cmd, env
+
+
+def _submit(cluster: SparkStandaloneCluster, app: str, args: list[str],
+            password: str) -> subprocess.CompletedProcess:
+    cmd, env = _command(cluster, app, args)
     result = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, f"{app} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     assert password not in result.stdout + result.stderr
@@ -80,15 +88,16 @@ def test_snapshot_and_stream_on_standalone_cluster(spark_cluster, mysql_server, 
     stream_args = [*common, "--tables", f"{t_int},{t_ci}", "--checkpoint", str(checkpoint),
                    "--trigger", "available-now", "--exclude-columns", f"{t_int}=note"]
 
-    # both tables in one chunk group (one application, as the snapshot operator submits them)
-    group = json.dumps({"parts": [{"table": str(t), "generation": plans[t].generation,
-                                   "chunk_ids": [c.chunk_id for c in plans[t].chunks]}
-                                  for t in (t_int, t_ci)]})
+    # one chunk group per table, both handed to the group runner (one application on the cluster)
+    groups = [json.dumps({"parts": [{"table": str(t), "generation": plans[t].generation,
+                                     "chunk_ids": [c.chunk_id for c in plans[t].chunks]}]})
+              for t in (t_int, t_ci)]
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=31, writers=1, specs=specs, pace=0.01,
                         max_transactions=STEP, idle_at_bound=True).start()
     try:
-        _submit(spark_cluster, "snapshot_chunks.py",
-                [*common, "--chunk-group", group, "--exclude-columns-of", f"{t_int}=note"], settings.password)
+        _run_groups_in_a_runner(spark_cluster, store, common, [
+            [*common, "--chunk-group", groups[0], "--exclude-columns-of", f"{t_int}=note"],
+            [*common, "--chunk-group", groups[1]]], tmp_path, settings.password)
         for table in plans:
             assert all(c.status == "committed" for c in store.chunks(str(table)))
         workload.allow_transactions(STEP)
@@ -110,3 +119,36 @@ def test_snapshot_and_stream_on_standalone_cluster(spark_cluster, mysql_server, 
     for parquet in output.rglob("*.parquet"):
         if "/t_int/" in str(parquet):
             assert "note" not in pq.read_schema(parquet).names, parquet
+
+
+def _run_groups_in_a_runner(cluster: SparkStandaloneCluster, store: ChunkStore, common: list[str],
+                            groups: list[list[str]], tmp_path: Path, password: str) -> None:
+    """Start the group runner on the cluster, hand it ``groups`` (each a snapshot app's arguments), wait for
+    them, stop it: it leaves by itself once asked."""
+    scope, runner_id = "cluster/run-1", "runner-1"
+    store.register_runner(scope, runner_id, source=common[1], host="test", pid=None)
+    runner_args = [*common[:6], "--scope", scope, "--runner-id", runner_id, "--concurrency", "2"]
+    cmd, env = _command(cluster, "snapshot_runner.py", runner_args)
+    log_path = tmp_path / "runner.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        ids = [store.request_group(scope, f"req-{i}", task=f"snap[{i}]", name=f"group {i}", args=args)
+               .request_id for i, args in enumerate(groups)]
+        deadline = time.monotonic() + 300
+        while not all(store.group_request(i).finished for i in ids):
+            assert process.poll() is None, log_path.read_text()[-4000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-4000:]
+            time.sleep(0.2)
+        for request_id in ids:
+            request = store.group_request(request_id)
+            assert request.state == "done" and request.result["ok"], (request, log_path.read_text()[-3000:])
+        store.stop_runner(scope)
+        assert process.wait(timeout=120) == 0, log_path.read_text()[-4000:]
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, 9)
+            process.wait()
+    runner = store.runner(scope)
+    assert runner.state == "stopped" and "ran 2 group(s), 0 failed" in runner.detail, runner
+    assert password not in log_path.read_text() and password not in " ".join(cmd)
