@@ -10,7 +10,7 @@ from cpu import Measure
 
 @dataclass
 class Figure:
-    section: str  # "snapshot", "planning", "catch-up", "latency", "memory", "mirror"
+    section: str  # "snapshot", "planning", "catch-up", "latency", "memory", "mirror", "dag"
     what: str  # the measurement, with its configuration
     value: float | None
     unit: str  # of value and baseline: "rows/s", "s", "events/s", "MB"
@@ -48,6 +48,7 @@ SECTION_TITLES = {
     "latency": "4. Latency",
     "memory": "5. Chunk memory",
     "mirror": "6. Mirror refresh",
+    "dag": "7. Example DAG",
 }
 
 

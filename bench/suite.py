@@ -17,7 +17,11 @@ Sections (``--only`` picks some; each starts its own throwaway MariaDB with the 
    same range (``bench/chunk_memory.py``);
 6. ``mirror``: the mirror refresh per stream micro-batch (rewrite the touched chunks, manifest, one Delta
    commit), changes spread over the table and in a hot key range, vs the same refresh without the Delta
-   commit on a copy of the same snapshot and changelog, the sides alternating (``bench/mirror_refresh.py``).
+   commit on a copy of the same snapshot and changelog, the sides alternating (``bench/mirror_refresh.py``);
+7. ``dag``: the example DAG's snapshot phase run by a real Airflow deployment (scheduler with the
+   LocalExecutor, triggerer), with the group runner and (case a) with a ``spark-submit`` per chunk group, and
+   its fixed overhead per chunk group, vs the CLI's one-job snapshot of the same tables
+   (``bench/dag_snapshot.py``; Spark ``local[2]`` on both sides, not the standalone cluster).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
@@ -43,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import catchup
 import chunk_memory
+import dag_snapshot
 import latency
 import mirror_refresh
 import planning
@@ -52,7 +57,7 @@ from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
 from spark_runs import SparkSetup, say
 
-SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror")
+SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag")
 SPARK_SECTIONS = ("snapshot", "catchup", "latency")
 MiB = 2**20
 
@@ -76,6 +81,10 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "mirror_rows": (1_000_000, 100_000),
     "mirror_batches": (30, 10),
     "mirror_changes": (2000, 2000),
+    "dag_tables": (9, 3),
+    "dag_rows": ("3000-5000", "3000-3600"),
+    "dag_many_tables": (300, 60),
+    "dag_many_rows": (2000, 2000),
 }
 
 
@@ -119,6 +128,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--mirror-batches", type=int,
                        help="stream batches of each mirror refresh variant, spread and hot (30)")
     sizes.add_argument("--mirror-changes", type=int, help="row changes per batch (2000)")
+    sizes.add_argument("--dag-tables", type=int,
+                       help="example DAG, case (a): tables of mixed widths, chunk_size 300, 4 chunks a "
+                       "group (9)")
+    sizes.add_argument("--dag-rows", help="rows of each of them, LO-HI drawn with --seed (3000-5000: 32 "
+                       "groups; 3000-15000 gives 71, whose spark-submit-per-group run takes ~12 min here)")
+    sizes.add_argument("--dag-many-tables", type=int, help="example DAG, case (b): tables (300)")
+    sizes.add_argument("--dag-many-rows", type=int, help="rows of each of them (2000)")
+    sizes.add_argument("--dag-parallelism", type=int, default=4, help="the LocalExecutor's parallelism (4)")
+    sizes.add_argument("--dag-no-before", action="store_true",
+                       help="case (a) without the spark-submit-per-group run (shared_spark_app=false)")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
         if getattr(args, name) is None:
@@ -335,6 +354,11 @@ def run(args: argparse.Namespace) -> Report:
         if "mirror" in args.sections:
             # not work / "mirror": a "/mirror/" in the output root's path confuses the Delta checks
             attempt("mirror", work / "refresh", lambda: mirror_section(args, work / "refresh"))
+        if "dag" in args.sections:
+            attempt("dag", work / "dag", lambda: dag_snapshot.run_section(
+                work / "dag", tables=args.dag_tables, rows=str(args.dag_rows),
+                many_tables=args.dag_many_tables, many_rows=args.dag_many_rows, seed=args.seed,
+                parallelism=args.dag_parallelism, before=not args.dag_no_before, keep=args.keep))
     finally:
         if setup is not None:
             setup.stop()
