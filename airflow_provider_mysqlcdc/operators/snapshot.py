@@ -62,6 +62,7 @@ from airflow_provider_mysqlcdc.triggers.group_request import GroupRequestTrigger
 # Rendered by the task runner from the mapped argument as a try starts (not from a value set in execute(),
 # which showed a bare number while the group was running or waiting to retry).
 MAP_INDEX_TEMPLATE = "{{ task.chunk_group.name }}"
+_WAIT_POLL_S = 0.25  # a look at the request while the task waits in place (one indexed row read)
 
 
 def _chunk_group(value: Any) -> ChunkGroup:
@@ -120,7 +121,9 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
     :param deferrable: while the DAG run's group runner runs the group, wait in the triggerer (no worker
         slot held) instead of in the task (default: Airflow's ``[operators] default_deferrable``). Without a
         runner serving, the task runs the group with ``spark-submit`` either way.
-    :param poll_interval: seconds between looks at the runner's progress (default 2).
+    :param defer_after: with ``deferrable``, seconds the task waits for its group in place before it
+        defers (default 20; 0: defer at once): a short group costs one task start instead of two.
+    :param poll_interval: seconds between the trigger's looks at the runner's progress (default 2).
     :param application: the Spark app (default ``spark_apps/snapshot_chunks.py``, found in the checkout or
         under ``<prefix>/share/airflow-provider-mysqlcdc/spark_apps``).
     :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
@@ -149,6 +152,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         rows_per_second: float | str | None = None,
         query_timeout: float | str | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        defer_after: float = 20.0,
         poll_interval: float = 2.0,
         application: str | None = None,
         conn_id: str = "spark_default",
@@ -170,6 +174,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.rows_per_second = rows_per_second
         self.query_timeout = query_timeout
         self.deferrable, self.poll_interval = deferrable, float(poll_interval)
+        self.defer_after = float(defer_after)
         check_literals(vars(self), _LITERAL_CHECKS)
 
     def checked_arguments(self) -> dict[str, Any]:
@@ -184,20 +189,31 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         request_id = self._hand_to_runner(context, group, hook, store_url)
         if request_id is None:
             return self._run_own_application(context, group, hook, store_url, before)
-        if self.deferrable:
+        # a short group is waited for here: deferring and resuming costs two task starts (seconds of
+        # Airflow's own work each) where the group itself may take one; a longer one frees the worker slot
+        limit = self.defer_after if self.deferrable else None
+        outcome = self._wait_here(context, store_url, request_id, limit)
+        if outcome is None:
+            self.log.info("%s still running after %g s: deferred until the group runner is done with it",
+                          group.name, self.defer_after)
             self.defer(trigger=GroupRequestTrigger(
                 chunk_store=self._given_store(), output_path=self.output_path, scope=runner_scope(context),
                 request_id=request_id, poll_interval=self.poll_interval,
                 echo={"before": _before_list(before)}),
                 method_name="execute_complete")
+        return self._after_runner(context, group, hook, store_url, before, outcome[0], outcome[1])
+
+    def _wait_here(self, context: Any, store_url: str, request_id: str,
+                   limit_s: float | None) -> tuple[str, str] | None:
+        """The request's outcome, polled in the task for up to ``limit_s`` (None: until it comes)."""
+        deadline = None if limit_s is None else time.monotonic() + limit_s
         with ChunkStore(store_url) as store:
             while True:
-                request = store.group_request(request_id)
-                outcome = request_outcome(request, store.runner(runner_scope(context)))
-                if outcome is not None:
-                    break
-                time.sleep(self.poll_interval)
-        return self._after_runner(context, group, hook, store_url, before, outcome[0], outcome[1])
+                request, runner = store.group_request(request_id), store.runner(runner_scope(context))
+                outcome = request_outcome(request, runner)
+                if outcome is not None or (deadline is not None and time.monotonic() >= deadline):
+                    return outcome
+                time.sleep(_WAIT_POLL_S)
 
     def execute_complete(self, context: Any, event: Mapping[str, Any]) -> dict[str, Any]:
         """Back from the trigger: the runner finished the group (or went away: run it here)."""
@@ -309,8 +325,13 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.log.info("%s: %d rows, HW %s .. %s", group.name, result["rows"], result["min_hw"],
                       result["max_hw"])
         settings = hook.settings()
-        for part in result["parts"]:
-            if part["table_complete"]:
+        complete = [p for p in result["parts"] if p["table_complete"]]
+        if complete:
+            by = f"{self.task_id}[{context['ti'].map_index}]"
+            with ChunkStore(store_url) as store:  # one task announces a table (two groups may end at once)
+                mine = [p for p in complete
+                        if store.claim_announcement(p["table"], p["generation"], str(context["run_id"]), by)]
+            for part in mine:
                 self.emit_table_asset(context, settings, part["table"], {"generation": part["generation"],
                                                                          "phase": "snapshot"})
         return result

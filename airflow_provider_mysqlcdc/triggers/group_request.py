@@ -49,7 +49,10 @@ class GroupRequestTrigger(BaseTrigger):
         url = chunk_store_url(self.chunk_store, self.output_path)
         store = await asyncio.to_thread(ChunkStore, url)
         started, state = time.monotonic(), None
+        # a first look only after a poll interval: an event that comes before the scheduler has taken the
+        # deferral in fails the try on Airflow 3.3 (apache/airflow#67287); the task waited in place first
         try:
+            await asyncio.sleep(self.poll_interval)
             while True:
                 request, runner = await asyncio.to_thread(self._look, store)
                 if request is not None and request.state != state:

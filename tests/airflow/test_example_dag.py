@@ -515,6 +515,9 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     dag = _load_dag()
     # Airflow's default retry_delay is 5 minutes; only the delay changes, the retry is Airflow's own
     dag.task_dict[SNAPSHOT_TASK].retry_delay = timedelta(seconds=1)
+    # every group's task defers at once (the example's tasks wait 20 s in place first, longer than these
+    # groups take): the trigger's path is the one under test, the runner killed while a task waits in it
+    dag.task_dict[SNAPSHOT_TASK].partial_kwargs["defer_after"] = 0
     assert dag.task_dict[SNAPSHOT_TASK].retries == 1
     cmdlines = CommandLines()
     cmdlines.start()

@@ -549,6 +549,7 @@ def _downgrade(url: str, version: int) -> None:
         with engine.begin() as conn:
             conn.exec_driver_sql("DROP TABLE mysqlcdc_group_requests")
             conn.exec_driver_sql("DROP TABLE mysqlcdc_group_runners")
+            conn.exec_driver_sql("DROP TABLE mysqlcdc_snapshot_announcements")
             if version == 3:
                 conn.execute(sa.update(cs.meta_table).where(cs.meta_table.c.name == "schema_version")
                              .values(value="3"))
@@ -806,6 +807,29 @@ def test_a_version_3_store_gains_the_group_run_tables_when_opened(fresh_store_ur
         assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
         store.register_runner("d/r", "u1", source="mysql://cdc@h:1", host="h", pid=None)
         assert store.runner("d/r").state == "starting"
+        assert store.claim_announcement(TABLE, g, "run", "snap[0]")
+
+
+def test_one_task_announces_a_tables_snapshot(store):
+    """Two groups of a table ending at once: the first claim wins, a repeat by the winner is still its own."""
+    barrier = threading.Barrier(4, timeout=30)
+    won: list[str] = []
+
+    def claim(by: str) -> None:
+        barrier.wait()
+        if store.claim_announcement(TABLE, 1, "run-1", by):
+            won.append(by)
+
+    threads = [threading.Thread(target=claim, args=(f"snap[{i}]",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1, won
+    assert store.claim_announcement(TABLE, 1, "run-1", won[0])  # its retry
+    assert not store.claim_announcement(TABLE, 1, "run-1", "snap[9]")
+    assert store.claim_announcement(TABLE, 1, "run-2", "snap[9]")  # another run announces again
+    assert store.claim_announcement(TABLE, 2, "run-1", "snap[9]")  # and another generation
 
 
 def test_groups_are_taken_oldest_first_by_the_scopes_runner_and_finished_once(store):

@@ -15,7 +15,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 4  # 1: the first release; 2: table membership (removed_*, added_generation);
 # 3: the server of each chunk HW (hw_server, hw_gtid_position) and the stream claims of server_id ranges;
-# 4: the group runners of DAG runs and the chunk groups handed to them (tables only, no column added)
+# 4: the group runners of DAG runs, the chunk groups handed to them, and who announced a table's snapshot
+# (tables only, no column added)
 JSON_VERSION = 1  # "v" of the store's own JSON columns (timings_json, extra_json)
 PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed"
 STATUSES = (PLANNED, RUNNING, COMMITTED, FAILED)
@@ -179,6 +180,18 @@ group_requests_table = sa.Table(
     sa.Column("finished_at", _TS, nullable=True),
     sa.Column("result_json", _LONG_TEXT, nullable=True),  # {"v": 1, "result": ...} or {"v": 1, "error": ...}
     sa.Index("ix_mysqlcdc_group_requests_scope", "scope_key", "state"),
+    **_MYSQL_OPTS,
+)
+
+# schema version 4: which task announces a table's completed snapshot (its Airflow asset event): one per
+# (table, generation, run), so that two groups of a table finishing at once do not both announce it
+announcements_table = sa.Table(
+    "mysqlcdc_snapshot_announcements", metadata,
+    sa.Column("table_name", _NAME, primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("run_id", _RUN_ID, primary_key=True),
+    sa.Column("announced_by", sa.Text, nullable=False),  # the task instance
+    sa.Column("announced_at", _TS, nullable=False),
     **_MYSQL_OPTS,
 )
 
