@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store.group_runs import HEARTBEAT_S,
 
 log = logging.getLogger(__name__)
 
+_STORE_FAILED = "the chunk store failed"
 RunGroup = Callable[[Sequence[str]], dict[str, Any]]  # the group's application arguments -> its result
 
 
@@ -77,7 +78,7 @@ class GroupRunnerLoop:
         self._stop.set()
         beat.join(timeout=HEARTBEAT_S * 3)
         summary = f"{why}; ran {self.served} group(s), {self.failed} failed"
-        self.store.runner_ended(s.scope, s.runner_id, failed=False, detail=summary)
+        self.store.runner_ended(s.scope, s.runner_id, failed=why == _STORE_FAILED, detail=summary)
         self.say(f"group runner {s.runner_id} stopped: {summary}")
         return summary
 
@@ -108,7 +109,7 @@ class GroupRunnerLoop:
                      f"{time.monotonic() - started:.1f}s")
         except Exception:  # the store itself failed: the task sees the runner's heartbeat stop
             log.exception("group runner: could not record the end of %s", request.name)
-            self._why_stop = "the chunk store failed"
+            self._why_stop = _STORE_FAILED
             self._stop.set()
         finally:
             with self._lock:
