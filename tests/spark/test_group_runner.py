@@ -56,10 +56,13 @@ def _wait(condition, what: str, timeout: float = 180.0) -> None:
         time.sleep(0.2)
 
 
-def test_the_runner_runs_the_groups_handed_to_it_exactly_under_writes(spark, mysql_server, mysql_db, tmp_path,
-                                                                     secrets):  # noqa: F811
+def test_the_runner_runs_the_groups_handed_to_it_exactly_under_writes(
+        spark, mysql_server, server_flavor, mysql_db, tmp_path, secrets):  # noqa: F811
     rng = random.Random(SEED)
-    specs = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci", "t_dec", "t_nopk")]
+    # a table without a primary key is exact where the read view is (MariaDB's consistent snapshot); Oracle
+    # MySQL's watermark table gives it at-least-once until issue 36
+    names = ("t_int", "t_ci", "t_dec", "t_nopk") if server_flavor == "mariadb" else ("t_int", "t_ci", "t_dec")
+    specs = [s for s in TABLE_SPECS if s.name in names]
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, specs)
         seed_rows(conn, mysql_db, rows_per_table=120, seed=SEED, specs=specs)
@@ -67,8 +70,8 @@ def test_the_runner_runs_the_groups_handed_to_it_exactly_under_writes(spark, mys
     url, password_file = secrets
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     store = ChunkStore(store_url)
-    plans = plan_tables(settings, store, [f"{mysql_db}.t_*"], chunk_size=30,
-                        chunk_keys={f"{mysql_db}.t_nopk": "ck"})
+    plans = plan_tables(settings, store, [f"{mysql_db}.{n}" for n in names], chunk_size=30,
+                        chunk_keys={f"{mysql_db}.t_nopk": "ck"} if "t_nopk" in names else None)
     tables = [p.table for p in plans]
     # groups as the plan task cuts them: two chunks each, the last table's chunks with another table's
     groups = [{"parts": [{"table": str(p.table), "generation": p.generation, "chunk_ids": ids}]}
