@@ -81,6 +81,11 @@ _START_CHECKS = {
     "start_timeout": lambda v: arguments.number(v, minimum=1, maximum=86400, unit="seconds"),
 }
 _START_LITERAL_CHECKS = {**_START_CHECKS, "output_path": lambda v: arguments.storage_root(v, look=False)}
+_STOP_CHECKS = {
+    "output_path": _START_CHECKS["output_path"],
+    "chunk_store": _START_CHECKS["chunk_store"],
+    "stop_timeout": lambda v: arguments.number(v, minimum=0, maximum=86400, unit="seconds"),
+}
 
 
 class MySqlCdcStartRunnerOperator(SparkAppMixin, SparkSubmitOperator):
@@ -198,9 +203,9 @@ class MySqlCdcStopRunnerOperator(BaseOperator):
         self.output_path, self.chunk_store, self.stop_timeout = output_path, chunk_store, stop_timeout
 
     def execute(self, context: Any) -> dict[str, Any]:
-        scope = runner_scope(context)
-        timeout_s = arguments.number(self.stop_timeout, minimum=0, maximum=86400, unit="seconds")
-        with ChunkStore(chunk_store_url(self.chunk_store or None, self.output_path)) as store:
+        args = check_rendered(self, _STOP_CHECKS)
+        scope, timeout_s = runner_scope(context), float(args["stop_timeout"])
+        with ChunkStore(chunk_store_url(args["chunk_store"], args["output_path"])) as store:
             runner = store.stop_runner(scope)
             if runner is None:
                 self.log.info("no group runner for %s", scope)

@@ -16,7 +16,7 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -302,9 +302,6 @@ def _request(row: RowMapping) -> GroupRequest:
         started_at=aware_utc(row["started_at"]), finished_at=aware_utc(row["finished_at"]),
         result=body.get("result"), error=body.get("error"), runner_gone=bool(body.get("runner_gone")))
 
-
-def age_s(since: datetime, now: datetime | None = None) -> float:
-    return ((now or aware_utc(utc_now())) - since) / timedelta(seconds=1)
 
 
 GONE = "runner_gone"
