@@ -63,6 +63,8 @@ setup(
         "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4",
                  "duckdb>=1.1", "polars==2.1.0",
                  "selenium>=4.20,<5",
+                 # Airflow's StatsD metrics backend (apache-airflow[statsd]): the metrics tests' listener
+                 "statsd>=4,<5",
                  "import-linter==2.16", "hypothesis==6.140.0", "ruff==0.17.6", "mypy==2.4.1"],
     },
     entry_points={
