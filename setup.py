@@ -59,9 +59,11 @@ setup(
     ],
     extras_require={
         "postgres": ["psycopg[binary]>=3.2,<4"],
+        # lineage: the operators report OpenLineage through Airflow's provider (docs/lineage.md)
+        "openlineage": ["apache-airflow-providers-openlineage>=2.20,<3"],
         "bench": ["psutil>=5.9", "matplotlib>=3.9,<4"],
         "test": ["pytest>=8", "pytest-timeout>=2.3", "pandas>=2.2,<3", "psycopg[binary]>=3.2,<4",
-                 "duckdb>=1.1", "polars==2.1.0",
+                 "duckdb>=1.1", "polars==2.1.0", "apache-airflow-providers-openlineage>=2.20,<3",
                  "selenium>=4.20,<5",
                  # Airflow's StatsD metrics backend (apache-airflow[statsd]): the metrics tests' listener
                  "statsd>=4,<5",

@@ -1,7 +1,8 @@
 """The ``apache_airflow_provider`` entry point: what Airflow's provider manager learns about this package.
 
-Hooks, operators, triggers, the ``mysqlcdc`` connection type (a ``mysql`` connection works too) and the UI
-plugin.
+Hooks, operators, triggers, the ``mysqlcdc`` connection type (a ``mysql`` connection works too), the
+``mysqlcdc://`` asset URIs (checked on definition, and converted to OpenLineage datasets when the OpenLineage
+provider is installed) and the UI plugin.
 """
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "MySQL CDC",
              "python-modules": ["airflow_provider_mysqlcdc.triggers.group_request"]},
+        ],
+        "asset-uris": [
+            {
+                "schemes": ["mysqlcdc"],
+                "handler": "airflow_provider_mysqlcdc.assets.sanitize_table_uri",
+                "to_openlineage_converter":
+                    "airflow_provider_mysqlcdc.lineage.asset_datasets.convert_asset_to_openlineage",
+            },
         ],
         "connection-types": [
             {

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
@@ -63,6 +63,9 @@ from airflow_provider_mysqlcdc.operators.run_conf import check_run_conf
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 __all__ = ["MySqlCdcPlanOperator", "parse_chunk_keys", "parse_redo_chunks", "plan_groups", "redo_groups"]
 
@@ -214,6 +217,7 @@ class MySqlCdcPlanOperator(BaseOperator):
         removing = args.remove_tables
         run_id = context["run_id"]
         check_removals(patterns, removing)
+        planned: list[ChunkPlan] = []
         with ChunkStore(store_url) as store:
             if removing:
                 for table, removed_now in remove_tables(store, removing, run_id,
@@ -243,8 +247,8 @@ class MySqlCdcPlanOperator(BaseOperator):
                 if only_new:
                     ours = {str(p.table) for p in [*plans, *resumed]} | set(store.run_plans(run_id))
                     warn_incomplete(store, [t for t in tables if t not in ours], self.log)
-                groups = (plan_groups([*plans, *resumed], size, _max_map_length(), args.pack_tables)
-                          if plans or resumed else [])
+                planned = [*plans, *resumed]
+                groups = plan_groups(planned, size, _max_map_length(), args.pack_tables) if planned else []
                 if not groups:
                     self.log.info("nothing to snapshot: the tables matching %s are in the pipeline already; "
                                   "the stream captures them", ", ".join(patterns))
@@ -257,7 +261,36 @@ class MySqlCdcPlanOperator(BaseOperator):
         context["ti"].xcom_push(key=XCOM_KEY, value=record.to_dict())
         for g in groups:
             self.log.info("chunk group: %s", g.name)
+        # what the lineage methods report (references to what is here anyway)
+        self._lineage_facts = {"tables": tables, "plans": planned, "redo": redo, "groups": len(groups),
+                               "mode": str(mode)}
         return [g.to_dict() for g in groups]
+
+    # --- OpenLineage (called by the OpenLineage provider's listener, when it is installed) ------------------
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        return self._lineage(detailed=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return self._lineage(detailed=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        return self._lineage(detailed=False)
+
+    def _lineage(self, detailed: bool) -> OperatorLineage:
+        """Inputs: the tables (before the task ran: those named exactly), with their schemas once it ran;
+        no outputs (the plan is written to the chunk store only); the run facet ``mysqlcdc_plan``."""
+        from airflow_provider_mysqlcdc.lineage.reports import plan_lineage
+        from airflow_provider_mysqlcdc.lineage.run_facets import PLAN_FACET, plan_facet
+
+        settings = MySqlCdcHook(str(self.mysql_conn_id)).settings()
+        facts: dict[str, Any] | None = getattr(self, "_lineage_facts", None)
+        if facts is None:
+            named = [str(p.exact) for p in map(TablePattern.parse, arguments.table_patterns(self.tables))
+                     if not p.is_pattern]
+            return plan_lineage(settings, named, detailed=False, run_facets={})
+        facet = plan_facet(facts["plans"], facts["redo"], facts["groups"], facts["mode"])
+        return plan_lineage(settings, facts["tables"], detailed=detailed, run_facets={PLAN_FACET: facet})
 
 
 def check_removals(patterns: Sequence[str], removing: Sequence[str]) -> None:

@@ -19,7 +19,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.configuration import conf
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -58,6 +58,9 @@ from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.arguments import BadValue, shown
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 from airflow_provider_mysqlcdc.triggers.group_request import GroupRequestTrigger
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 # Rendered by the task runner from the mapped argument as a try starts (not from a value set in execute(),
 # which showed a bare number while the group was running or waiting to retry).
@@ -251,7 +254,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         self.name = (self.name if self.name and self.name != "arrow-spark"
                      else f"mysqlcdc snapshot {group.name}")
         self._group_args = list(self.application_args)  # before prepare_spark adds the chunk store
-        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
+        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV, context)
         return group, hook, store_url
 
     def _given_store(self) -> str | None:
@@ -318,6 +321,7 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
                 failure: BaseException | None, unstarted: Mapping[str, Sequence[int]]) -> dict[str, Any]:
         """The group's result as the chunk store has it; a chunk not committed by this run fails the task."""
         result = group_result(store_url, group)
+        self._lineage_result = result  # what the lineage methods report
         failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
         if failure is not None or failed:
             task = TaskRef(self.task_id, int(context["ti"].map_index or 0))
@@ -335,6 +339,33 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
                 self.emit_table_asset(context, settings, part["table"], {"generation": part["generation"],
                                                                          "phase": "snapshot"})
         return result
+
+    # --- OpenLineage (called by the OpenLineage provider's listener, when it is installed) ------------------
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        return self._lineage(detailed=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return self._lineage(detailed=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        return self._lineage(detailed=False)
+
+    def _lineage(self, detailed: bool) -> OperatorLineage:
+        """Inputs: the group's tables; outputs: their snapshot files (``<table>/snapshot``), with schemas and
+        column lineage once the group ran; the run facet ``mysqlcdc_snapshot`` (chunk ids, then each chunk's
+        rows, LW and HW)."""
+        from airflow_provider_mysqlcdc.lineage.reports import chunk_store_or_none, snapshot_lineage
+        from airflow_provider_mysqlcdc.lineage.run_facets import SNAPSHOT_FACET, snapshot_facet
+
+        group = _chunk_group(self.chunk_group)
+        output = arguments.storage_root(self.output_path, look=False)
+        result: dict[str, Any] | None = getattr(self, "_lineage_result", None)
+        return snapshot_lineage(
+            MySqlCdcHook(str(self.mysql_conn_id)).settings(), output,
+            chunk_store_or_none(self.chunk_store, output), group, exclude_columns(self.exclude_columns),
+            detailed=detailed and result is not None,
+            run_facets={SNAPSHOT_FACET: snapshot_facet(group, result)})
 
 
 def _before_list(before: Mapping[tuple[str, int], int]) -> list[list[Any]]:

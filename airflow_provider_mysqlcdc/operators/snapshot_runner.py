@@ -8,6 +8,10 @@ clears a setup and its teardown with any task between them, so clearing one snap
 again for the rerun. A snapshot task that finds no runner serving (none started, stopped, dead) runs its group
 with its own ``spark-submit``, as before.
 
+Lineage: neither task reads or writes a table itself (the snapshot tasks report the group's datasets), so
+their OpenLineage events carry the job alone; the runner's Spark application names the start task as its
+OpenLineage parent (``[openlineage] spark_inject_parent_job_info``), the groups it runs being its Spark jobs.
+
 The runner is a process of the worker that ran the setup task: it suits the LocalExecutor and Celery workers
 that outlive a task; where a task's host ends with the task (the KubernetesExecutor), leave the runner out and
 let each group submit its own application.
@@ -23,7 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
@@ -45,8 +49,24 @@ from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
 LOG_DIR_ENV = "MYSQLCDC_RUNNER_LOG_DIR"
 _TAIL_LINES = 30
+
+
+class NoDatasets:
+    """OpenLineage methods of a task that reads and writes no dataset of its own: its events carry the job
+    (without them, OpenLineage would mark it an operator it knows nothing about)."""
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        from airflow.providers.openlineage.extractors import OperatorLineage
+
+        return OperatorLineage()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return self.get_openlineage_facets_on_start()
 
 
 def runner_scope(context: Any) -> str:
@@ -88,7 +108,7 @@ _STOP_CHECKS = {
 }
 
 
-class MySqlCdcStartRunnerOperator(SparkAppMixin, SparkSubmitOperator):
+class MySqlCdcStartRunnerOperator(NoDatasets, SparkAppMixin, SparkSubmitOperator):
     """Starts the DAG run's group runner (a setup task): one Spark application that runs the chunk groups the
     run's snapshot tasks hand it. Starts none when ``chunk_groups`` is given and empty (nothing to snapshot,
     or groups meant to submit their own applications): it succeeds anyway, as a setup task must for its work
@@ -136,7 +156,7 @@ class MySqlCdcStartRunnerOperator(SparkAppMixin, SparkSubmitOperator):
                                  "--runner-id", runner_id, "--concurrency", str(args["concurrency"]),
                                  "--idle-timeout", str(args["idle_timeout"])]
         self.name = f"mysqlcdc snapshot runner {scope}"
-        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
+        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV, context)
         spark = self._get_hook()
         if spark._connection.get("deploy_mode") == "cluster":
             raise ConfigurationError(
@@ -185,7 +205,7 @@ class MySqlCdcStartRunnerOperator(SparkAppMixin, SparkSubmitOperator):
             time.sleep(0.5)
 
 
-class MySqlCdcStopRunnerOperator(BaseOperator):
+class MySqlCdcStopRunnerOperator(NoDatasets, BaseOperator):
     """Stops the DAG run's group runner (the teardown of ``MySqlCdcStartRunnerOperator``): it finishes the
     groups it runs, then leaves; one that does not leave within ``stop_timeout`` is killed (on this host).
 

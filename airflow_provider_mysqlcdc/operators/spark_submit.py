@@ -1,7 +1,9 @@
 """What our Spark tasks share on top of the Spark provider's ``SparkSubmitOperator``.
 
 Secrets reach ``spark-submit`` only through its environment (the MySQL password, and a chunk store URL that
-carries one); they are registered with Airflow's secrets masker so a stray log line shows ``***``.
+carries one); they are registered with Airflow's secrets masker so a stray log line shows ``***``. With the
+OpenLineage provider and ``[openlineage] spark_inject_parent_job_info`` on, the Spark conf names the task as
+the application's OpenLineage parent (``lineage/spark_parent.py``).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from airflow_provider_mysqlcdc.assets import ASSET_ALIAS, table_asset
 from airflow_provider_mysqlcdc.engine.common.secrets import url_has_password
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.lineage.spark_parent import with_parent_job
 
 DEFAULT_CONF = {
     "spark.speculation": "false",  # one read per chunk: a speculative copy would read with another HW
@@ -35,7 +38,7 @@ class SparkAppMixin(_SparkOperator):
 
     spark_conn_id: str  # the subclass's templated connection id
 
-    def prepare_spark(self, hook: MySqlCdcHook, store_url: str, store_env: str) -> None:
+    def prepare_spark(self, hook: MySqlCdcHook, store_url: str, store_env: str, context: Any) -> None:
         from airflow.sdk.log import mask_secret
 
         settings = hook.settings()
@@ -58,7 +61,9 @@ class SparkAppMixin(_SparkOperator):
         conf = {**DEFAULT_CONF, **(self.conf or {})}
         if "spark.pyspark.python" not in conf:
             conf["spark.pyspark.python"] = sys.executable  # the workers need this environment's packages
-        self.conf = conf
+        self.conf = with_parent_job(conf, context)
+        # done here, for every path (the group runner's too): SparkSubmitOperator.execute need not repeat it
+        self._openlineage_inject_parent_job_info = False
         self._conn_id = self.spark_conn_id  # templated
         self._hook = None  # built from the attributes set here
 

@@ -9,7 +9,7 @@ the running stream picks up the rerun chunks' new HWs by itself.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.lineage.switch import openlineage_on
 from airflow_provider_mysqlcdc.operators.arguments import (
     SOURCE_LIMIT_CHECKS,
     check_literals,
@@ -36,6 +37,9 @@ from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.arguments import BadValue
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url, default_checkpoint
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
 
 AVAILABLE_NOW, CONTINUOUS = "available-now", "continuous"
 CONTINUOUS_TRIGGER = "processing-time=5 seconds"
@@ -227,6 +231,10 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         self.log.info("stream of %s: a new checkpoint starts at the smallest chunk HW %s; an existing one "
                       "resumes from %s", ", ".join(tables) or "no planned table", min(hws) if hws else "none",
                       checkpoint)
+        if openlineage_on():  # where this run starts, for its lineage (a read of the progress file)
+            from airflow_provider_mysqlcdc.lineage.stream_points import start_point
+
+            self._lineage_facts = {"tables": tables, "start": start_point(output, hws)}
         self.application_args = [
             "--mysql-url", hook.redacted_url(), "--tables", ",".join(patterns), "--output", output,
             "--checkpoint", checkpoint, "--trigger", trigger,
@@ -253,7 +261,7 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
             self.application_args += ["--exclude-columns", f"{table}={','.join(columns)}"]
         if not self.name or self.name == "arrow-spark":
             self.name = f"mysqlcdc stream {context['dag'].dag_id}"
-        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV)
+        self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV, context)
         try:
             super().execute(context)
         except Exception as exc:
@@ -282,5 +290,47 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                 self.emit_table_asset(context, settings, t.table, {
                     "phase": "stream", "position": result["tables"][t.table]["position"],
                     "consistent": t.consistent})
+        facts = getattr(self, "_lineage_facts", None)
+        if facts is not None:
+            self._lineage_facts = {**facts, "result": result}
         return result
+
+    # --- OpenLineage (called by the OpenLineage provider's listener, when it is installed) ------------------
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        return self._lineage(detailed=False)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return self._lineage(detailed=True)
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
+        return self._lineage(detailed=False)
+
+    def _lineage(self, detailed: bool) -> OperatorLineage:
+        """Inputs: the tables (and the snapshot files of those snapshotted, which their mirrors start from);
+        outputs: each table's changelog and mirror Delta tables, with schemas and column lineage once the
+        task ran; the run facet ``mysqlcdc_stream`` (where the run started and ended)."""
+        from airflow_provider_mysqlcdc.lineage.reports import chunk_store_or_none, stream_lineage
+        from airflow_provider_mysqlcdc.lineage.run_facets import STREAM_FACET, stream_facet
+        from airflow_provider_mysqlcdc.lineage.stream_points import committed_point
+
+        output = arguments.storage_root(self.output_path, look=False)
+        store_url = chunk_store_or_none(self.chunk_store, output)
+        facts: dict[str, Any] = getattr(self, "_lineage_facts", None) or {}
+        tables = facts.get("tables")
+        if tables is None:  # before execute: the planned tables the patterns match, as execute finds them
+            tables = []
+            if store_url is not None:
+                with ChunkStore(store_url) as store:
+                    tables = [str(t) for t in matching_tables(store.tables(),
+                                                              arguments.table_patterns(self.tables))]
+        result = facts.get("result")
+        facet = stream_facet(
+            spark_trigger(self.trigger), str(arguments.startup_mode(self.startup_mode)), facts.get("start"),
+            committed_point(output) if result is not None else None,
+            result["tables"] if result is not None else None)
+        return stream_lineage(
+            MySqlCdcHook(str(self.mysql_conn_id)).settings(), output, store_url, tables,
+            exclude_columns(self.exclude_columns), detailed=detailed and result is not None,
+            run_facets={STREAM_FACET: facet})
 
