@@ -17,7 +17,10 @@
 4. the continuous stream task is killed (SIGTERM) once it has committed a batch of its own: spark-submit and
    its driver go away; the next available-now run resumes from the checkpoint; then the mirror of every table
    equals the source row by row (nothing of the killed attempt lost or duplicated);
-5. the MySQL password appears in no task log, XCom value, rendered template field or process command line.
+5. the MySQL password appears in no task log, XCom value, rendered template field or process command line;
+6. the first run's OpenLineage events (the provider's listener on, file transport): plan, snapshot groups and
+   stream with their datasets, schema and column-lineage facets and run facets, the password in none, and
+   each Spark application it started naming its task as OpenLineage parent (``lineage_events.py``).
 
 The writers are bounded by volume: a first set overlaps the first run (its snapshot and the kill), a second
 one the continuous stream and the redo run.
@@ -54,6 +57,12 @@ from airflow_provider_mysqlcdc.operators.snapshot_runner import LOG_DIR_ENV
 from airflow_provider_mysqlcdc.operators.spark_apps import RUNNER_APP, SNAPSHOT_APP
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 from airflow_provider_mysqlcdc.pipeline.settings import CHUNK_STORE_FILE
+from tests.airflow.lineage_events import (
+    check_example_run_lineage,
+    check_spark_parents,
+    openlineage_to_file,
+    read_events,
+)
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
 from tests.support.servers import airflow_connection, create_cdc_user
@@ -540,7 +549,8 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         writers.start()
         killer.start()
         try:
-            run = dag.test(run_conf=conf)
+            with openlineage_to_file(tmp_path / "openlineage.jsonl") as lineage_file:
+                run = dag.test(run_conf=conf)
         finally:
             killer.halt.set()
             killer.join(timeout=10)
@@ -560,6 +570,10 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
         assert min(counts) >= 3 and len(mapped) == sum(-(-n // 2) for n in counts), (counts, mapped)
         results = [v for (t, _, k, v) in _xcoms([run.run_id]) if t == SNAPSHOT_TASK and k == "return_value"]
         assert sum(r["rows"] for r in results) > 300 and all(r["max_hw"] for r in results)
+        lineage = read_events(lineage_file)
+        check_example_run_lineage(lineage, dag_id=DAG_ID, snapshot_task=SNAPSHOT_TASK, settings=settings,
+                                  output=output, tables=tables, store=store,
+                                  group_names=[n for _, n in mapped])
         # one asset per table, updated by the snapshot (table complete) and by the stream run
         events = _asset_events(run.run_id)
         for t in tables:
@@ -660,6 +674,7 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
     assert any("spark-submit" in line or "SparkSubmit" in line for line in seen), \
         "the sampler saw no Spark job"
     assert not [line for line in seen if password in line]
+    check_spark_parents(lineage, seen, dag_id=DAG_ID, snapshot_task=SNAPSHOT_TASK)
     captured = capfd.readouterr()
     assert password not in captured.out + captured.err
     for path in logs:
