@@ -54,7 +54,9 @@ def add_parsers(subparsers: Any) -> None:
         "status",
         help="per table: snapshot phase progress, stream position and lag, mirror consistency",
         description="Chunks planned/running/committed/failed, rows, HWs, stream position and lag behind the "
-        "server's binlog, and from which binlog position each table's mirror is consistent.",
+        "server's binlog (bytes, files, seconds), the binlog headroom (time until the server purges the "
+        "oldest binlog file the pipeline needs), the last batch's figures, and from which binlog position "
+        "each table's mirror is consistent.",
     )
     _add_common(status)
     status.add_argument(
@@ -118,7 +120,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     with _store(args) as store:
         tables = None if args.tables is None else [TablePattern.parse(t).exact for t in args.tables]
-        report = collect_status(store, args.output, tables, _conn_factory(args, required=False))
+        settings = mysql_settings(args, why="the lag and the binlog headroom") if args.mysql_url else None
+        report = collect_status(store, args.output, tables, settings=settings)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return 0
 

@@ -13,6 +13,7 @@ and no data.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, normalize_url
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.source.connection import connect
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
 from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow, load_task_rows, on_call_actions
@@ -165,9 +166,9 @@ def _error_text(exc: BaseException) -> str:
 ConnFactory = Callable[[], pymysql.connections.Connection]
 
 
-def mysql_conn_factory(mysql_conn_id: str) -> tuple[ConnFactory | None, str | None]:
-    """A connection factory for the server's binlog position (lag), or None and why not. The settings
-    carry the password; it goes to pymysql only, never to a message or a log line."""
+def mysql_settings(mysql_conn_id: str) -> tuple[MySQLSettings | None, str | None]:
+    """The CDC user's settings for the server's binlog position, clock and expiry (lag, headroom), or None and
+    why not. They carry the password; it goes to pymysql only, never to a message or a log line."""
     from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
 
     try:
@@ -175,8 +176,15 @@ def mysql_conn_factory(mysql_conn_id: str) -> tuple[ConnFactory | None, str | No
     except Exception as exc:  # noqa: BLE001 - AirflowNotFoundException, ConfigurationError: the page goes on
         return None, f"MySQL connection {mysql_conn_id!r} unavailable ({type(exc).__name__}: {exc}): no lag"
     timeout = min(settings.connect_timeout or MYSQL_CONNECT_TIMEOUT_S, MYSQL_CONNECT_TIMEOUT_S)
-    settings = dataclasses.replace(settings, connect_timeout=timeout)
-    return (lambda: connect(settings)), None
+    return dataclasses.replace(settings, connect_timeout=timeout), None
+
+
+def mysql_conn_factory(mysql_conn_id: str) -> tuple[ConnFactory | None, str | None]:
+    """A connection factory for the server's binlog position (lag), or None and why not."""
+    settings, note = mysql_settings(mysql_conn_id)
+    if settings is None:
+        return None, note
+    return functools.partial(connect, settings), None
 
 
 def run_record(session: Session, dag_id: str, run_id: str) -> PipelineRecord | None:
@@ -205,10 +213,10 @@ def load_run_status(session: Session, dag_id: str, run_id: str) -> RunStatus:
 
 
 def _collect(record: PipelineRecord) -> RunStatus:
-    conn_factory, conn_note = mysql_conn_factory(record.mysql_conn_id)
+    settings, conn_note = mysql_settings(record.mysql_conn_id)
     store = open_chunk_store(record.chunk_store)
     try:
-        report = collect_status(store, record.output or None, list(record.tables) or None, conn_factory)
+        report = collect_status(store, record.output or None, list(record.tables) or None, settings=settings)
     except (CdcError, SQLAlchemyError) as exc:
         raise PageProblem(503, "Status unavailable", _error_text(exc)) from None
     except OSError as exc:  # the output root (object store credentials, a missing mount)

@@ -22,7 +22,12 @@ from airflow_provider_mysqlcdc.engine.status.table_status import (
     STREAM,
     TableStatus,
 )
-from airflow_provider_mysqlcdc.engine.status.text import lag_text, progress_text
+from airflow_provider_mysqlcdc.engine.status.text import (
+    headroom_text,
+    lag_seconds_text,
+    lag_text,
+    progress_text,
+)
 from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
 from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow
 
@@ -143,8 +148,9 @@ def _chunks_cell(t: TableStatus) -> str:
 def _stream_cell(t: TableStatus) -> str:
     basis = ("behind the server's binlog" if t.lag_from == "stream"
              else "from the smallest HW to the server's binlog: the stream has not started")
+    seconds = "" if t.lag_seconds is None else f', {_f("table_lag_seconds", lag_seconds_text(t.lag_seconds))}'
     return (f'{_f("stream_position", stream_text(t))}<br>'
-            f'<span class="muted" title="{_e(basis)}">lag {_f("lag", lag_text(t))}</span>')
+            f'<span class="muted" title="{_e(basis)}">lag {_f("lag", lag_text(t))}{seconds}</span>')
 
 
 def _consistent_cell(t: TableStatus) -> str:
@@ -244,6 +250,16 @@ def _progress(report: StatusReport) -> str:
         worst = max(streaming, key=lambda t: (t.lag_files or 0, t.lag_bytes or 0))
         parts.append(f'<div><strong>Stream</strong> lag <span data-field="stream_lag">{_e(lag_text(worst))}'
                      f"</span> behind the server's binlog (largest: {_e(worst.table)})</div>")
+    health = report.health
+    if health is not None and health.needed is not None:
+        seconds = lag_seconds_text(health.lag_seconds) if health.needed_by == "stream" else "not started"
+        headroom = health.headroom.seconds if health.headroom is not None else None
+        parts.append(
+            f'<div><strong>Lag</strong> <span data-field="lag_seconds" data-value="{_e(health.lag_seconds)}">'
+            f"{_e(seconds)}</span> behind the server; <strong>binlog headroom</strong> "
+            f'<span data-field="binlog_headroom" data-value="{_e(headroom)}">'
+            f"{_e(headroom_text(health.headroom))}</span></div>"
+        )
     return f'<section id="progress">{"".join(parts)}</section>' if parts else ""
 
 

@@ -152,8 +152,14 @@ def test_status_requires_a_valid_token(finished_run, api_server):
         _check_against_engine(t, row)
         assert row["stream_position"] == (None if t.stream_position is None else str(t.stream_position))
         assert (row["lag_bytes"], row["lag_files"]) == (t.lag_bytes, t.lag_files)
+    # the stream's lag in seconds and binlog headroom (issue 40), as the engine has them
+    want = expected.health.as_dict()
+    assert {k: body["stream"][k] for k in ("needed", "needed_by", "lag_bytes", "expiry")} == {
+        k: want[k] for k in ("needed", "needed_by", "lag_bytes", "expiry")}, body["stream"]
+    assert set(body["stream"]) >= {"lag_seconds", "headroom_seconds", "headroom", "batch", "totals"}
     page = requests.get(base + finished_run.page_path, cookies={"_token": token}, timeout=60)
     assert page.status_code == 200 and f'data-table="{DATABASE}.orders"' in page.text
+    assert 'data-field="lag_seconds"' in page.text and 'data-field="binlog_headroom"' in page.text
     assert finished_run.settings.password not in page.text + data.text
 
 

@@ -110,6 +110,8 @@ class SchemaChange:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """The binlog moved on without a change of a captured table: a caller may commit ``offset``."""
+    """The binlog moved on without a change of a captured table: a caller may commit ``offset``.
+    ``commit_ts``: when the transaction that ended there was committed (None after a rotation)."""
 
     offset: BinlogOffset
+    commit_ts: datetime | None = None

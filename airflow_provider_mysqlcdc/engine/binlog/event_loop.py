@@ -225,7 +225,7 @@ class EventLoop:
         buffer = txn.buffer
         if not buffer:
             reader.last_offset = boundary
-            yield Heartbeat(boundary)
+            yield Heartbeat(boundary, commit_ts)
             return
         for block in buffer:
             block.commit_ts = commit_ts

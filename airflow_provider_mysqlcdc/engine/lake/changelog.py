@@ -11,7 +11,10 @@ latest record's ``_position``) is used when ``end_offset`` is missing.
 
 Markers exist only for tables a batch changed. ``<root>/_mysqlcdc_stream_progress.json`` (``StreamProgress``)
 records every committed batch's end offset and the tables the stream covers, so an idle table's position
-still advances: none of its changes lies before that offset outside the batches already committed.
+still advances: none of its changes lies before that offset outside the batches already committed. It also
+carries ``last_event_at`` (the commit time of the last transaction the stream read up to ``end_offset``: the
+stream's lag in seconds counts from it), the latest batch's figures and running totals
+(``stream_figures``); all three are optional, a file of an earlier release has none (lag in seconds unknown).
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     read_json,
     stream_progress_path,
     table_dir,
+    write_json_atomic,
 )
+from airflow_provider_mysqlcdc.engine.lake.stream_figures import BatchFigures, StreamTotals
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -124,6 +129,9 @@ class StreamProgress:
     end_offset: BinlogOffset
     tables: tuple[str, ...]
     committed_at: str | None = None
+    last_event_at: str | None = None  # ISO time (UTC) of the last transaction read up to end_offset
+    batch: BatchFigures | None = None  # the figures of batch ``batch_id``
+    totals: StreamTotals | None = None  # over every batch committed into the output root
 
     def covers(self, table: TableId | str) -> bool:
         return str(table) in self.tables
@@ -134,7 +142,14 @@ class StreamProgress:
             "end_offset": self.end_offset.to_dict(),
             "tables": list(self.tables),
             "committed_at": self.committed_at,
+            "last_event_at": self.last_event_at,
+            "batch": None if self.batch is None else self.batch.to_dict(),
+            "totals": None if self.totals is None else self.totals.to_dict(),
         }
+
+
+def write_stream_progress(root: str, progress: StreamProgress) -> None:
+    write_json_atomic(stream_progress_path(root), progress.to_dict())
 
 
 def read_stream_progress(root: str, storage_options: dict[str, str] | None = None) -> StreamProgress | None:
@@ -145,6 +160,9 @@ def read_stream_progress(root: str, storage_options: dict[str, str] | None = Non
     offset = parse_offset(data.get("end_offset"))
     if offset is None or not isinstance(data.get("batch_id"), int):
         return None
+    last = data.get("last_event_at")
     return StreamProgress(
-        data["batch_id"], offset, tuple(map(str, data.get("tables") or ())), data.get("committed_at")
+        data["batch_id"], offset, tuple(map(str, data.get("tables") or ())), data.get("committed_at"),
+        last if isinstance(last, str) else None, BatchFigures.from_dict(data.get("batch")),
+        StreamTotals.from_dict(data.get("totals")),
     )

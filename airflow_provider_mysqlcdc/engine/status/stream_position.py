@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import NamedTuple
 
 from airflow_provider_mysqlcdc.engine.lake.changelog import (
@@ -13,6 +14,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest
 from airflow_provider_mysqlcdc.engine.model.position_text import position_of
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.status.stream_health import parse_time
 
 
 class TableStreamPosition(NamedTuple):
@@ -21,6 +23,7 @@ class TableStreamPosition(NamedTuple):
     exact: bool  # from a marker's or the progress file's end_offset (else estimated)
     own_batch: int | None  # latest batch with changes of the table
     on_server: BinlogPosition | None  # the position on the server now (for lag)
+    last_event_at: datetime | None = None  # commit time of the last transaction read up to it (lag in s)
 
 
 _NOWHERE = TableStreamPosition(None, None, False, None, None)
@@ -41,12 +44,13 @@ def table_stream_position(
     own = ids[-1] if ids else None
     if progress is not None and (own is None or progress.batch_id >= own):
         end = progress.end_offset
-        return TableStreamPosition(progress.batch_id, end.ordered_position, True, own, end.position)
+        return TableStreamPosition(progress.batch_id, end.ordered_position, True, own, end.position,
+                                   parse_time(progress.last_event_at))
     if own is None:
         return _NOWHERE
     latest = read_batch(root, table, own)
     if latest.end_offset is not None:
-        end = latest.end_offset
+        end = latest.end_offset  # (markers keep no last event time: the lag in seconds is then unknown)
         return TableStreamPosition(own, end.ordered_position, True, own, end.position)
     candidates: list[BinlogPosition] = []
     if latest.last_position and like is not None:

@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_his
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.status.server_binlog import ServerBinlog
+from airflow_provider_mysqlcdc.engine.status.stream_health import lag_seconds
 from airflow_provider_mysqlcdc.engine.status.stream_position import TableStreamPosition, table_stream_position
 
 NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM = "not planned", "snapshot", "snapshot done", "stream"
@@ -66,6 +67,9 @@ class TableStatus:
     lag_from: str | None = None  # "stream" or "min_hw" (the stream has not started: where it will start)
     lag_bytes: int | None = None
     lag_files: int | None = None
+    # seconds behind the server (0 at its end, however old the last change: idle is not lag); None: unknown
+    lag_seconds: float | None = None
+    last_event_at: datetime | None = None  # commit time of the last transaction the stream read for it
     consistent_from: BinlogPosition | None = None
     consistent: bool = False
     consistent_as_of: BinlogPosition | None = None
@@ -144,6 +148,8 @@ def table_status(
         lag_from=lag.basis,
         lag_bytes=lag.bytes,
         lag_files=lag.files,
+        lag_seconds=lag.seconds,
+        last_event_at=stream.last_event_at,
         consistent_from=max_hw,
         consistent=is_consistent(min_hw, max_hw, stream.position),
         consistent_as_of=consistent_as_of(min_hw, max_hw, stream.position),
@@ -237,6 +243,7 @@ class _Lag(NamedTuple):
     basis: str | None = None  # "stream", or "min_hw" (the stream has not started: where it will start)
     bytes: int | None = None
     files: int | None = None
+    seconds: float | None = None  # only behind the stream's own position
 
     @classmethod
     def of(cls, server: ServerBinlog | None, stream: TableStreamPosition, hws: list[BinlogPosition]) -> _Lag:
@@ -244,7 +251,9 @@ class _Lag(NamedTuple):
         if server is None or basis is None:
             return cls()
         lag_bytes, lag_files = server.lag(basis)
-        return cls("stream" if stream.position is not None else "min_hw", lag_bytes, lag_files)
+        if stream.position is None:
+            return cls("min_hw", lag_bytes, lag_files)
+        return cls("stream", lag_bytes, lag_files, lag_seconds(server, basis, stream.last_event_at))
 
 
 class _Schema(NamedTuple):

@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowBlock, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
@@ -46,6 +47,8 @@ class StreamBatch:
     dropped: int = 0
     schemas: dict[str, TableSchema] = field(default_factory=dict)  # schema_id -> schema, of the records
     schema_changes: list[SchemaChange] = field(default_factory=list)  # DDL of captured tables, in order
+    # the commit time of the last transaction read (any table's: what the stream's lag in seconds counts from)
+    last_event_at: datetime | None = None
     _records: list[Record] | None = field(default=None, repr=False)
 
     @property
@@ -150,7 +153,9 @@ class ChangeStream:
         ddl: list[SchemaChange] = []
         offset = start
         rows = 0
+        last_event_at: datetime | None = None
         for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout, blocks=True):
+            last_event_at = item.commit_ts or last_event_at
             if isinstance(item, SchemaChange):
                 ddl.append(item)
                 offset = item.offset
@@ -180,7 +185,7 @@ class ChangeStream:
         batch = StreamBatch(
             rows=self._filter.apply_blocks(pending), start=start, end=offset, rows_read=rows,
             seconds=time.monotonic() - started, dropped=self._filter.dropped - dropped_before,
-            schemas=schemas, schema_changes=ddl,
+            schemas=schemas, schema_changes=ddl, last_event_at=last_event_at,
         )
         if on_batch is not None:
             on_batch(batch.records)

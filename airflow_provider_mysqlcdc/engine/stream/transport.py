@@ -19,8 +19,10 @@ with one *schema row* per schema version its changes use (``_op = "schema"``, ``
 the statement and its column changes, ``engine.binlog.ddl``).
 
 Each partition ends with one *range row* (``_op = "range"``, ``_table`` null, ``_values`` =
-``{"start": offset, "end": offset}``): it tells the sink which binlog range the partition covered, also when
-no change of a captured table was in it, so batch markers can carry the exact stream position.
+``{"start": offset, "end": offset, ...figures}``): it tells the sink which binlog range the partition covered,
+also when no change of a captured table was in it, so batch markers can carry the exact stream position; and
+what the read saw (``ReadFigures``: the commit time of the last transaction read, row images read and dropped
+by the stream filter, seconds), which the sink records for status and metrics.
 """
 
 from __future__ import annotations
@@ -146,9 +148,24 @@ def _rows_row(group: tuple[str, str], data: pa.RecordBatch) -> pa.RecordBatch:
                                       schema=STREAM_ARROW_SCHEMA)
 
 
-def range_batch(start: dict, end: dict) -> pa.RecordBatch:
+@dataclass(frozen=True)
+class ReadFigures:
+    """What one partition's read saw, carried on its range row (every field optional for the sink)."""
+
+    last_event_at: str | None = None  # ISO time (UTC) of the last transaction's commit read
+    rows_read: int = 0  # row images of captured tables decoded
+    dropped: int = 0  # of those, dropped by the stream filter (covered by a chunk's snapshot)
+    seconds: float = 0.0  # time the binlog reads took
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"last_event_at": self.last_event_at, "rows_read": self.rows_read, "dropped": self.dropped,
+                "read_seconds": round(self.seconds, 3)}
+
+
+def range_batch(start: dict, end: dict, figures: ReadFigures | None = None) -> pa.RecordBatch:
     """The range row of a partition (offsets as ``BinlogOffset.to_dict()``)."""
-    values = json.dumps({"start": start, "end": end}, separators=(",", ":"))
+    extra = figures.to_dict() if figures is not None else {}
+    values = json.dumps({"start": start, "end": end, **extra}, separators=(",", ":"))
     return pa.RecordBatch.from_pylist([_meta_row(None, RANGE_OP, None, None, None, values, None)],
                                       schema=STREAM_ARROW_SCHEMA)
 

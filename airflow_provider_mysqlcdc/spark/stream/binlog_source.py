@@ -477,7 +477,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             server_changed_after_error,
         )
         from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
-        from airflow_provider_mysqlcdc.engine.stream.transport import range_batch, stream_batches
+        from airflow_provider_mysqlcdc.engine.stream.transport import ReadFigures, range_batch, stream_batches
 
         assert isinstance(partition, BinlogPartition)
         start, end = BinlogOffset.from_dict(partition.start), BinlogOffset.from_dict(partition.end)
@@ -541,6 +541,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         # read: a partition's memory does not grow with its range. Each part resumes exactly where the last
         # one ended (inside a transaction too), on the server that one was read from.
         begin, previous, first, rows, emitted, seconds = start, start, None, 0, 0, 0.0
+        dropped, last_event_at = 0, None
         while True:
             part_first, last, batch, known = retry_while_unavailable(
                 functools.partial(read_range, begin),
@@ -551,6 +552,8 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             first = first or part_first
             rows, emitted = rows + batch.rows_read, emitted + batch.emitted
             seconds += batch.seconds
+            dropped += batch.dropped
+            last_event_at = batch.last_event_at or last_event_at
             yield from stream_batches(rows=batch.rows, schemas=batch.schemas,
                                       schema_changes=batch.schema_changes, table_schemas=known)
             reached = dataclasses.replace(batch.end, server=part_first.server, gtid_position=None,
@@ -571,7 +574,8 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             "read %s -> %s (partition %d of %d): %d row images in %.1fs, %d emitted",
             first, last, partition.index + 1, partition.count, rows, seconds, emitted,
         )
-        yield range_batch(first.to_dict(), last.to_dict())
+        figures = ReadFigures(last_event_at.isoformat() if last_event_at else None, rows, dropped, seconds)
+        yield range_batch(first.to_dict(), last.to_dict(), figures)
 
 
 def _batch_id() -> str | None:

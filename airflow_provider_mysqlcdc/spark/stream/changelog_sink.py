@@ -17,7 +17,12 @@ Per batch id and table (``output_layout``):
 4. one Delta commit per table adds the batch's files to ``changelog/_delta_log`` with the application
    transaction ``("mysqlcdc-changelog", batch id)`` (``engine.lake.delta_changelog``): what every reader that
    is not ours sees;
-5. ``on_batch_committed(batch_id, tables_changed)`` is called (the mirror refresh hooks in here).
+5. ``on_batch_committed(batch_id, tables_changed)`` is called (the mirror refresh hooks in here);
+6. the output's progress record (``_mysqlcdc_stream_progress.json``, ``engine.lake.changelog``), written
+   with the markers, is written again with the batch's duration and mirror refresh time. The batch's figures
+   (rows and bytes written per table, row images read and dropped by the stream filter, the commit time of
+   the last transaction read) and running totals are what ``status`` and the Airflow task's metrics read
+   (``engine.lake.stream_figures``).
 
 TIME columns are written as int64 microseconds (``engine.lake.delta_types``): Delta has no TIME type.
 
@@ -50,6 +55,12 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.binlog.ddl import ColumnChanges
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.changelog import (
+    StreamProgress,
+    parse_offset,
+    read_stream_progress,
+    write_stream_progress,
+)
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
 from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema
@@ -62,7 +73,6 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     filesystem,
     new_version,
     read_json,
-    stream_progress_path,
     write_json_atomic,
 )
 from airflow_provider_mysqlcdc.engine.lake.schema_history import (
@@ -70,6 +80,7 @@ from airflow_provider_mysqlcdc.engine.lake.schema_history import (
     read_schema_history,
     record_schema_changes,
 )
+from airflow_provider_mysqlcdc.engine.lake.stream_figures import BatchFigures, StreamTotals
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.records import Record
@@ -83,7 +94,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WRITE_RESULT_SCHEMA = (
-    "table STRING, kind STRING, file STRING, rows LONG, first_position STRING, last_position STRING"
+    "table STRING, kind STRING, file STRING, rows LONG, first_position STRING, last_position STRING, "
+    "bytes LONG"
 )
 RANGE = "range"  # result rows that carry a partition's binlog range instead of a file
 DDL = "ddl"  # result rows that carry a DDL statement of a table (its schema history)
@@ -104,6 +116,7 @@ class BatchCommit:
     start_offset: dict | None = None  # the binlog range the batch covered (BinlogOffset dicts)
     end_offset: dict | None = None
     schema_changes: dict[str, int] = field(default_factory=dict)  # DDL statements per table
+    figures: BatchFigures | None = None  # what the progress record keeps of the batch
 
     @property
     def total_rows(self) -> int:
@@ -129,7 +142,8 @@ class _TableFiles:
         fs, inner = filesystem(parquet_path)
         fs.create_dir(posixpath.dirname(inner), recursive=True)
         self.file_schema = file_schema(self.arrow_schema)  # TIME as int64 microseconds: Delta has no TIME
-        self.parquet = pq.ParquetWriter(inner, self.file_schema, filesystem=fs)
+        self.parquet_out = fs.open_output_stream(inner)  # ours to close: its size is the bytes written
+        self.parquet = pq.ParquetWriter(self.parquet_out, self.file_schema)
         self.json: Any = None
         if json_path is not None:
             jfs, jinner = filesystem(json_path)
@@ -156,11 +170,14 @@ class _TableFiles:
 
     def close(self) -> list[tuple]:
         self.parquet.close()
-        out = [(CHANGELOG, posixpath.basename(self.parquet_path))]
+        out = [(CHANGELOG, posixpath.basename(self.parquet_path), self.parquet_out.tell())]
+        self.parquet_out.close()
         if self.json is not None:
+            size = self.json.tell()
             self.json.close()
-            out.append((CHANGELOG_JSON, posixpath.basename(self.json_path or "")))
-        return [(str(self.schema.table), kind, name, self.rows, self.first, self.last) for kind, name in out]
+            out.append((CHANGELOG_JSON, posixpath.basename(self.json_path or ""), size))
+        return [(str(self.schema.table), kind, name, self.rows, self.first, self.last, size)
+                for kind, name, size in out]
 
 
 @dataclass
@@ -195,13 +212,14 @@ class PartitionWriter:
                     out.write(changes.batch)
         finally:
             results = [row for out in files.values() for row in out.close()]
-        results += [("", RANGE, json.dumps(r, separators=(",", ":")), 0, None, None) for r in ranges]
-        results += [(d["table"], DDL, json.dumps(d, separators=(",", ":")), 0, d["position"], None)
+        results += [("", RANGE, json.dumps(r, separators=(",", ":")), 0, None, None, 0) for r in ranges]
+        results += [(d["table"], DDL, json.dumps(d, separators=(",", ":")), 0, d["position"], None, 0)
                     for d in ddl]
-        names = ["table", "kind", "file", "rows", "first_position", "last_position"]
+        names = ["table", "kind", "file", "rows", "first_position", "last_position", "bytes"]
         columns: list[Sequence[Any]] = list(zip(*results)) if results else [[] for _ in names]
         yield pa.RecordBatch.from_arrays(
-            [pa.array(list(c), pa.int64() if n == "rows" else pa.string()) for n, c in zip(names, columns)],
+            [pa.array(list(c), pa.int64() if n in ("rows", "bytes") else pa.string())
+             for n, c in zip(names, columns)],
             names=names,
         )
 
@@ -247,6 +265,8 @@ class ChangelogSink:
     _by_name: dict[str, TableSchema] = field(init=False, repr=False)
     _deltas: dict[TableId, DeltaChangelog] = field(init=False, repr=False, default_factory=dict)
     _adopted: bool = field(init=False, repr=False, default=False)
+    _progress: StreamProgress | None = field(init=False, repr=False, default=None)  # as last written
+    _progress_read: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
         self._by_name = {str(t): s for t, s in self.schemas.items()}
@@ -281,13 +301,33 @@ class ChangelogSink:
         )
         if batch_id >= LEDGER_RETAIN:
             _delete_file(self.ledger_path(batch_id - LEDGER_RETAIN))
+        hook_started = time.monotonic()
         if self.on_batch_committed is not None:
             changed = sorted({*batch.rows, *batch.schema_changes})
             self.on_batch_committed(batch_id, [TableId.parse(t) for t in changed])
         batch = replace(batch, seconds=time.monotonic() - started)
+        if batch.figures is not None:
+            self._record_timing(batch, time.monotonic() - hook_started)
         log.info("%s", batch.describe())
         if self.on_progress is not None:
             self.on_progress(batch)
+
+    def _record_timing(self, batch: BatchCommit, hook_seconds: float) -> None:
+        """The progress record again, with the batch's duration and its hook's (the mirror refresh)."""
+        progress = self._progress
+        if progress is None or progress.batch is None or progress.batch.batch_id != batch.batch_id:
+            return
+        hooked = self.on_batch_committed is not None
+        figures = replace(progress.batch, seconds=batch.seconds,
+                          mirror_refresh_seconds=hook_seconds if hooked else None)
+        self._progress = replace(progress, batch=figures)
+        write_stream_progress(self.root, self._progress)
+
+    def _previous_progress(self) -> StreamProgress | None:
+        if not self._progress_read:
+            self._progress = read_stream_progress(self.root)
+            self._progress_read = True
+        return self._progress
 
     def _delta(self, table: TableId) -> DeltaChangelog:
         found = self._deltas.get(table)
@@ -355,6 +395,7 @@ class ChangelogSink:
         start_offset, end_offset = _batch_range(ranges)
         # on a replay, tables whose Delta changelog already holds this batch keep that attempt's files
         settled = self._delta_holds(batch_id, {*self._by_name, *by_table}) if replay else set()
+        last_event_at = _last_event_at(ranges)
         rows: dict[str, int] = {}
         for table, kinds in sorted(by_table.items()):
             parquet = sorted(kinds.get(CHANGELOG, []), key=lambda r: r[2])
@@ -395,18 +436,31 @@ class ChangelogSink:
                 tid = TableId.parse(table)
                 names = sorted(r[2] for r in kinds.get(CHANGELOG, []))
                 self._delta(tid).commit(batch_id, batch_files(self.root, tid, batch_id, names), end_offset)
+        figures = _figures(batch_id, rows, by_table, ranges, replay)
         if end_offset is not None:  # after the markers: idle tables' position advances with the stream
-            write_json_atomic(
-                stream_progress_path(self.root),
-                {
-                    "batch_id": batch_id,
-                    "end_offset": end_offset,
-                    "tables": sorted({*self._by_name, *by_table, *ddl}),
-                    "committed_at": datetime.now(UTC).isoformat(),
-                },
-            )
+            tables = sorted({*self._by_name, *by_table, *ddl})
+            self._write_progress(figures, end_offset, tables, last_event_at)
         return BatchCommit(batch_id, rows, replay, 0.0, start_offset, end_offset,
-                              {t: len(c) for t, c in ddl.items()})
+                           {t: len(c) for t, c in ddl.items()}, figures)
+
+    def _write_progress(self, figures: BatchFigures, end_offset: dict, tables: list[str],
+                        last_event_at: str | None) -> None:
+        """The progress record of a committed batch: its end offset, the commit time of the last transaction
+        read (that of the record before when this batch read none), its figures and the running totals (a
+        replayed batch id the record already counted is counted once)."""
+        previous = self._previous_progress()
+        totals = (previous.totals if previous is not None else None) or StreamTotals()
+        counted = previous.batch if previous is not None else None
+        if counted is not None and counted.batch_id == figures.batch_id:
+            totals = totals.plus(counted, sign=-1)
+        progress = StreamProgress(
+            figures.batch_id, parse_offset(end_offset) or BinlogOffset.from_dict(end_offset), tuple(tables),
+            datetime.now(UTC).isoformat(),
+            last_event_at or (previous.last_event_at if previous is not None else None),
+            figures, totals.plus(figures),
+        )
+        write_stream_progress(self.root, progress)
+        self._progress, self._progress_read = progress, True
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
@@ -426,6 +480,30 @@ def _batch_range(ranges: list[dict]) -> tuple[dict | None, dict | None]:
     starts = [BinlogOffset.from_dict(r["start"]) for r in ranges]
     ends = [BinlogOffset.from_dict(r["end"]) for r in ranges]
     return min(starts, key=lambda o: o.key).to_dict(), max(ends, key=lambda o: o.key).to_dict()
+
+
+def _figures(batch_id: int, rows: dict[str, int], by_table: dict[str, dict[str, list[tuple]]],
+             ranges: list[dict], replay: bool) -> BatchFigures:
+    """What the batch wrote (rows, bytes of every changelog file per table) and what its reads saw."""
+    sizes = {table: sum(int(r[6] or 0) for files in kinds.values() for r in files if len(r) > 6)
+             for table, kinds in by_table.items()}
+    return BatchFigures(
+        batch_id, dict(rows), {t: n for t, n in sizes.items() if n},
+        rows_read=sum(int(r.get("rows_read") or 0) for r in ranges),
+        dropped=sum(int(r.get("dropped") or 0) for r in ranges),
+        read_seconds=sum(float(r.get("read_seconds") or 0.0) for r in ranges), replay=replay,
+    )
+
+
+def _last_event_at(ranges: list[dict]) -> str | None:
+    """The latest commit time the batch's partitions read (ISO, UTC), or None."""
+    times = []
+    for r in ranges:
+        try:
+            times.append(datetime.fromisoformat(str(r["last_event_at"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return max(times).astimezone(UTC).isoformat() if times else None
 
 
 def _delete_file(path: str) -> None:
