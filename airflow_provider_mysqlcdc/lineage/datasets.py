@@ -25,7 +25,7 @@ from airflow_provider_mysqlcdc.lineage.columns import OutputColumn, lake_columns
 from airflow_provider_mysqlcdc.lineage.naming import DatasetName, lake_location, source_table
 
 IDENTITY = "the value as the source holds it"
-COMPANION = "the source column's zero dates as MySQL's text (the calendar column holds NULL for them)"
+COMPANION = "the source column's zero dates, as MySQL's text"
 
 
 def source_name(host: str, port: int, table: TableId) -> DatasetName:

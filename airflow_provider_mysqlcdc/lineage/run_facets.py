@@ -78,7 +78,8 @@ def snapshot_facet(group: ChunkGroup, result: Mapping[str, Any] | None) -> Mysql
             "rows": part["rows"], "minHw": part["min_hw"], "maxHw": part["max_hw"],
             "tableComplete": part["table_complete"]})
     chunks = [{"table": c["table"], "chunkId": c["chunk_id"], "status": c["status"], "rows": c["rows"],
-               "attempts": c["attempts"], "lw": c["lw"], "hw": c["hw"]} for c in result.get("chunks", ())]
+               "attempts": c["attempts"], "lw": c["lw"], "hw": c["hw"],
+               **({"error": c["error"]} if c.get("error") else {})} for c in result.get("chunks", ())]
     return MysqlcdcSnapshotRunFacet(group=group.name, tables=tables, chunks=chunks, rows=result.get("rows"),
                                     minHw=result.get("min_hw"), maxHw=result.get("max_hw"))
 

@@ -8,6 +8,7 @@ DAG's run in ``test_example_dag.py`` (``lineage_events.py``), which pays no Spar
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from pathlib import Path
 
@@ -145,3 +146,35 @@ def test_without_the_provider_nothing_of_lineage_loads_or_runs(monkeypatch):
     conf = {"spark.speculation": "false"}
     assert with_parent_job(conf, context=None) == conf
     assert openlineage_on() is False
+
+
+def test_a_failed_snapshot_reports_its_datasets_and_what_failed(monkeypatch, tmp_path):
+    """A failure event (no query: the source may be what failed): the group's table and snapshot files by
+    name, and the chunks as the chunk store recorded them, the failed one with its error."""
+    from openlineage.client.serde import Serde
+
+    from airflow_provider_mysqlcdc.operators.snapshot import MySqlCdcSnapshotOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_LINEAGE_SOURCE", '{"conn_type": "mysql", "host": "db.example.com", '
+                       '"port": 3306, "login": "cdc", "password": "never-in-lineage"}')
+    group = {"parts": [{"table": "shop.orders", "generation": 2, "chunk_ids": [3, 4]}]}
+    task = MySqlCdcSnapshotOperator(task_id="snapshot", chunk_group=group, output_path=str(tmp_path / "lake"),
+                                    mysql_conn_id="lineage_source")
+    chunk = {"table": "shop.orders", "rows": 10, "attempts": 1, "lw": "mysql-bin.000002:4",
+             "hw": "mysql-bin.000002:90", "run_id": "r", "error": None}
+    task._lineage_result = {
+        "parts": [{"table": "shop.orders", "rows": 10, "min_hw": "mysql-bin.000002:90",
+                   "max_hw": "mysql-bin.000002:90", "table_complete": False}],
+        "chunks": [{**chunk, "chunk_id": 3, "status": "committed"},
+                   {**chunk, "chunk_id": 4, "status": "failed", "rows": None, "hw": None,
+                    "error": "Lost connection to MySQL server during query"}],
+        "rows": 10, "min_hw": "mysql-bin.000002:90", "max_hw": "mysql-bin.000002:90"}
+    lineage = task.get_openlineage_facets_on_failure(task_instance=None)
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [("mysql://db.example.com:3306", "shop.orders")]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [
+        ("file", f"{tmp_path}/lake/shop/orders/snapshot")]
+    facet = Serde.to_dict(lineage.run_facets["mysqlcdc_snapshot"])
+    assert facet["group"] == "shop.orders chunks 3-4 (plan generation 2)"
+    assert [(c["chunkId"], c["status"], c.get("error")) for c in facet["chunks"]] == [
+        (3, "committed", None), (4, "failed", "Lost connection to MySQL server during query")]
+    assert "never-in-lineage" not in json.dumps(facet) + repr(lineage)
