@@ -322,6 +322,9 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         """The group's result as the chunk store has it; a chunk not committed by this run fails the task."""
         result = group_result(store_url, group)
         self._lineage_result = result  # what the lineage methods report
+        from airflow_provider_mysqlcdc.metrics.tasks import send_snapshot_progress
+
+        send_snapshot_progress(store_url, group.tables, context)
         failed = [c for c in result["chunks"] if c["status"] != COMMITTED or c["run_id"] != context["run_id"]]
         if failure is not None or failed:
             task = TaskRef(self.task_id, int(context["ti"].map_index or 0))

@@ -129,6 +129,9 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
     :param application: the Spark app (default ``spark_apps/binlog_stream.py``).
     :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
         ``outlets=[ASSET_ALIAS]`` is set by default.
+
+    With Airflow's metrics on, the task sends the stream's lag, binlog headroom and batch figures while it
+    waits on Spark, every ``metrics_interval`` seconds (an attribute, default 15; docs/monitoring.md).
     """
 
     template_fields: Sequence[str] = (
@@ -139,6 +142,8 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         "max_concurrent_reads", "rows_per_second", "query_timeout", "gc_retention", "gc_interval_minutes",
     )
     ui_color = "#e6f5ea"
+    # seconds between two looks of the task's metrics watcher (Airflow metrics on; ``metrics/stream_watcher``)
+    metrics_interval: float = 15.0
 
     def __init__(
         self,
@@ -262,6 +267,10 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         if not self.name or self.name == "arrow-spark":
             self.name = f"mysqlcdc stream {context['dag'].dag_id}"
         self.prepare_spark(hook, store_url, CHUNK_STORE_URL_ENV, context)
+        from airflow_provider_mysqlcdc.metrics.tasks import start_stream_watcher
+
+        watcher = start_stream_watcher(output, hook.settings(), store_url, tables, context,
+                                       self.metrics_interval)
         try:
             super().execute(context)
         except Exception as exc:
@@ -272,6 +281,9 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
                            f"{checkpoint} keeps every batch it committed: remove the cause, then clear this "
                            "task to resume from there (the driver's whole output is above in this log)"
                            ) from exc
+        finally:
+            if watcher is not None:
+                watcher.stop()
         settings = hook.settings()
         # here, not at the top: it loads pyarrow.dataset and pandas (~0.3 s), which every parse of a DAG
         # that uses this operator and every other task would pay

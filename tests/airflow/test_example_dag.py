@@ -27,6 +27,7 @@ one the continuous stream and the redo run.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib.util
 import json
@@ -66,6 +67,7 @@ from tests.airflow.lineage_events import (
 from tests.support.engine_harness import assert_mirror_equals_source
 from tests.support.processes import argv_of, snapshot_tables
 from tests.support.servers import airflow_connection, create_cdc_user
+from tests.support.statsd_listener import StatsdListener, airflow_statsd
 from tests.support.threads import ReportingThread
 from tests.support.workload import TABLE_SPECS, Workload, WorkloadStats, create_tables, seed_rows
 
@@ -482,6 +484,43 @@ def _assert_killed_try_retried(kill: Kill, tis: dict, tables: list[TableId], sto
     assert len(keys) == len(set(keys)) == sum(e.rows for e in by_chunk.values())  # every key once
 
 
+def _assert_metrics_received(statsd: StatsdListener, tables: list[TableId], record: dict,
+                             settings: MySQLSettings) -> None:
+    """What the first run sent through Airflow's StatsD (issue 40): every table's chunk progress (snapshot
+    tasks), the stream task's counters equal to its progress record's totals, the lag and headroom gauges, the
+    batch timings; never the password."""
+    from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+    from airflow_provider_mysqlcdc.engine.source.connection import connect
+    from airflow_provider_mysqlcdc.engine.status.binlog_expiry import read_binlog_expiry
+
+    got: dict[str, list] = {}
+    for r in statsd.received("mysqlcdc."):
+        got.setdefault(r.name, []).append(r)
+    done = {r.tags["table"]: r.value for r in got["mysqlcdc.snapshot.chunks_done"]}  # the last per table
+    with ChunkStore(record["chunk_store"]) as store:
+        assert done == {str(t): len(store.chunks(str(t))) for t in tables}, done
+    assert all(r.tags["dag_id"] == DAG_ID for rs in got.values() for r in rs)
+    totals = read_stream_progress(record["output"]).totals
+    written: dict[str, float] = {}
+    for r in got.get("mysqlcdc.stream.rows_written", []):
+        written[r.tags["table"]] = written.get(r.tags["table"], 0) + r.value
+    assert written == {t: float(n) for t, n in totals.rows.items() if n}, (written, totals)
+    assert sum(r.value for r in got["mysqlcdc.stream.batches"]) == totals.batches
+    gauges = {"mysqlcdc.stream.lag_seconds", "mysqlcdc.stream.lag_bytes", "mysqlcdc.stream.batch_duration"}
+    assert gauges <= set(got), sorted(got)
+    with contextlib.closing(connect(settings)) as conn:  # headroom only where the server purges by age
+        purges = read_binlog_expiry(conn).seconds is not None
+    assert ("mysqlcdc.stream.binlog_headroom_seconds" in got) == purges, sorted(got)
+    assert settings.password not in "\n".join(statsd.lines)
+
+
+@pytest.fixture
+def statsd(monkeypatch) -> Iterator[StatsdListener]:
+    """Airflow's metrics of this test (its DAG runs, the task processes it starts) to a StatsD listener."""
+    with airflow_statsd(monkeypatch) as listener:
+        yield listener
+
+
 @pytest.fixture
 def task_processes() -> Iterator[list[subprocess.Popen]]:
     """The test's ``airflow tasks test`` processes: one still running when the test ends (it failed) is
@@ -504,7 +543,8 @@ def unique_cdc_user(mysql_server) -> Iterator[str]:
 
 
 def test_example_dag_snapshot_rerun_redo_and_stream(
-    mysql_server, mysql_db, airflow_home, tmp_path, monkeypatch, capfd, task_processes, unique_cdc_user
+    mysql_server, mysql_db, airflow_home, tmp_path, monkeypatch, capfd, task_processes, unique_cdc_user,
+    statsd,
 ):
     settings = MySQLSettings.from_url(unique_cdc_user)
     password = settings.password
@@ -581,6 +621,7 @@ def test_example_dag_snapshot_rerun_redo_and_stream(
             assert events.count((uri, SNAPSHOT_TASK)) == 1, (uri, events)
             assert events.count((uri, "stream")) == 1, (uri, events)
         _assert_killed_try_retried(kill, tis, tables, store, output, run.run_id)
+        _assert_metrics_received(statsd, tables, record, settings)
         scope = f"{DAG_ID}/{run.run_id}"
         killed_runner = store.runner(scope)
         assert killed_runner.state == "failed" and "has ended" in killed_runner.detail, killed_runner
