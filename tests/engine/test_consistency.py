@@ -44,7 +44,9 @@ def _seeded_with_writers(mysql_server, mysql_db, tmp_path, names: tuple[str, ...
 
 
 @pytest.mark.parametrize("seed", [101, 202])
-def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server, mysql_db, tmp_path, seed):
+def test_snapshot_then_stream_equals_source_under_concurrent_writes(
+    mysql_server, server_flavor, mysql_db, tmp_path, seed
+):
     rng = random.Random(seed)
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db)
@@ -66,7 +68,13 @@ def test_snapshot_then_stream_equals_source_under_concurrent_writes(mysql_server
     pipe.catch_up()
     assert stats.transactions > 50 and stats.rotations >= 1, stats
     for plan in plans:
-        assert_same_rows(pipe.mirror(plan.table), pipe.source(plan.table), plan.table)
+        mirror, source = pipe.mirror(plan.table), pipe.source(plan.table)
+        if plan.table.table == "t_nopk" and server_flavor == "mysql":
+            # Oracle MySQL's watermark table reads a table without a primary key at-least-once
+            # (docs/source-server.md; exact with issue 36's read view): every source row, duplicates allowed.
+            assert not Counter(source) - Counter(mirror) and set(mirror) == set(source), plan.table
+        else:
+            assert_same_rows(mirror, source, plan.table)
     # and, independently of our decoder: the changelog against the binlog as mariadb-binlog prints it
     report = pipe.audit([p.table for p in plans])
     assert_clean(report, min_checked_after_max_hw=200)
