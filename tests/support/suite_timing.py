@@ -6,7 +6,11 @@ own processes (every process started with its environment: servers, Spark, Airfl
 every other process on the machine, and steal time (a neighbour on the host). At the end the suite prints its
 slowest tests, its total, and the machine's load and CPU use at start and end, so a slow run says whether the
 code or the machine was slow; every test's figures go to ``test-artifacts/durations.json``
-(``$MYSQLCDC_TEST_DURATIONS``).
+(``$MYSQLCDC_TEST_DURATIONS``) after a run of the whole suite, and to ``durations-partial.json`` beside
+it after a run of some tests, so a single test run afterwards does not overwrite the last full run's.
+
+The suite's own budget: ``SUITE_BUDGET`` seconds on 2 reference cores (scaled by ``slowness``); the
+summary says when a whole run went over it.
 
 The budget: a test (setup and teardown included) may take ``MYSQLCDC_TEST_BUDGET`` seconds (default
 ``DEFAULT_BUDGET``) of wall time on the reference machine, scaled up on a slower one (a calibration loop timed
@@ -27,6 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 DURATIONS_ENV = "MYSQLCDC_TEST_DURATIONS"
 BUDGET_ENV = "MYSQLCDC_TEST_BUDGET"
 DEFAULT_BUDGET = 120.0  # seconds of wall time per test on 2 quiet cores, setup and teardown included
+SUITE_BUDGET = 20 * 60.0  # seconds of wall time for the whole suite on 2 quiet reference cores
 SLOWEST_SHOWN = 15
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -202,7 +207,8 @@ class SuiteTiming:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _write(self) -> None:
-        path = Path(os.environ.get(DURATIONS_ENV) or REPO / "test-artifacts" / "durations.json")
+        name = "durations.json" if self._whole_suite() else "durations-partial.json"
+        path = Path(os.environ.get(DURATIONS_ENV) or REPO / "test-artifacts" / name)
         path.parent.mkdir(parents=True, exist_ok=True)
         usage = Usage.between(self.start, self.end)
         doc = {
@@ -216,6 +222,12 @@ class SuiteTiming:
         }
         path.write_text(json.dumps(doc, indent=1))
         self.path = path
+
+    def _whole_suite(self) -> bool:
+        """Run as ``make test`` runs it: no test selected by path, keyword or marker."""
+        args = [a for a in self.config.args if Path(a).resolve() != REPO / "tests"]
+        selected = self.config.getoption("keyword", "") or self.config.getoption("markexpr", "")
+        return not args and not selected
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         write = terminalreporter.write_line
@@ -233,6 +245,13 @@ class SuiteTiming:
         write(f"a core of this machine runs the calibration loop {self.slowness:.2f}x as slow as the "
               f"reference one: each test's budget is {self.base_budget:.0f}s, more while others took cores")
         write(f"every test's figures: {self.path}")
+        suite_budget = SUITE_BUDGET * self.slowness
+        if self._whole_suite() and usage.seconds > suite_budget:
+            terminalreporter.write_line(
+                f"OVER THE SUITE'S BUDGET: {usage.seconds / 60:.1f} min, budget {suite_budget / 60:.1f} min "
+                f"({SUITE_BUDGET / 60:.0f} min on the reference machine): look at the slowest tests above",
+                red=True, bold=True,
+            )
         for t in self.over_budget():
             terminalreporter.write_line(
                 f"OVER BUDGET: {t.nodeid} took {t.total:.1f}s, budget {t.budget:.0f}s "
