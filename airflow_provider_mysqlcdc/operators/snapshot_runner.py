@@ -34,6 +34,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunk_store.group_runs import (
+    RUNNER_ACTIVE,
     RUNNER_FAILED,
     SERVING,
     STOPPED,
@@ -237,7 +238,9 @@ class MySqlCdcStopRunnerOperator(NoDatasets, BaseOperator):
                 runner = store.runner(scope)
             if runner is None:
                 return {"scope": scope, "state": None}
-            if runner.alive() and runner.process_gone():
+            if runner.state in RUNNER_ACTIVE and (not runner.alive() or runner.process_gone()):
+                # gone: its process ended, or it went silent (a killed runner's heartbeat may be older than
+                # STALE_S by the time its teardown looks, after the groups' own applications ran)
                 store.runner_ended(scope, runner.runner_id, failed=True, detail=runner.gone_reason())
                 runner = store.runner(scope) or runner
             elif runner.alive():

@@ -33,6 +33,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store.schema import (
 
 # a runner's states
 STARTING, SERVING, STOPPING, STOPPED, RUNNER_FAILED = "starting", "serving", "stopping", "stopped", "failed"
+RUNNER_ACTIVE = (STARTING, SERVING, STOPPING)  # states a runner leaves by recording its end
 # a request's states
 QUEUED, TAKEN, DONE, REQUEST_FAILED, WITHDRAWN = "queued", "running", "done", "failed", "withdrawn"
 FINISHED = (DONE, REQUEST_FAILED, WITHDRAWN)
@@ -63,7 +64,7 @@ class GroupRunner:
 
     def alive(self, now: datetime | None = None) -> bool:
         """Starting (for up to ``START_S``), serving or stopping, and heard from within ``STALE_S``."""
-        if self.state not in (STARTING, SERVING, STOPPING):
+        if self.state not in RUNNER_ACTIVE:
             return False
         age = ((now or aware_utc(utc_now())) - self.heartbeat_at).total_seconds()
         return age < (START_S if self.state == STARTING else STALE_S)
@@ -91,7 +92,7 @@ class GroupRunner:
 
     def gone_reason(self) -> str:
         """Why it runs no more groups, in words."""
-        if self.state in (STARTING, SERVING, STOPPING) and self.process_gone():
+        if self.state in RUNNER_ACTIVE and self.process_gone():
             return f"its process {self.pid} on {self.host} has ended"
         if self.state in (STOPPED, RUNNER_FAILED):
             return f"it {self.state}" + (f": {self.detail}" if self.detail else "")
