@@ -9,10 +9,12 @@ import logging
 import re
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_mysqlcdc.metrics.names import COUNTER, GAUGE
-from airflow_provider_mysqlcdc.metrics.samples import Sample
+
+if TYPE_CHECKING:  # the samples module loads the engine's status: only where metrics are on
+    from airflow_provider_mysqlcdc.metrics.samples import Sample
 
 log = logging.getLogger(__name__)
 
