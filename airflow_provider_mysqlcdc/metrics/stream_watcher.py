@@ -1,17 +1,20 @@
 """A thread of the stream task that turns the stream's progress into metrics while the task waits on Spark.
 
-Every ``interval`` seconds (and once more when the Spark application ends) it reads the stream's progress
-record from the output root, the server's binlog end, clock and expiry (one short MySQL session as the CDC
-user), and the chunk store; and sends lag (seconds, bytes), binlog headroom, the counters of what was
-committed since its previous look, the latest batch's figures when a batch committed since, and each table's
-chunk progress (re-snapshots included). Sent from here, not from the Spark driver: the lag and the headroom
-keep coming when the stream is stuck, which is when an alert matters, and the backend is Airflow's.
+Every ``BATCH_LOOK_S`` it reads the stream's progress record from the output root and, at every batch
+committed since, sends that batch's figures and the counters of what was committed. Every ``interval``
+seconds (and once more when the Spark application ends) it also reads the server's binlog end, clock and
+expiry (one short MySQL session as the CDC user) and the chunk store, and sends lag (seconds, bytes), binlog
+headroom and each table's chunk progress (re-snapshots included). Sent from here, not from the Spark
+driver: the lag and the headroom keep coming when the stream is stuck, which is when an alert matters, and
+the backend is Airflow's. The record is written twice per batch (its timings after the mirror refresh): a
+batch's figures are each sent once, as they appear.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +37,7 @@ from airflow_provider_mysqlcdc.metrics.samples import (
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 15.0
+BATCH_LOOK_S = 1.0  # a look at the progress record only: one small file read
 
 
 class StreamWatcher:
@@ -49,6 +53,7 @@ class StreamWatcher:
         self._thread = threading.Thread(target=self._run, name="mysqlcdc-metrics", daemon=True)
         self._totals: StreamTotals | None = None
         self._batch: int | None = None
+        self._sent: set[str] = set()  # the metrics of batch ``_batch`` already sent
         self._warned: set[str] = set()
 
     def start(self) -> None:
@@ -63,11 +68,16 @@ class StreamWatcher:
         self.look()
 
     def _run(self) -> None:
-        while not self._halt.wait(self.interval):
-            self.look()
+        last_look = time.monotonic()
+        while not self._halt.wait(min(BATCH_LOOK_S, self.interval)):
+            if time.monotonic() - last_look >= self.interval:
+                last_look = time.monotonic()
+                self.look()
+            else:
+                self.emit(self._batch_samples(self._quietly("progress", self._progress)))
 
     def look(self) -> None:
-        """One look: read, then send (each part on its own: one that fails leaves the others)."""
+        """One whole look: read, then send (each part on its own: one that fails leaves the others)."""
         samples: list[Sample] = []
         progress = self._quietly("progress", self._progress)
         statuses = self._quietly("chunk store", self._statuses) or []
@@ -76,14 +86,24 @@ class StreamWatcher:
         health = self._quietly("server", lambda: self._health(progress, min(hws) if hws else None))
         if health is not None:
             samples += health_samples(health, self.tags)
-        if progress is not None:
+        samples += self._batch_samples(progress)
+        self.emit(samples)
+
+    def _batch_samples(self, progress: StreamProgress | None) -> list[Sample]:
+        """What was committed since the previous look: the counters, and the latest batch's figures not sent
+        yet (each once)."""
+        if progress is None:
+            return []
+        samples: list[Sample] = []
+        if progress.batch_id != self._batch:
             totals = progress.totals or StreamTotals()
             samples += totals_samples(self._totals or StreamTotals(), totals, self.tags)
-            self._totals = totals
-            if progress.batch is not None and progress.batch_id != self._batch:
-                samples += batch_samples(progress.batch, self.tags)
-            self._batch = progress.batch_id
-        self.emit(samples)
+            self._totals, self._batch, self._sent = totals, progress.batch_id, set()
+        if progress.batch is not None:
+            fresh = [x for x in batch_samples(progress.batch, self.tags) if x.name not in self._sent]
+            self._sent.update(x.name for x in fresh)
+            samples += fresh
+        return samples
 
     def _progress(self) -> StreamProgress | None:
         return read_stream_progress(self.output)

@@ -2,6 +2,7 @@
 counted once), gauges left out when unknown; the monitoring page lists every metric with its type."""
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -63,3 +64,23 @@ def test_the_monitoring_page_lists_every_metric_with_its_type():
     rows = {line.split("|")[1].strip(" `"): line.split("|")[2].strip() for line in page.splitlines()
             if line.startswith("| `mysqlcdc.")}
     assert rows == {m.name: m.kind for m in names.ALL}
+
+
+def test_the_watcher_sends_each_batch_once_as_its_figures_appear(tmp_path):
+    """The record is written twice per batch (the timings after the mirror refresh); the watcher's per-batch
+    look sends the counters once per batch and each figure once, as it appears."""
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.metrics.stream_watcher import StreamWatcher
+
+    sent: list = []
+    watcher = StreamWatcher(str(tmp_path), MySQLSettings.from_url("mysql://cdc@127.0.0.1:1"), "unused",
+                            [], {"dag_id": "d"}, sent.extend)
+    first = BatchFigures(1, {"shop.orders": 2}, {"shop.orders": 100})
+    written = _progress(StreamTotals().plus(first), first)
+    timed = dataclasses.replace(first, seconds=0.5, mirror_refresh_seconds=0.2)
+    for progress in (written, written, _progress(StreamTotals().plus(timed), timed)):
+        sent += watcher._batch_samples(progress)
+    names_sent = [s.name for s in sent]
+    assert sorted(names_sent) == sorted([names.BATCHES.name, names.ROWS_WRITTEN.name, names.BYTES_WRITTEN.name,
+                                         names.BATCH_ROWS.name, names.BATCH_BYTES.name,
+                                         names.BATCH_DURATION.name, names.MIRROR_REFRESH.name]), names_sent
