@@ -320,6 +320,7 @@ class TableRun:
     native_guarded: bool | None = None  # the native read needed the zero-date guard (date_guard.py)
     mirror: list[tuple] | None = None
     source: list[tuple] | None = None
+    writer_transactions: int = 0  # the background writer's transactions over its pipeline run (all tables)
     pipeline_error: str | None = None
     chunks: int = 0
     changes: int = 0  # changelog records of this table
@@ -526,6 +527,8 @@ def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path
             pipe.pump(rng, batches=1, max_rows=(5, 60))
     finally:
         group.writer_transactions = writer.stop()
+        for run in runs.values():
+            run.writer_transactions = group.writer_transactions
     write(12)  # the writer has stopped: these land after everything, incl. key moves and deletes
     pipe.catch_up()
     for plan in plans:

@@ -14,6 +14,8 @@ written to ``matrix.MATRIX_FILE``. Run: ``pytest -q tests/conformance -p no:cach
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -127,6 +129,30 @@ def _suffixed(group: GroupRun) -> GroupRun:
                     group.seconds)
 
 
+CASES_PER_RUN = 8  # cases whose tables share one pipeline run (per read mode): its fixed cost is shared
+ROUNDS_PER_CASE = 11  # stream rounds per case in a shared run (a run of its own has 8)
+
+
+def _batched_runs(server, database: str, cases: dict[str, list[TableSpec]], work: Path, options,
+                  one_mode: bool, label: str) -> dict[str, TableRun]:
+    """Every case's tables, ``CASES_PER_RUN`` cases to a pipeline run (``run_group``) in ``options``' read
+    mode (None: the server's consistent snapshot), with more stream rounds per case than a run of its own
+    has (its closing writes and its background writer's are shared by more tables), so each table still gets
+    its share of changes. ``one_mode``: the run also stands for the watermark run."""
+    runs: dict[str, TableRun] = {}
+    ids = list(cases)
+    for i in range(0, len(ids), CASES_PER_RUN):
+        batch = ids[i:i + CASES_PER_RUN]
+        specs = [spec for case in batch for spec in cases[case]]
+        group = run_group(server, database, specs, work / f"{label}-{i}.db",
+                          seed=seed_of(f"{label}:{batch[0]}"), chunk_size=CHUNK_SIZE,
+                          stream_rounds=ROUNDS_PER_CASE * len(batch), read_options=options)
+        runs.update(group.tables)
+        if one_mode:
+            runs.update(_suffixed(group).tables)
+    return runs
+
+
 @pytest.fixture(scope="module")
 def type_runs(mysql_server, server_flavor, conformance_db, watermark_mode, tmp_path_factory):
     """The wide tables (one column per type case), run once per read mode for all type tests."""
@@ -205,28 +231,51 @@ CHARSET_PHASES = ("chars", "identity", "compiled", "native", "raw-bytes", "arrow
                   "key", "key-wm")
 
 
+@pytest.fixture(scope="module")
+def charset_inputs(mysql_server, server_charset_names) -> dict[str, tuple[list[str], int]]:
+    """Per charset of the server: the characters of the pool it represents, and its longest character."""
+    with mysql_server.admin() as conn:
+        return {c: (representable(conn, c, unicode_pool()), charset_maxlen(conn, c))
+                for c in CHARSETS if c in server_charset_names}
+
+
+@pytest.fixture(scope="module")
+def charset_runs(mysql_server, server_flavor, conformance_db, charset_inputs, watermark_mode,
+                 tmp_path_factory) -> dict[str, TableRun]:
+    """The values, raw-bytes and key tables of every charset whose key collation orders, side by side in
+    pipeline runs of ``CASES_PER_RUN`` charsets per read mode (a charset whose key the engine refuses runs on
+    its own in ``test_charset``: a refusal must not hide the verdict on other tables)."""
+    unorderable = unorderable_collations(server_flavor)
+    inputs = {c: v for c, v in charset_inputs.items() if c not in unorderable}
+    work, one_mode = tmp_path_factory.mktemp("charsets"), _one_read_mode(server_flavor)
+    plain = {c: [charset_specs(c, *v)[k] for k in ("values", "raw", "key")] for c, v in inputs.items()}
+    runs = _batched_runs(mysql_server, conformance_db, plain, work, None, one_mode, "charsets")
+    if not one_mode:
+        wm = {c: [charset_specs(c, *v, WM_SUFFIX)[k] for k in ("values", "key")] for c, v in inputs.items()}
+        runs.update(_batched_runs(mysql_server, conformance_db, wm, work, watermark_mode, False,
+                                  "charsets-wm"))
+    return runs
+
+
 @pytest.mark.parametrize("charset", CHARSETS)
-def test_charset(charset, mysql_server, server_flavor, conformance_db, server_charset_names, watermark_mode,
-                 tmp_path):
-    if charset not in server_charset_names:
+def test_charset(charset, mysql_server, server_flavor, conformance_db, charset_inputs, charset_runs,
+                 watermark_mode, tmp_path):
+    if charset not in charset_inputs:
         for phase in CHARSET_PHASES:
             record("charsets", charset, phase, "skip")
         pytest.skip(f"charset[{charset}]: not in this server's SHOW CHARACTER SET")
-    with mysql_server.admin() as conn:
-        chars = representable(conn, charset, unicode_pool())
-        maxlen = charset_maxlen(conn, charset)
+    chars, maxlen = charset_inputs[charset]
     non_ascii = [c for c in chars if ord(c) > 0x7F]
     record("charsets", charset, "chars", str(len(non_ascii)))
     plain, wm = charset_specs(charset, chars, maxlen), charset_specs(charset, chars, maxlen, WM_SUFFIX)
-    runs = {}
+    runs = {name: charset_runs[name] for name in (*[s.name for s in plain.values()],
+                                                  *[s.name for s in wm.values()]) if name in charset_runs}
     unorderable = unorderable_collations(server_flavor)
+    groups = []
     if charset in unorderable:
         # the key table on its own: a key the engine refuses to chunk must not hide the verdict on the values
         groups = [([plain["values"], plain["raw"]], None), ([plain["key"]], None),
                   ([wm["values"]], watermark_mode), ([wm["key"]], watermark_mode)]
-    else:  # one pipeline per read mode, the values, raw-bytes and key tables side by side
-        groups = [([plain["values"], plain["raw"], plain["key"]], None),
-                  ([wm["values"], wm["key"]], watermark_mode)]
     one_mode = _one_read_mode(server_flavor)
     for specs, options in groups:
         if one_mode and options is not None:
@@ -331,21 +380,31 @@ def _refusal(run: TableRun) -> list[str]:
 KEY_PHASES = ("chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm")
 
 
-@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: c.id)
-def test_key(case, mysql_server, server_flavor, conformance_db, watermark_mode, tmp_path):
+@pytest.fixture(scope="module")
+def key_runs(mysql_server, server_flavor, conformance_db, watermark_mode,
+             tmp_path_factory) -> tuple[dict[str, str], dict[str, TableRun]]:
+    """Why each key case this server cannot hold is skipped, and the runs of the others: their tables side by
+    side in pipeline runs of ``CASES_PER_RUN`` cases per read mode."""
     with mysql_server.admin(conformance_db) as conn:
-        reason = probe_key_case(conn, case)
-    if reason:
+        skipped = {case.id: reason for case in KEY_CASES if (reason := probe_key_case(conn, case))}
+    cases = [case for case in KEY_CASES if case.id not in skipped]
+    work, one_mode = tmp_path_factory.mktemp("keys"), _one_read_mode(server_flavor)
+    runs = _batched_runs(mysql_server, conformance_db, {c.id: [key_spec(c)] for c in cases}, work, None,
+                         one_mode, "keys")
+    if not one_mode:
+        wm = {c.id: [key_spec(c, WM_SUFFIX)] for c in cases}
+        runs.update(_batched_runs(mysql_server, conformance_db, wm, work, watermark_mode, False, "keys-wm"))
+    return skipped, runs
+
+
+@pytest.mark.parametrize("case", KEY_CASES, ids=lambda c: c.id)
+def test_key(case, server_flavor, key_runs):
+    skipped, runs = key_runs
+    if case.id in skipped:
         for phase in KEY_PHASES:
             record("keys", case.id, phase, "skip")
-        pytest.skip(f"key[{case.id}] not on this server: {reason}")
-    spec, spec_wm = key_spec(case), key_spec(case, WM_SUFFIX)
-    group = run_group(mysql_server, conformance_db, [spec], tmp_path / "chunks.db", seed=seed_of(case.id),
-                      chunk_size=CHUNK_SIZE)
-    group_wm = _suffixed(group) if _one_read_mode(server_flavor) else run_group(
-        mysql_server, conformance_db, [spec_wm], tmp_path / "chunks-wm.db", seed=seed_of(case.id + WM_SUFFIX),
-        chunk_size=CHUNK_SIZE, read_options=watermark_mode)
-    run, run_wm = group.tables[spec.name], group_wm.tables[spec_wm.name]
+        pytest.skip(f"key[{case.id}] not on this server: {skipped[case.id]}")
+    run, run_wm = runs[key_spec(case).name], runs[key_spec(case, WM_SUFFIX).name]
     names = run.schema.column_names if run.schema else ["seq"]
     problems = {
         "exercised": _exercised(run) + _exercised(run_wm),
@@ -360,5 +419,5 @@ def test_key(case, mysql_server, server_flavor, conformance_db, watermark_mode, 
     record("keys", case.id, "backfilled", str(run_wm.backfill_events))
     for phase in ("identity", "compiled", "mirror", "mirror-wm"):
         record("keys", case.id, phase, verdict(problems[phase]))
-    _fail(f"key[{case.id}] (table {run.table}; {group.writer_transactions} and "
-          f"{group_wm.writer_transactions} background transactions)", problems)
+    _fail(f"key[{case.id}] (table {run.table}; {run.writer_transactions} and "
+          f"{run_wm.writer_transactions} background transactions in its pipeline runs)", problems)

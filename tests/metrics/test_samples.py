@@ -81,6 +81,7 @@ def test_the_watcher_sends_each_batch_once_as_its_figures_appear(tmp_path):
     for progress in (written, written, _progress(StreamTotals().plus(timed), timed)):
         sent += watcher._batch_samples(progress)
     names_sent = [s.name for s in sent]
-    assert sorted(names_sent) == sorted([names.BATCHES.name, names.ROWS_WRITTEN.name, names.BYTES_WRITTEN.name,
+    assert sorted(names_sent) == sorted([names.BATCHES.name, names.ROWS_WRITTEN.name,
+                                         names.BYTES_WRITTEN.name,
                                          names.BATCH_ROWS.name, names.BATCH_BYTES.name,
                                          names.BATCH_DURATION.name, names.MIRROR_REFRESH.name]), names_sent
