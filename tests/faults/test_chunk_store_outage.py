@@ -29,7 +29,7 @@ from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_OUTA
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from tests.engine.test_chunk_store import PG_ADMIN_URL, _server_database
-from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.engine_harness import Pipeline
 from tests.support.tcp_proxy import CuttableProxy
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
@@ -296,7 +296,7 @@ def test_engine_snapshot_and_stream_across_cuts_keep_the_mirror_exact(mysql_serv
     pipe.catch_up()
     assert stats.transactions > 20, stats
     for plan in plans:
-        assert_same_rows(pipe.mirror(plan.table), pipe.source(plan.table), plan.table)
+        pipe.assert_mirror_is_source(plan.table)
         for chunk in store.chunks(str(plan.table)):
             events = [e.event for e in store.history(str(plan.table), chunk.chunk_id)]
             assert events.count("started") == chunk.attempts == events.count("committed"), (chunk, events)

@@ -30,7 +30,7 @@ from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.spark.snapshot.group_runner import GroupRunnerLoop, RunnerSettings
 from tests.spark.test_snapshot import _parquet_snapshots, secrets  # noqa: F401 - fixture
-from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.engine_harness import Pipeline
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 pytestmark = pytest.mark.both_flavors
@@ -128,5 +128,5 @@ def test_the_runner_runs_the_groups_handed_to_it_exactly_under_writes(
     pipe.catch_up()
     for table in tables:
         pipe.snapshots = {(table, c): rows for c, rows in _parquet_snapshots(output, table).items()}
-        assert_same_rows(pipe.mirror(table), pipe.source(table), table)
+        pipe.assert_mirror_is_source(table)
     store.close()

@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.spark.session import register_data_source
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_chunk_group
 from airflow_provider_mysqlcdc.spark.snapshot.source import SOURCE_NAME, SnapshotDataSource
 from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD
-from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.engine_harness import Pipeline
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
@@ -155,7 +155,7 @@ def test_spark_snapshot_then_stream_equals_source_under_concurrent_writes(
         assert view is not None and set(snapshots) == {c.chunk_id for c in view.chunks}
         assert sum(map(len, snapshots.values())) == sum(c.rows for c in view.chunks)
         pipe.snapshots = {(table, c): rows for c, rows in snapshots.items()}
-        assert_same_rows(pipe.mirror(table), pipe.source(table), table)
+        pipe.assert_mirror_is_source(table)
     store.close()
 
 

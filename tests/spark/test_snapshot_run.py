@@ -33,7 +33,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.spark.snapshot import tasks
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import SnapshotFailed, run_snapshot
 from tests.spark.test_snapshot import _options, _parquet_snapshots, _spark_app, secrets  # noqa: F401 - fixture
-from tests.support.engine_harness import Pipeline, assert_same_rows
+from tests.support.engine_harness import Pipeline
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 SEED = 4242
@@ -150,7 +150,7 @@ def test_many_tables_are_one_spark_job_and_snapshot_plus_stream_equals_the_sourc
     assert tracker.getStageInfo(stage).numTasks == tasks.task_count(chunks, 2) < chunks
     for table in tables:
         pipe.snapshots = {(table, c): rows for c, rows in _parquet_snapshots(output, table).items()}
-        assert_same_rows(pipe.mirror(table), pipe.source(table), table)
+        pipe.assert_mirror_is_source(table)
     store.close()
 
 

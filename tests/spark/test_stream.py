@@ -50,7 +50,7 @@ from airflow_provider_mysqlcdc.spark.stream.changelog_sink import ChangelogSink,
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream, start_stream
 from tests.support.delta_reads import assert_delta_changelog_matches_markers, delta_changelog
-from tests.support.engine_harness import Pipeline, assert_same_rows, password_file
+from tests.support.engine_harness import Pipeline, password_file
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 # on MariaDB and on Oracle MySQL in every run, but for the killed-stream scenario (35 s; the same restart
@@ -138,7 +138,7 @@ def _changelog(output: str, pipe: Pipeline) -> list[Record]:
 def _assert_mirror_equals_source(pipe: Pipeline, plans, output: str) -> None:
     pipe.changelog = _changelog(output, pipe)
     for plan in plans:
-        assert_same_rows(pipe.mirror(plan.table), pipe.source(plan.table), plan.table)
+        pipe.assert_mirror_is_source(plan.table)
 
 
 def _ledgers(checkpoint: str) -> list[dict]:
