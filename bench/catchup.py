@@ -1,10 +1,16 @@
 """Catch-up throughput of the stream job (``available-now``) against raw mysql-replication iteration over the
-same binlog range, at 1 and 2 partitions per micro-batch (parallel catch-up).
+same binlog range, at 1 and 2 partitions per micro-batch (parallel catch-up), in two cases, each on its own
+throwaway server:
 
-The range: ``--catchup-changes`` row changes (default 2M) on the 6-column table of the engine benchmark, in
-statements of ``--catchup-txn-rows`` rows (one transaction each): half inserts, a quarter updates (two row
-images each: before and after), a quarter deletes. The table is planned and every chunk committed with its
-HW at the start of the range, so the stream emits every change after it (nothing is dropped by the filter).
+- **bulk**: ``--catchup-changes`` row changes (default 2M) on the 6-column table of the engine benchmark, in
+  statements of ``--catchup-txn-rows`` rows (one transaction each): half inserts, a quarter updates (two row
+  images each: before and after), a quarter deletes;
+- **OLTP** (what applications write): ``--catchup-oltp-images`` row images (default 2M) of single-row
+  INSERT/UPDATE/DELETE statements in transactions of 1-10 statements over ``--catchup-oltp-tables`` tables
+  (``bench/oltp.py``; its binlog shape is checked with ``SHOW BINLOG EVENTS`` before anything is measured).
+
+Each table is planned and every chunk committed with its HW at the start of the range, so the stream emits
+every change after it (nothing is dropped by the filter).
 
 - baseline: ``engine_bench.bench_raw_binlog``: one ``BinLogStreamReader``, every row of every rows event
   decoded (``event.rows``), nothing else;
@@ -41,6 +47,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 TABLE = "bench.t"
 MiB = 2**20
+CASES = ("bulk", "oltp")
 
 
 class ParallelCatchupMissing(RuntimeError):
@@ -115,6 +122,7 @@ class Changes:
     updates: int
     deletes: int
     transactions: int = 0
+    statements: int = 0
 
     @property
     def rows(self) -> int:
@@ -127,8 +135,9 @@ class Changes:
 
 
 def write_changes(server: Any, changes: int, txn_rows: int) -> Changes:
-    """Half inserts of new ids, a quarter updates and a quarter deletes of the loaded rows, ``txn_rows`` rows
-    per statement (one transaction each). The table holds ``changes // 2`` rows (ids 1..) before."""
+    """The bulk case: half inserts of new ids, a quarter updates and a quarter deletes of the loaded rows,
+    ``txn_rows`` rows per statement (one transaction each). The table holds ``changes // 2`` rows (ids 1..)
+    before."""
     n_ins, n_upd = changes // 2, changes // 4
     out = Changes(n_ins, n_upd, changes - n_ins - n_upd)
     initial = out.updates + out.deletes
@@ -149,6 +158,7 @@ def write_changes(server: Any, changes: int, txn_rows: int) -> Changes:
             cur.execute("DELETE FROM bench.t WHERE id BETWEEN %s AND %s",
                         (low, min(initial, low + txn_rows - 1)))
             out.transactions += 1
+    out.statements = out.transactions
     return out
 
 
@@ -218,8 +228,8 @@ def child(cfg_path: str) -> int:
         assert spark.sparkContext.parallelize(range(p), p).map(lambda x: x + 1).sum() == p * (p + 1) // 2
     say(f"[catch-up {label}] Spark started in {t_start.m.wall:.1f}s")
     config = StreamConfig(
-        mysql_url=cfg["mysql_url"], tables=(TABLE,), chunk_store=cfg["store"], output=cfg["output"],
-        checkpoint=cfg["checkpoint"], password_file=cfg["password_file"],
+        mysql_url=cfg["mysql_url"], tables=tuple(cfg["tables"]), chunk_store=cfg["store"],
+        output=cfg["output"], checkpoint=cfg["checkpoint"], password_file=cfg["password_file"],
         max_bytes_per_batch=cfg["max_bytes_per_batch"], catchup_partitions=cfg["partitions"],
         catchup_partition_bytes=cfg["partition_bytes"],
     )
@@ -237,7 +247,10 @@ def child(cfg_path: str) -> int:
         spark.stop()
     rows = sum(b["rows"] for b in batches)
     tasks = event_log_tasks(event_dir, app_id)
-    per_part = partition_rows(cfg["output"], TABLE)
+    per_part: dict[tuple[int, int], int] = {}
+    for table in cfg["tables"]:
+        for key, n in partition_rows(cfg["output"], table).items():
+            per_part[key] = per_part.get(key, 0) + n
     for task in tasks:
         task["rows"] = per_part.get((task["batch"], task["partition"]), 0)
     Path(cfg["result"]).write_text(json.dumps({
@@ -264,59 +277,131 @@ class CatchupResult:
     task_rates: list[float] = field(default_factory=list)
 
 
+@dataclass
+class Case:
+    """One binlog range to catch up: its tables, what was written, where it lies."""
+
+    name: str  # "bulk" or "OLTP"
+    tables: list[str]
+    made: Changes
+    start: BinlogPosition
+    end: BinlogPosition
+    size: int  # binlog bytes
+    scope: str  # the range in words, for the notes
+    shape: str = ""  # SHOW BINLOG EVENTS' counts (the OLTP case)
+
+
+def prepare_bulk(server: Any, settings: Any, store: Path, *, changes: int, txn_rows: int) -> Case:
+    initial = changes - changes // 2
+    say(f"catch-up (bulk): loading {initial:,} rows, then {changes:,} row changes ...")
+    load_table(server, initial)
+    start = binlog_position(settings)
+    commit_plan_at(settings, store, TABLE, start, chunk_size=max(initial // 8, 1000))
+    made = write_changes(server, changes, txn_rows)
+    end = binlog_position(settings)
+    size = binlog_bytes(server, start, end)
+    return Case("bulk", [TABLE], made, start, end, size,
+                f"{made.rows:,} row changes = {made.images:,} row images ({made.transactions:,} txns of "
+                f"{txn_rows:,} rows; {size / MiB:,.0f} MiB binlog)")
+
+
+def prepare_oltp(server: Any, settings: Any, store: Path, *, images: int, tables: int, seed: int) -> Case:
+    import oltp
+
+    names = oltp.table_names(tables)
+    rows = oltp.preload_rows(images, tables)
+    say(f"catch-up (OLTP): loading {tables} tables x {rows:,} rows, then {images:,} row images of single-row "
+        "statements ...")
+    oltp.load_tables(server, names, rows)
+    start = binlog_position(settings)
+    for name in names:
+        commit_plan_at(settings, store, name, start, chunk_size=max(rows // 8, 1000))
+    with Timer(server.process.pid) as t_write:
+        made = oltp.write_oltp(server, names, rows, images, seed)
+    end = binlog_position(settings)
+    size = binlog_bytes(server, start, end)
+    say(f"catch-up (OLTP): {made.statements:,} statements in {made.transactions:,} transactions written in "
+        f"{t_write.m.wall:.1f}s ({made.transactions / t_write.m.wall:,.0f} txns/s); checking the binlog ...")
+    shape = oltp.binlog_shape(server, start, end)
+    oltp.check_shape(shape, made)
+    return Case("OLTP", names, made, start, end, size,
+                f"{made.rows:,} single-row statements = {made.images:,} row images "
+                f"({made.transactions:,} txns of 1-{oltp.MAX_STATEMENTS} statements over {tables} tables; "
+                f"{size / MiB:,.0f} MiB binlog)",
+                shape=shape.describe())
+
+
 def run_section(setup: SparkSetup, work: Path, *, changes: int, txn_rows: int, max_bytes: int,
-                partition_bytes: int | None,
+                partition_bytes: int | None, oltp_images: int = 0, oltp_tables: int = 3, seed: int = 1,
+                cases: tuple[str, ...] = CASES,
                 partitions: tuple[int, ...] = (1, 2)) -> tuple[list[Figure], list[str]]:
+    """Both cases (``cases``), each on its own server: figures and notes, the bulk case first."""
+    require_catchup_fields()
+    partition_bytes = partition_bytes or max(max_bytes // 4, 1)
+    all_figures: list[Figure] = []
+    all_notes: list[str] = []
+    for name in cases:
+        if name == "oltp" and oltp_images <= 0:
+            continue
+        f, n = run_case(setup, work / name, name, changes=changes, txn_rows=txn_rows, max_bytes=max_bytes,
+                        partition_bytes=partition_bytes, oltp_images=oltp_images, oltp_tables=oltp_tables,
+                        seed=seed, partitions=partitions)
+        all_figures += f
+        all_notes += n
+    return all_figures, all_notes
+
+
+def run_case(setup: SparkSetup, work: Path, name: str, *, changes: int, txn_rows: int, max_bytes: int,
+             partition_bytes: int, oltp_images: int, oltp_tables: int, seed: int,
+             partitions: tuple[int, ...]) -> tuple[list[Figure], list[str]]:
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 
-    require_catchup_fields()
-    partition_bytes = partition_bytes or max(max_bytes // 4, 1)
+    work.mkdir(parents=True, exist_ok=True)
     with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
         assert server.process is not None
         pid = server.process.pid
         settings = MySQLSettings.from_url(server.cdc_url)
-        initial = changes - changes // 2
-        say(f"catch-up: loading {initial:,} rows, then {changes:,} row changes ...")
-        load_table(server, initial)
-        start = binlog_position(settings)
         store = work / "chunks.db"
-        commit_plan_at(settings, store, TABLE, start, chunk_size=max(initial // 8, 1000))
-        made = write_changes(server, changes, txn_rows)
-        end = binlog_position(settings)
-        size = binlog_bytes(server, start, end)
+        if name == "bulk":
+            case = prepare_bulk(server, settings, store, changes=changes, txn_rows=txn_rows)
+        else:
+            case = prepare_oltp(server, settings, store, images=oltp_images, tables=oltp_tables, seed=seed)
+        made, start, end = case.made, case.start, case.end
         settle(pid)
-        say(f"catch-up: {made.rows:,} row changes ({made.images:,} row images) in {made.transactions:,} "
-            f"transactions, {size / MiB:,.0f} MiB of binlog; raw mysql-replication ...")
+        say(f"catch-up ({case.name}): {case.scope}; raw mysql-replication ...")
         with Timer(pid) as t_raw:
             n_raw, _ = bench_raw_binlog(settings, server, start, end)
         assert n_raw == made.images, (n_raw, made.images)
-        say(f"catch-up: raw {n_raw / t_raw.m.wall:,.0f} row images/s; the compiled decoder ...")
+        say(f"catch-up ({case.name}): raw {n_raw / t_raw.m.wall:,.0f} row images/s; the compiled decoder ...")
         settle(pid)
         with Timer(pid) as t_compiled:
-            n_compiled, _ = bench_compiled_binlog(settings, server, start, end, TableId.parse(TABLE))
+            n_compiled, _ = bench_compiled_binlog(settings, server, start, end,
+                                                  [TableId.parse(t) for t in case.tables])
         assert n_compiled == made.images, (n_compiled, made.images)
-        say(f"catch-up: compiled decoder {n_compiled / t_compiled.m.wall:,.0f} row images/s")
+        say(f"catch-up ({case.name}): compiled decoder {n_compiled / t_compiled.m.wall:,.0f} row images/s")
         pw = password_file(work, settings.password)
         results = []
         for p in partitions:
             run_dir = work / f"catchup-{p}"
             run_dir.mkdir()
             shutil.copy(store, run_dir / "chunks.db")
-            cfg = {**setup.child_config(p), "executors": p, "partitions": p,
+            cfg = {**setup.child_config(p), "executors": p, "partitions": p, "tables": case.tables,
                    "partition_bytes": partition_bytes, "max_bytes_per_batch": max_bytes,
                    "mysql_url": settings.redacted_url(), "password_file": str(pw),
                    "store": str(run_dir / "chunks.db"), "output": str(run_dir / "out"),
                    "checkpoint": str(run_dir / "checkpoint"), "event_dir": str(run_dir / "events"),
                    "server_pid": pid}
-            say(f"catch-up: stream, {p} partition(s), {setup.label(p)} ...")
+            say(f"catch-up ({case.name}): stream, {p} partition(s), {setup.label(p)} ...")
             out = run_child(Path(__file__).resolve(), cfg, run_dir)
-            assert out["rows"] == made.images, (p, out["rows"], made.images)
+            assert out["rows"] == made.images, (case.name, p, out["rows"], made.images)
             results.append(summarize(p, setup.label(p), out))
             shutil.rmtree(run_dir / "out", ignore_errors=True)
-    decode = decode_figure(made, size, t_raw.m, n_raw, t_compiled.m, n_compiled)
-    return ([decode, *figures(results, made, size, t_raw.m, n_raw, max_bytes, partition_bytes, txn_rows)],
-            task_notes(results))
+    decode = decode_figure(case, t_raw.m, n_raw, t_compiled.m, n_compiled)
+    notes = [(f"Catch-up, OLTP range: {case.shape}; the raw reader's row images ({n_raw:,}) = inserts + "
+              "2 x updates + deletes, so each rows event holds one row.")] if case.shape else []
+    return ([decode, *figures(case, results, t_raw.m, n_raw, max_bytes, partition_bytes)],
+            notes + task_notes(case, results))
 
 
 def summarize(p: int, label: str, out: dict[str, Any]) -> CatchupResult:
@@ -333,7 +418,7 @@ def summarize(p: int, label: str, out: dict[str, Any]) -> CatchupResult:
     )
 
 
-def task_notes(results: list[CatchupResult]) -> list[str]:
+def task_notes(case: Case, results: list[CatchupResult]) -> list[str]:
     """Per batch and partition: records, task run time, rate (from the Spark event log)."""
     lines = []
     for r in results:
@@ -342,35 +427,41 @@ def task_notes(results: list[CatchupResult]) -> list[str]:
             rate = t["rows"] / t["run_s"] if t["run_s"] else 0.0
             parts.append(f"b{t['batch']}/p{t['partition']} {t['rows']:,} in {t['run_s']:.1f} s "
                          f"= {rate:,.0f}/s")
-        lines.append(f"Catch-up tasks at {r.partitions} partition(s) (batch/partition: records in task run "
-                     f"time): {'; '.join(parts) or 'none'}.")
+        if len(parts) > 12:  # many small batches (the OLTP range in small batches): the first and last
+            parts = [*parts[:6], f"... {len(parts) - 12} more ...", *parts[-6:]]
+        lines.append(f"Catch-up ({case.name}) tasks at {r.partitions} partition(s) (batch/partition: "
+                     f"records in task run time): {'; '.join(parts) or 'none'}.")
     return lines
 
 
-def decode_figure(made: Changes, size: int, raw: Measure, n_raw: int, compiled: Measure,
-                  n_compiled: int) -> Figure:
+def decode_figure(case: Case, raw: Measure, n_raw: int, compiled: Measure, n_compiled: int) -> Figure:
     """Decoding alone: the compiled decoder against mysql-replication, both over the whole range on one
     connection (framing by mysql-replication in both)."""
+    made = case.made
     return Figure(
-        "catch-up", "raw decode: the compiled rows decoder (`engine/binlog/rows_decoder`), columnar "
-        "normalised values", n_compiled / compiled.wall, "events/s",
+        "catch-up", f"{case.name}: raw decode: the compiled rows decoder (`engine/binlog/rows_decoder`), "
+        "columnar normalised values", n_compiled / compiled.wall, "events/s",
         f"{made.rows / compiled.wall:,.0f} row changes/s",
         compiled, baseline_what="raw mysql-replication `BinLogStreamReader`, every `event.rows` decoded",
         baseline=n_raw / raw.wall, baseline_detail=f"{made.rows / raw.wall:,.0f} row changes/s",
-        baseline_cpu=raw, note=f"{made.images:,} row images, {size / MiB:,.0f} MiB binlog; target >= 10x",
-        short="raw decode, compiled")
+        baseline_cpu=raw, note=f"{made.images:,} row images, {case.size / MiB:,.0f} MiB binlog"
+        + ("; target >= 10x" if case.name == "bulk" else ""),
+        short=f"{case.name}: raw decode, compiled")
 
 
-def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure, n_raw: int, max_bytes: int,
-            partition_bytes: int, txn_rows: int) -> list[Figure]:
+TARGETS = {"bulk": ">= 4x", "OLTP": ">= 3x"}  # issue 37, at 1 partition
+
+
+def figures(case: Case, results: list[CatchupResult], raw: Measure, n_raw: int, max_bytes: int,
+            partition_bytes: int) -> list[Figure]:
+    made = case.made
     raw_rate = n_raw / raw.wall
     base: dict[str, Any] = {
         "baseline_what": "raw mysql-replication `BinLogStreamReader`, 1 connection, "
                          "every `event.rows` decoded",
         "baseline": raw_rate, "baseline_detail": f"{made.rows / raw.wall:,.0f} row changes/s",
         "baseline_cpu": raw}
-    scope = (f"{made.rows:,} row changes = {made.images:,} row images ({made.transactions:,} txns of "
-             f"{txn_rows:,} rows; {size / MiB:,.0f} MiB binlog), batches of {max_bytes / MiB:g} MiB")
+    scope = f"{case.scope}, batches of {max_bytes / MiB:g} MiB"
     out = []
     for r in results:
         rate = r.rows / r.run.wall
@@ -378,20 +469,22 @@ def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure
         split = (f"; {r.split_batches} of {n_batches} batches split "
                  f"(partition >= {partition_bytes / MiB:g} MiB)"
                  if r.partitions > 1 else f"; {n_batches} batches")
+        target = f"; target {TARGETS[case.name]}" if r.partitions == 1 and case.name in TARGETS else ""
         out.append(Figure(
-            "catch-up", f"stream job, `available-now`, **{r.partitions} "
+            "catch-up", f"{case.name}: stream job, `available-now`, **{r.partitions} "
                         f"partition{'s' if r.partitions > 1 else ''}"
             f"** ({r.label})", rate, "events/s", f"{made.rows / r.run.wall:,.0f} row changes/s", r.run,
-            note=f"{scope}{split}; Spark start-up {r.startup.wall:.0f} s not included",
-            short=f"stream, {r.partitions} partition(s)", **base))
+            note=f"{scope}{split}; Spark start-up {r.startup.wall:.0f} s not included{target}",
+            short=f"{case.name}: stream, {r.partitions} partition(s)", **base))
     for r in results:
         rates = sorted(r.task_rates)
         spread = f"tasks {rates[0]:,.0f} .. {rates[-1]:,.0f}/s" if rates else "no task figures"
         out.append(Figure(
-            "catch-up", f"per partition at {r.partitions} partition{'s' if r.partitions > 1 else ''}: "
-            "records / task run time (Spark event log)", r.per_partition_rate, "events/s",
+            "catch-up", f"{case.name}: per partition at {r.partitions} "
+            f"partition{'s' if r.partitions > 1 else ''}: records / task run time (Spark event log)",
+            r.per_partition_rate, "events/s",
             f"{len(r.task_rates)} tasks", cpu_text="(in the row above)", note=spread,
-            short=f"per partition, at {r.partitions}", **base))
+            short=f"{case.name}: per partition, at {r.partitions}", **base))
     one = next((r for r in results if r.partitions == 1), None)
     for r in results:
         if r.partitions < 2 or one is None:
@@ -401,10 +494,12 @@ def figures(results: list[CatchupResult], made: Changes, size: int, raw: Measure
         if not projected:
             continue
         out.append(Figure(
-            "catch-up", f"projected: per-partition rate at 1 partition x {r.partitions} executors", projected,
-            "events/s", f"measured at {r.partitions}: {measured:,.0f}/s = {measured / projected:.0%} of it",
+            "catch-up",
+            f"{case.name}: projected: per-partition rate at 1 partition x {r.partitions} executors",
+            projected, "events/s",
+            f"measured at {r.partitions}: {measured:,.0f}/s = {measured / projected:.0%} of it",
             cpu_text="-", note="linear scaling if the server and the cores kept up",
-            short=f"projected, {r.partitions} executors", **base))
+            short=f"{case.name}: projected, {r.partitions} executors", **base))
     return out
 
 

@@ -126,16 +126,18 @@ def bench_raw_binlog(settings: MySQLSettings, server: MariaDBServer, start: Binl
 
 
 def bench_compiled_binlog(settings: MySQLSettings, server: MariaDBServer, start: BinlogPosition,
-                          end: BinlogPosition, table: TableId) -> tuple[int, Timer]:
-    """The same range as ``bench_raw_binlog``, every rows event of ``table`` decoded by the compiled decoder
-    (columnar, normalised values: what the stream gets), mysql-replication only framing the events."""
+                          end: BinlogPosition, table: TableId | list[TableId]) -> tuple[int, Timer]:
+    """The same range as ``bench_raw_binlog``, every rows event of ``table`` (or of each table of a list)
+    decoded by the compiled decoder (columnar, normalised values: what the stream gets), mysql-replication
+    only framing the events."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
     from airflow_provider_mysqlcdc.engine.binlog.rows_decoder import EventLayout, decode_event
 
+    tables = table if isinstance(table, list) else [table]
     with connect(settings) as conn:
-        schema = load_schema(conn, table)
+        schemas = {(t.database, t.table): load_schema(conn, t) for t in tables}
     layouts: dict[int, EventLayout] = {}
     n = 0
     with Timer(server) as t:
@@ -149,9 +151,10 @@ def bench_compiled_binlog(settings: MySQLSettings, server: MariaDBServer, start:
                 break
             if isinstance(event, TableMapEvent):
                 if event.table_id not in layouts:
-                    layout, reason = EventLayout.of(event, schema)
+                    layout, reason = EventLayout.of(event, schemas[(event.schema, event.table)])
                     if layout is None:
-                        raise RuntimeError(f"the compiled decoder cannot read {table}: {reason}")
+                        raise RuntimeError(f"the compiled decoder cannot read {event.schema}.{event.table}: "
+                                           f"{reason}")
                     layouts[event.table_id] = layout
                 continue
             decoded = decode_event(event, layouts[event.table_id])

@@ -2,8 +2,14 @@
 
 Three processes besides the server, all started here:
 
-- a writer inserting ``--latency-rate`` rows/s (default 1,000) in transactions of ``--latency-txn-rows`` rows,
-  paced on a fixed schedule; it logs each transaction's ids and the wall time its COMMIT returned;
+- a writer inserting ``--latency-rate`` rows/s (default 5,000) in transactions of ``--latency-txn-rows`` rows
+  (default 1: single-row transactions, each one autocommit INSERT), paced on a fixed schedule; it logs each
+  transaction's ids and the wall time its commit returned. Transactions fall due one by one; when the writer
+  is behind, it sends those due in one round trip (multi-statement, at most ``MAX_BATCH``; each is still its
+  own transaction, committed alone, and its commit time is the round trip's return, later than the commit by
+  at most that round trip). Until the end of its time it writes as fast as it can, never more than the
+  schedule: the rate it reaches is the rate asked or the highest this machine sustains alongside the stream,
+  and the figures say which;
 - the stream job (``stream_job.start_stream``) with ``trigger=processing-time=<interval>`` (default 1 second),
   no mirror refresh, in its own driver process. A row is *visible* when the changelog marker of the batch
   holding it is written (``changelog/_committed/batch=<id>.json``, its ``committed_at``): readers that
@@ -38,6 +44,8 @@ from spark_runs import SparkSetup, child_session, say
 
 TABLE = "bench.lat"
 SEED_ROWS = 1000
+MAX_BATCH = 50  # transactions per round trip, when the writer is behind
+SUSTAINED = 0.97  # an achieved rate below this share of the rate asked is "the highest sustained"
 
 
 # --- children -----------------------------------------------------------------------------------------------
@@ -69,33 +77,44 @@ def stream_child(cfg: dict[str, Any]) -> int:
 
 
 def writer_child(cfg: dict[str, Any]) -> int:
-    """Insert ``rate`` rows/s for ``seconds``, ``txn_rows`` per transaction, on a fixed schedule."""
+    """Insert ``rate`` rows/s for ``seconds``, ``txn_rows`` per transaction, on a fixed schedule (the module's
+    docstring says how a writer behind schedule batches its round trips)."""
     import pymysql
+    from pymysql.constants import CLIENT
 
-    conn = pymysql.connect(host="127.0.0.1", port=cfg["port"], user="root", password="", autocommit=False,
-                           database="bench", init_command="SET time_zone = '+00:00'")
+    conn = pymysql.connect(host="127.0.0.1", port=cfg["port"], user="root", password="", autocommit=True,
+                           database="bench", client_flag=CLIENT.MULTI_STATEMENTS,
+                           init_command="SET time_zone = '+00:00'")
     rng = np.random.default_rng(cfg["seed"])
     k, interval = cfg["txn_rows"], cfg["txn_rows"] / cfg["rate"]
-    next_id, log = SEED_ROWS + 1, []
+    next_id, log, round_trips = SEED_ROWS + 1, [], 0
     Path(cfg["ready"]).write_text("ready")
     start = time.monotonic()
+    end = start + cfg["seconds"]
     i = 0
     with conn.cursor() as cur:
-        while (due := start + i * interval) < start + cfg["seconds"]:
-            now = time.monotonic()
-            if due > now:
-                time.sleep(due - now)
-            values = ", ".join(f"({next_id + j}, {int(rng.integers(0, 1_000_000))}, 'row-{next_id + j}', "
-                               "NOW(6))" for j in range(k))
-            cur.execute(f"INSERT INTO lat (id, v, note, created) VALUES {values}")
-            conn.commit()
-            log.append((next_id, k, time.time()))
-            next_id += k
-            i += 1
+        while (now := time.monotonic()) < end:
+            due = min(int((now - start) / interval) + 1 - i, MAX_BATCH)
+            if due <= 0:
+                time.sleep(start + i * interval - now)
+                continue
+            statements, firsts = [], []
+            for _ in range(due):
+                values = ", ".join(f"({next_id + j}, {int(rng.integers(0, 1_000_000))}, 'row-{next_id + j}', "
+                                   "NOW(6))" for j in range(k))
+                statements.append(f"INSERT INTO lat (id, v, note, created) VALUES {values}")
+                firsts.append(next_id)
+                next_id += k
+            cur.execute(";".join(statements))
+            while cur.nextset():
+                pass
+            at = time.time()
+            log.extend((first, k, at) for first in firsts)
+            round_trips += 1
+            i += due
         cur.execute("INSERT INTO lat_stop VALUES (1)")  # the raw tailer stops here
-        conn.commit()
     conn.close()
-    Path(cfg["result"]).write_text(json.dumps({"transactions": log}))
+    Path(cfg["result"]).write_text(json.dumps({"transactions": log, "round_trips": round_trips}))
     return 0
 
 
@@ -185,15 +204,35 @@ class Latencies:
     p99: float
     mean: float
     rows: int
+    first: float = 0.0  # mean latency of the window's first tenth of rows (by commit time)
+    last: float = 0.0  # and of its last tenth
+
+    @property
+    def steady(self) -> bool:
+        """Latency moved across the window by at most a second (the default trigger): otherwise the reader was
+        falling behind the load (latency growing with the window's length) or still draining a backlog of
+        the warm-up (latency falling), and the percentiles are not a steady state's."""
+        return abs(self.last - self.first) <= 1.0
+
+    def trend(self) -> str:
+        if self.steady:
+            words = "steady: mean"
+        elif self.last > self.first:
+            words = "**not steady, fell behind the load**: mean latency grew from"
+        else:
+            words = "**not steady, still draining a backlog**: mean latency fell from"
+        return f"{words} {self.first:,.1f} s (first tenth of the window) to {self.last:,.1f} s (last tenth)"
 
 
 def latencies(commits: dict[int, float], seen: dict[int, float]) -> Latencies:
-    values = np.array([seen[k] - t for k, t in commits.items() if k in seen])
     missing = sum(1 for k in commits if k not in seen)
     if missing:
         raise RuntimeError(f"{missing} rows committed in the window never became visible")
+    by_commit = sorted((t, seen[k] - t) for k, t in commits.items())
+    values = np.array([lat for _, lat in by_commit])
+    tenth = max(len(values) // 10, 1)
     return Latencies(float(np.percentile(values, 50)), float(np.percentile(values, 99)), float(values.mean()),
-                     len(values))
+                     len(values), float(values[:tenth].mean()), float(values[-tenth:].mean()))
 
 
 def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warmup: float, seconds: float,
@@ -238,7 +277,8 @@ def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warm
                 "port": server.port, "rate": rate, "txn_rows": txn_rows, "seconds": warmup + seconds + 2.0,
                 "seed": seed}, run_dir, "writer")
             wait_for(writer_cfg["ready"], writer_proc, 60, "the writer")
-            say(f"latency: writing {rate:,} rows/s; warm-up {warmup:.0f}s, then {seconds:.0f}s measured ...")
+            say(f"latency: writing {rate:,} rows/s in transactions of {txn_rows}; warm-up {warmup:.0f}s, "
+                f"then {seconds:.0f}s measured ...")
             time.sleep(warmup)
             window_start = time.time()
             with Timer(pid, extra={"writer": writer_proc.pid, "raw tailer": tail_proc.pid}) as t:
@@ -247,10 +287,12 @@ def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warm
             stop(writer_proc, timeout=120)
             if writer_proc.returncode:
                 raise RuntimeError(f"the writer failed ({writer_proc.returncode})")
-            log = json.loads(Path(writer_cfg["result"]).read_text())["transactions"]
+            written = json.loads(Path(writer_cfg["result"]).read_text())
+            log = written["transactions"]
             total = sum(n for _, n, _ in log)
-            # Let the stream show every written row before it is stopped.
-            deadline = time.monotonic() + 180
+            # Let the stream show every written row before it is stopped (a stream behind the load drains
+            # its backlog first).
+            deadline = time.monotonic() + max(180.0, 3 * (warmup + seconds))
             tid = TableId.parse(TABLE)
             while sum(read_batch(stream_cfg["output"], tid, b).marker.get("rows", 0)
                       for b in committed_batch_ids(stream_cfg["output"], tid)) < total:
@@ -267,27 +309,59 @@ def run_section(setup: SparkSetup, work: Path, *, rate: int, txn_rows: int, warm
             raise RuntimeError(f"the stream failed ({stream_proc.returncode})")
         arrivals = {int(k): float(at)
                     for k, at in json.loads(Path(tail_cfg["result"]).read_text())["arrivals"]}
-    commits = {first + j: at for first, n, at in log if window_start <= at < window_end for j in range(n)}
+    window = [(first, n, at) for first, n, at in log if window_start <= at < window_end]
+    commits = {first + j: at for first, n, at in window for j in range(n)}
     ours = latencies(commits, visible_times(stream_cfg["output"]))
     raw = latencies(commits, arrivals)
-    achieved = len(commits) / (window_end - window_start)
-    return figures(ours, raw, t.m, achieved, rate, txn_rows, trigger, setup.label(executors), warmup, seconds)
+    load = Load(rate, txn_rows, len(commits) / (window_end - window_start),
+                len(window) / (window_end - window_start), len(log) / max(written["round_trips"], 1))
+    say(f"latency: {load.describe()}; the stream {ours.trend()}; the raw tailer {raw.trend()}")
+    return figures(ours, raw, t.m, load, trigger, setup.label(executors), warmup, seconds)
 
 
-def figures(ours: Latencies, raw: Latencies, m: Measure, achieved: float, rate: int, txn_rows: int,
-            trigger: str, label: str, warmup: float, seconds: float) -> list[Figure]:
+@dataclass
+class Load:
+    """The write load asked and the one the writer reached in the measured window."""
+
+    rate: int  # rows/s asked
+    txn_rows: int
+    rows_per_s: float
+    txns_per_s: float
+    txns_per_round_trip: float  # over the writer's whole run
+
+    @property
+    def sustained(self) -> bool:
+        return self.rows_per_s >= SUSTAINED * self.rate
+
+    def describe(self) -> str:
+        kind = "single-row transactions" if self.txn_rows == 1 else f"transactions of {self.txn_rows} rows"
+        reached = (f"achieved {self.txns_per_s:,.0f} {kind}/s ({self.rows_per_s:,.0f} rows/s) of "
+                   f"{self.rate / self.txn_rows:,.0f}/s asked")
+        if not self.sustained:
+            reached += ("; **the highest rate the writer sustained on this machine alongside the stream, "
+                        "not the rate asked**")
+        return f"{reached}; {self.txns_per_round_trip:.1f} transactions per writer round trip"
+
+    def short(self) -> str:
+        return f"{self.txns_per_s:,.0f} tx/s" + ("" if self.sustained else " (max sustained)")
+
+
+def figures(ours: Latencies, raw: Latencies, m: Measure, load: Load, trigger: str, label: str, warmup: float,
+            seconds: float) -> list[Figure]:
     client, server = m.share(m.client), m.share(m.server)
     writer, tailer = m.share(m.extra.get("writer", 0.0)), m.share(m.extra.get("raw tailer", 0.0))
     cpu = f"{client:.0%} / {server:.0%} shared ({m.share(m.other):.0%}); writer {writer:.0%}"
     base_cpu = f"tailer {tailer:.0%} / server {server:.0%} shared"
-    note = (f"{ours.rows:,} rows committed in {seconds:.0f} s after {warmup:.0f} s warm-up; achieved "
-            f"{achieved:,.0f} rows/s of {rate:,} asked ({txn_rows} rows per txn); mean "
-            f"{ours.mean * 1000:,.0f} ms (raw {raw.mean * 1000:,.1f} ms)")
+    note = (f"{ours.rows:,} rows committed in {seconds:.0f} s after {warmup:.0f} s warm-up; "
+            f"{load.describe()}; mean {ours.mean * 1000:,.0f} ms (raw {raw.mean * 1000:,.1f} ms); the stream "
+            f"{ours.trend()}; the raw tailer {raw.trend()}; target p99 < 2 s at 5,000 single-row "
+            "transactions/s")
     base = {"baseline_what": "raw blocking `BinLogStreamReader` tailing the same binlog at the same time: "
                              "commit -> row received"}
     return [
         Figure("latency",
-               f"commit -> visible in the changelog (batch marker), **p50**, `{trigger}` ({label})",
+               f"commit -> visible in the changelog (batch marker), **p50**, `{trigger}`, {load.short()} "
+               f"({label})",
                ours.p50 * 1000, "ms", cpu=m, cpu_text=cpu, baseline=raw.p50 * 1000,
                baseline_cpu_text=base_cpu, higher_is_better=False, note=note, short="p50", **base),
         Figure("latency", "same, **p99**", ours.p99 * 1000, "ms", cpu=m, cpu_text=cpu,

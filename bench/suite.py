@@ -10,9 +10,10 @@ Sections (``--only`` picks some; each starts its own throwaway MariaDB with the 
 2. ``planning``: even and uneven (string key) chunk planning vs one full ordered key scan
    (``bench/planning.py``);
 3. ``catchup``: the stream job, ``available-now``, at 1 and 2 partitions per batch vs raw mysql-replication
-   over the same binlog range (``bench/catchup.py``);
-4. ``latency``: commit -> visible in the changelog under a constant write load, processing-time trigger, vs
-   a raw binlog tailer on the same load (``bench/latency.py``);
+   over the same binlog range, on a bulk range (multi-row statements) and an OLTP range (single-row
+   statements in transactions of 1-10, ``bench/oltp.py``) (``bench/catchup.py``);
+4. ``latency``: commit -> visible in the changelog under a constant load of single-row transactions,
+   processing-time trigger, vs a raw binlog tailer on the same load (``bench/latency.py``);
 5. ``memory``: peak memory of one chunk read vs chunk size and table size, vs connectorx materializing the
    same range (``bench/chunk_memory.py``);
 6. ``mirror``: the mirror refresh per stream micro-batch (rewrite the touched chunks, manifest, one Delta
@@ -72,6 +73,10 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "catchup_changes": (2_000_000, 100_000),
     "catchup_txn_rows": (1000, 500),
     "catchup_max_bytes": (64 * MiB, 2 * MiB),
+    "catchup_oltp_images": (2_000_000, 100_000),
+    "catchup_oltp_tables": (3, 3),
+    "latency_rate": (5000, 5000),
+    "latency_txn_rows": (1, 1),
     "latency_seconds": (60.0, 20.0),
     "latency_warmup": (15.0, 8.0),
     "memory_rows": (5_000_000, 500_000),
@@ -114,8 +119,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--catchup-partition-bytes", type=int,
                        help="catchup_partition_bytes (default: a quarter of the batch size, so batches "
                        "split)")
-    sizes.add_argument("--latency-rate", type=int, default=1000, help="row changes per second")
-    sizes.add_argument("--latency-txn-rows", type=int, default=5, help="rows per writer transaction")
+    sizes.add_argument("--catchup-oltp-images", type=int,
+                       help="row images of the OLTP catch-up range: single-row statements in transactions "
+                       "of 1-10 (2M; 0 skips the OLTP case)")
+    sizes.add_argument("--catchup-oltp-tables", type=int, help="tables the OLTP range writes to (3)")
+    sizes.add_argument("--latency-rate", type=int,
+                       help="row changes per second (5000 = 5,000 single-row transactions/s; the figures say "
+                       "if the writer could not sustain it)")
+    sizes.add_argument("--latency-txn-rows", type=int,
+                       help="rows per writer transaction (1: single-row transactions)")
     sizes.add_argument("--latency-interval", default="1 second", help="the processing-time trigger interval")
     sizes.add_argument("--latency-seconds", type=float, help="measured seconds (60)")
     sizes.add_argument("--latency-warmup", type=float, help="seconds of load before measuring (15)")
@@ -336,7 +348,8 @@ def run(args: argparse.Namespace) -> Report:
         if "catchup" in args.sections:
             attempt("catchup", work / "catchup", lambda: catchup.run_section(
                 setup, work / "catchup", changes=args.catchup_changes, txn_rows=args.catchup_txn_rows,
-                max_bytes=args.catchup_max_bytes, partition_bytes=args.catchup_partition_bytes))
+                max_bytes=args.catchup_max_bytes, partition_bytes=args.catchup_partition_bytes,
+                oltp_images=args.catchup_oltp_images, oltp_tables=args.catchup_oltp_tables, seed=args.seed))
         if "latency" in args.sections:
             attempt("latency", work / "latency", lambda: latency.run_section(
                 setup, work / "latency", rate=args.latency_rate, txn_rows=args.latency_txn_rows,
