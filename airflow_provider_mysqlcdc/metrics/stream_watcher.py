@@ -70,11 +70,14 @@ class StreamWatcher:
     def _run(self) -> None:
         last_look = time.monotonic()
         while not self._halt.wait(min(BATCH_LOOK_S, self.interval)):
-            if time.monotonic() - last_look >= self.interval:
-                last_look = time.monotonic()
-                self.look()
-            else:
-                self.emit(self._batch_samples(self._quietly("progress", self._progress)))
+            try:
+                if time.monotonic() - last_look >= self.interval:
+                    last_look = time.monotonic()
+                    self.look()
+                else:
+                    self.emit(self._batch_samples(self._quietly("progress", self._progress)))
+            except Exception as exc:  # noqa: BLE001 - the watcher outlives a bad look; metrics never fail a task
+                self._warn_once("look", exc)
 
     def look(self) -> None:
         """One whole look: read, then send (each part on its own: one that fails leaves the others)."""
@@ -95,14 +98,18 @@ class StreamWatcher:
         if progress is None:
             return []
         samples: list[Sample] = []
-        if progress.batch_id != self._batch:
-            totals = progress.totals or StreamTotals()
+        totals = progress.totals or StreamTotals()
+        # a new batch: another id, or the same id committed again with other content (a replay after a
+        # restart), which changes the totals; the record's second write (the timings) changes neither
+        sent = self._sent
+        if progress.batch_id != self._batch or totals != (self._totals or StreamTotals()):
             samples += totals_samples(self._totals or StreamTotals(), totals, self.tags)
-            self._totals, self._batch, self._sent = totals, progress.batch_id, set()
+            sent = set()
         if progress.batch is not None:
-            fresh = [x for x in batch_samples(progress.batch, self.tags) if x.name not in self._sent]
-            self._sent.update(x.name for x in fresh)
+            fresh = [x for x in batch_samples(progress.batch, self.tags) if x.name not in sent]
+            sent = sent | {x.name for x in fresh}
             samples += fresh
+        self._totals, self._batch, self._sent = totals, progress.batch_id, sent  # all computed: now recorded
         return samples
 
     def _progress(self) -> StreamProgress | None:
@@ -121,8 +128,11 @@ class StreamWatcher:
         try:
             return read()
         except Exception as exc:  # noqa: BLE001 - metrics never fail the task; said once per kind
-            if what not in self._warned:
-                self._warned.add(what)
-                log.warning("metrics: reading the %s failed (%s); its metrics are left out until it reads "
-                            "again", what, exc)
+            self._warn_once(what, exc)
             return None
+
+    def _warn_once(self, what: str, exc: Exception) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("metrics: the %s failed (%s); its metrics are left out until it works again",
+                        what, exc)

@@ -85,3 +85,19 @@ def test_the_watcher_sends_each_batch_once_as_its_figures_appear(tmp_path):
                                          names.BYTES_WRITTEN.name,
                                          names.BATCH_ROWS.name, names.BATCH_BYTES.name,
                                          names.BATCH_DURATION.name, names.MIRROR_REFRESH.name]), names_sent
+
+
+def test_the_watcher_counts_a_batch_id_committed_again_with_other_content(tmp_path):
+    """A restarted stream may commit a batch id the record already holds (a replay): its totals changed, so
+    its counters and figures are sent."""
+    from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+    from airflow_provider_mysqlcdc.metrics.stream_watcher import StreamWatcher
+
+    watcher = StreamWatcher(str(tmp_path), MySQLSettings.from_url("mysql://cdc@127.0.0.1:1"), "unused",
+                            [], {"dag_id": "d"}, lambda samples: None)
+    first = BatchFigures(4, {"shop.orders": 2}, {"shop.orders": 100})
+    watcher._batch_samples(_progress(StreamTotals().plus(first), first))
+    replayed = BatchFigures(4, {"shop.orders": 3}, {"shop.orders": 150}, replay=True)
+    sent = watcher._batch_samples(_progress(StreamTotals().plus(replayed), replayed))
+    got = {s.name: s.value for s in sent}
+    assert got[names.ROWS_WRITTEN.name] == 1 and got[names.BATCH_ROWS.name] == 3, got
