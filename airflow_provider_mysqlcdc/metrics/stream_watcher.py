@@ -54,6 +54,7 @@ class StreamWatcher:
         self._totals: StreamTotals | None = None
         self._batch: int | None = None
         self._sent: set[str] = set()  # the metrics of batch ``_batch`` already sent
+        self._lock = threading.Lock()
         self._warned: set[str] = set()
 
     def start(self) -> None:
@@ -93,6 +94,10 @@ class StreamWatcher:
         self.emit(samples)
 
     def _batch_samples(self, progress: StreamProgress | None) -> list[Sample]:
+        with self._lock:  # the thread's looks and a look of the caller's (``stop``, a test) change one state
+            return self._new_batch_samples(progress)
+
+    def _new_batch_samples(self, progress: StreamProgress | None) -> list[Sample]:
         """What was committed since the previous look: the counters, and the latest batch's figures not sent
         yet (each once)."""
         if progress is None:
