@@ -48,6 +48,7 @@ from airflow_provider_mysqlcdc.engine.snapshot.phase import (
 from airflow_provider_mysqlcdc.engine.source.catalog import find_tables
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.lineage.operator_methods import ReportsLineage
 from airflow_provider_mysqlcdc.operators.arguments import (
     check_literals,
     check_rendered,
@@ -116,7 +117,7 @@ class PlanArguments:
     zero_dates: str
 
 
-class MySqlCdcPlanOperator(BaseOperator):
+class MySqlCdcPlanOperator(ReportsLineage, BaseOperator):
     """Plans chunks, records the plan in the chunk store, returns ``[ChunkGroup.to_dict(), ...]``.
 
     Tables smaller than ``chunks_per_group`` chunks share groups (``pack_tables``), so many small tables are
@@ -267,15 +268,6 @@ class MySqlCdcPlanOperator(BaseOperator):
         return [g.to_dict() for g in groups]
 
     # --- OpenLineage (called by the OpenLineage provider's listener, when it is installed) ------------------
-
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        return self._lineage(detailed=False)
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
-        return self._lineage(detailed=True)
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
-        return self._lineage(detailed=False)
 
     def _lineage(self, detailed: bool) -> OperatorLineage:
         """Inputs: the tables (before the task ran: those named exactly), with their schemas once it ran;

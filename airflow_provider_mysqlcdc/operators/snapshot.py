@@ -32,6 +32,7 @@ from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.snapshot.options import READ_VIEW_MODES
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.lineage.operator_methods import ReportsLineage
 from airflow_provider_mysqlcdc.operators.arguments import (
     SOURCE_LIMIT_CHECKS,
     check_literals,
@@ -105,7 +106,7 @@ _CHECKS = {
 _LITERAL_CHECKS = {**_CHECKS, "output_path": lambda v: arguments.storage_root(v, look=False)}
 
 
-class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
+class MySqlCdcSnapshotOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator):
     """Snapshots the chunks of ``chunk_group`` (``ChunkGroup.to_dict()``) on Spark (``conn_id``: the Spark
     connection, master in its host) and records each chunk's result in the chunk store.
 
@@ -344,15 +345,6 @@ class MySqlCdcSnapshotOperator(SparkAppMixin, SparkSubmitOperator):
         return result
 
     # --- OpenLineage (called by the OpenLineage provider's listener, when it is installed) ------------------
-
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        return self._lineage(detailed=False)
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
-        return self._lineage(detailed=True)
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
-        return self._lineage(detailed=False)
 
     def _lineage(self, detailed: bool) -> OperatorLineage:
         """Inputs: the group's tables; outputs: their snapshot files (``<table>/snapshot``), with schemas and

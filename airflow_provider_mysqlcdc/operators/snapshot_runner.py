@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
@@ -44,30 +44,15 @@ from airflow_provider_mysqlcdc.engine.chunk_store.group_runs import (
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.lineage.operator_methods import NoDatasets
 from airflow_provider_mysqlcdc.operators.arguments import check_literals, check_rendered, conn_id, optional
 from airflow_provider_mysqlcdc.operators.spark_apps import RUNNER_APP, app_path
 from airflow_provider_mysqlcdc.operators.spark_submit import SparkAppMixin
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 
-if TYPE_CHECKING:
-    from airflow.providers.openlineage.extractors import OperatorLineage
-
 LOG_DIR_ENV = "MYSQLCDC_RUNNER_LOG_DIR"
 _TAIL_LINES = 30
-
-
-class NoDatasets:
-    """OpenLineage methods of a task that reads and writes no dataset of its own: its events carry the job
-    (without them, OpenLineage would mark it an operator it knows nothing about)."""
-
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        from airflow.providers.openlineage.extractors import OperatorLineage
-
-        return OperatorLineage()
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
-        return self.get_openlineage_facets_on_start()
 
 
 def runner_scope(context: Any) -> str:

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.model.table_names import matching_tables
 from airflow_provider_mysqlcdc.engine.stream.startup import INITIAL, StartupMode
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
+from airflow_provider_mysqlcdc.lineage.operator_methods import ReportsLineage
 from airflow_provider_mysqlcdc.lineage.switch import openlineage_on
 from airflow_provider_mysqlcdc.operators.arguments import (
     SOURCE_LIMIT_CHECKS,
@@ -95,7 +96,7 @@ _LITERAL_CHECKS = {
 }
 
 
-class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
+class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator):
     """Runs the stream phase on Spark for ``tables`` (names or patterns) into ``output``.
 
     :param tables: ``db.table`` names or patterns: a comma-separated string or a list.
@@ -308,15 +309,6 @@ class MySqlCdcStreamOperator(SparkAppMixin, SparkSubmitOperator):
         return result
 
     # --- OpenLineage (called by the OpenLineage provider's listener, when it is installed) ------------------
-
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        return self._lineage(detailed=False)
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
-        return self._lineage(detailed=True)
-
-    def get_openlineage_facets_on_failure(self, task_instance: Any) -> OperatorLineage:
-        return self._lineage(detailed=False)
 
     def _lineage(self, detailed: bool) -> OperatorLineage:
         """Inputs: the tables (and the snapshot files of those snapshotted, which their mirrors start from);
