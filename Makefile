@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PACKAGE_STAMP := $(VENV)/.installed-package
+COMPILED_SOURCES := airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx \
+  airflow_provider_mysqlcdc/engine/binlog/event_framer/_frames.pyx
 S3_VENV := .venv-s3
 S3_STAMP := $(S3_VENV)/.installed
 MYSQL_ROOT := .mysql-root
@@ -47,16 +49,16 @@ system-deps:
 demo-deps:
 	@$(MAKE) --no-print-directory system-deps FOR=demo SERVER=$(SERVER)
 
-# the compiled rows-event decoder is rebuilt when its source changes; the suite's venv has the test extras
+# the compiled rows-event decoder and event framer are rebuilt when their sources change; the suite's venv has the test extras
 # (pytest, Selenium, DuckDB, ...), the demo's only the package and what it needs
-$(STAMP): setup.py constraints.txt pyproject.toml airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx
+$(STAMP): setup.py constraints.txt pyproject.toml $(COMPILED_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'
 	$(BIN)/python -m airflow_provider_mysqlcdc.testing.verify_install
 	touch $@ $(PACKAGE_STAMP)
 
-$(PACKAGE_STAMP): setup.py constraints.txt pyproject.toml airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx
+$(PACKAGE_STAMP): setup.py constraints.txt pyproject.toml $(COMPILED_SOURCES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install -q -c constraints.txt -e .

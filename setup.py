@@ -10,21 +10,25 @@ exec((ROOT / "airflow_provider_mysqlcdc" / "__init__.py").read_text(), version) 
 
 
 def compiled_extensions() -> list:
-    """The compiled rows-event decoder (engine/binlog/rows_decoder/_rows.pyx), built with the machine's C
-    compiler. Optional: where it cannot be built the package still installs, and the decoder says once in the
-    log that rows events are decoded in pure Python instead."""
+    """The compiled rows-event decoder (engine/binlog/rows_decoder/_rows.pyx) and event framer
+    (engine/binlog/event_framer/_frames.pyx), built with the machine's C compiler. Optional: where they cannot
+    be built the package still installs, and each says once in the log that the pure-Python path is used."""
     try:
         from Cython.Build import cythonize
     except ImportError:  # pyproject.toml's [build-system] provides Cython; a bare `setup.py` run may not
         print("warning: Cython is not installed: the compiled rows decoder is not built")
         return []
-    extension = Extension(
-        "airflow_provider_mysqlcdc.engine.binlog.rows_decoder._rows",
-        ["airflow_provider_mysqlcdc/engine/binlog/rows_decoder/_rows.pyx"],
-        extra_compile_args=["-O2"],
-        optional=True,
-    )
-    return cythonize([extension], compiler_directives={"language_level": "3"}, quiet=True)
+    extensions = [
+        Extension(
+            f"airflow_provider_mysqlcdc.engine.binlog.{package}.{name}",
+            [f"airflow_provider_mysqlcdc/engine/binlog/{package}/{name}.pyx"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+        # the rows-event decoder, and the framer of the event stream (engine/binlog/event_framer)
+        for package, name in (("rows_decoder", "_rows"), ("event_framer", "_frames"))
+    ]
+    return cythonize(extensions, compiler_directives={"language_level": "3"}, quiet=True)
 
 
 setup(

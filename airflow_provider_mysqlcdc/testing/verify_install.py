@@ -1,5 +1,5 @@
 """Fail the install when the Python side of PySpark and its JVM jars disagree (the pyspark-client clash), or
-when the compiled rows-event decoder was not built (the package would work, ~20x slower on the binlog: a
+when the compiled rows-event decoder or event framer was not built (the package would work, ~20x slower on the binlog: a
 development or CI machine has a C compiler, so there it is a setup fault)."""
 from __future__ import annotations
 
@@ -32,8 +32,13 @@ def main() -> int:
     if not compiled_available():
         print(missing_reason(), file=sys.stderr)
         return 1
+    from airflow_provider_mysqlcdc.engine.binlog.event_framer import compiled as framer
+
+    if framer.loaded() is None:
+        print(framer.missing_reason(), file=sys.stderr)
+        return 1
     print(f"install ok: pyspark {pyspark.__version__} with matching jars; provider entry point registered; "
-          "compiled rows decoder loaded")
+          "compiled rows decoder and event framer loaded")
     return 0
 
 

@@ -65,16 +65,17 @@ def test_the_suite_runs_in_compare_mode_and_the_compiled_decoder_reads_every_ima
 def test_a_difference_stops_the_read_naming_table_and_column(mysql_server, written, monkeypatch):
     """The compiled decoder made wrong on purpose (one value changed): compare mode must catch it."""
     table, start, end = written
-    real = decoder_choice.decode_event
+    real, real_framed = decoder_choice.decode_event, decoder_choice.decode_framed
 
-    def off_by_one(event, layout) -> DecodedRows:
-        decoded = real(event, layout)
+    def off_by_one(decoded: DecodedRows) -> DecodedRows:
         images = tuple([list(col) for col in half] for half in decoded.images)
         ids = images[0][decoded.column_names.index("id")]
         ids[0] = ids[0] + 1
         return DecodedRows(decoded.column_names, decoded.row_count, decoded.halves, images)
 
-    monkeypatch.setattr(decoder_choice, "decode_event", off_by_one)
+    # rows events the compiled framer parsed, and those mysql-replication parsed
+    monkeypatch.setattr(decoder_choice, "decode_framed", lambda e, lay, u: off_by_one(real_framed(e, lay, u)))
+    monkeypatch.setattr(decoder_choice, "decode_event", lambda e, lay: off_by_one(real(e, lay)))
     with pytest.raises(DecoderMismatch,
                        match=rf"{table}, column 'id'.*gives 1 \(int\), the compiled decoder 2"):
         _read(mysql_server, table, start, end)
@@ -88,6 +89,7 @@ def test_python_mode_reads_with_mysql_replication_only(mysql_server, written, mo
         raise AssertionError("the compiled decoder ran in python mode")
 
     monkeypatch.setattr(decoder_choice, "decode_event", never)
+    monkeypatch.setattr(decoder_choice, "decode_framed", lambda *args: never(*args[:2]))
     changes = _read(mysql_server, table, start, end)
     assert len(changes) == 5 and changes[-1].values["s"] == "caf\u00e9"
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pymysqlreplication.event import QueryEvent
 from pymysqlreplication.row_event import TableMapEvent
 
 from airflow_provider_mysqlcdc.engine.binlog.ddl import (
@@ -108,9 +107,11 @@ class CapturedTables:
         self.versions[(table, signature)] = version
         return version
 
-    def query(self, event: QueryEvent, txn: Transaction | None, cur_file: str, event_start: int) -> str:
-        """Classify a query event: "begin", "commit", "end" (the group ends, nothing to emit), "continue"."""
-        sql = event.query.strip()
+    def query(self, query: str, schema: str | bytes | None, end_pos: int, txn: Transaction | None,
+              cur_file: str, event_start: int) -> str:
+        """Classify a query event (its statement, default database and end position): "begin", "commit",
+        "end" (the group ends, nothing to emit), "continue"."""
+        sql = query.strip()
         if sql.startswith("# Dummy event"):
             raise dummy_event(f"{cur_file}:{event_start}")
         head = sql[:16].upper()
@@ -134,12 +135,12 @@ class CapturedTables:
             return "end"
         verb, refs = statement_tables(sql)
         where = txn.start if txn is not None else f"{cur_file}:{event_start}"
-        default_db = event.schema
+        default_db = schema
         if isinstance(default_db, bytes):
             default_db = default_db.decode("utf-8", "replace")
         hits = self._refs(refs, default_db)
         if hits and verb in DDL_VERBS:
-            end = BinlogPosition(cur_file, event.packet.log_pos)
+            end = BinlogPosition(cur_file, end_pos)
             for table in sorted(hits):
                 ddl = table_ddl(sql, self.latest[table].schema.primary_key)
                 planned = self.replanned.get(table)

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.engine.binlog.rows_decoder import (
     NotDecodable,
     compiled_available,
     decode_event,
+    decode_framed,
 )
 from airflow_provider_mysqlcdc.engine.common.environment import ROWS_DECODER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
@@ -81,13 +82,32 @@ def decoded_columns(
         _say_once(table, f"the compiled layout's columns {list(decoded.column_names)} are not {names}")
         return None
     if decoder_mode() == COMPARE:
-        _compare(event, decoded.as_dicts(), table, python_images())
+        _compare(event.packet.log_pos, decoded.as_dicts(), table, python_images())
     return dict(zip(decoded.halves, decoded.images))
 
 
-def _compare(event: Any, images: dict[str, list[dict]], table: TableId,
+def framed_columns(
+    event: Any, layout: EventLayout, table: TableId, names: list[str], update: bool,
+    python_images: Callable[[], dict[str, list[dict]]],
+) -> dict[str, list[list]] | None:
+    """``decoded_columns`` for a rows event the compiled framer parsed (``event_framer``): its body decoded
+    where the framer found it, without mysql-replication's packet; None when it takes the Python path."""
+    if event.column_count != layout.column_count:
+        _say_once(table, f"a rows event of {event.column_count} columns, its layout has "
+                         f"{layout.column_count}")
+        return None
+    if list(layout.column_names) != names:
+        _say_once(table, f"the compiled layout's columns {list(layout.column_names)} are not {names}")
+        return None
+    decoded = decode_framed(event, layout, update)
+    if decoder_mode() == COMPARE:
+        _compare(event.log_pos, decoded.as_dicts(), table, python_images())
+    return dict(zip(decoded.halves, decoded.images))
+
+
+def _compare(end_pos: int, images: dict[str, list[dict]], table: TableId,
              expected: dict[str, list[dict]]) -> None:
-    where = f"the rows event ending at {event.packet.log_pos}"
+    where = f"the rows event ending at {end_pos}"
     for half, rows in expected.items():
         got = images.get(half, [])
         if len(got) != len(rows):

@@ -4,6 +4,13 @@ The loop checks what every event must satisfy (its position against the start an
 looks the event's class up in ``EventLoop.HANDLERS``. A handler updates the transaction being read and says
 whether the event ends it (``ENDS_GROUP``); the loop then emits the group's changes at its commit. An event
 class without a handler is refused, never skipped (``No silent skips`` in docs/design.md).
+
+Events come from the compiled framer (``event_framer``; not in ``python`` mode): the types it parses arrive as
+``FramedEvent``s, handled by type code (``FRAMED_HANDLERS``, the same rules as their mysql-replication
+counterparts), every other type as mysql-replication's object. A framed TABLE_MAP whose bytes equal the last
+one of its table id reuses that one's schema version and layout without being parsed again; rows events are
+decoded straight from the received bytes. In ``compare`` mode each framed event is parsed by mysql-replication
+too and must agree (``event_framer.compare``), row images included.
 """
 from __future__ import annotations
 
@@ -54,19 +61,22 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
     dummy_event,
     unsupported_event,
 )
+from airflow_provider_mysqlcdc.engine.binlog.event_framer import FramedEvent, FramerMismatch, check_framed
+from airflow_provider_mysqlcdc.engine.binlog.framed_rows import decode_framed_rows
 from airflow_provider_mysqlcdc.engine.binlog.transaction import Transaction, decode_rows
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 
 if TYPE_CHECKING:
-    from pymysqlreplication import BinLogStreamReader
-
     from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 
 # Type codes mysql-replication maps to NotImplementedEvent, and what they mean to us.
 _TXN_START_CODES = {0x22: "ANONYMOUS_GTID_LOG_EVENT", 0x2A: "GTID_TAGGED_LOG_EVENT"}
 _IGNORABLE_CODES = {0x1C: "IGNORABLE_LOG_EVENT", 0x29: "HEARTBEAT_LOG_EVENT_V2"}
 _MARIADB_FL_STANDALONE = 0x01
+# type codes of the framed events the loop treats specially
+_F_ROTATE, _F_HEARTBEAT, _F_TABLE_MAP, _F_QUERY = 0x04, 0x1B, 0x13, 0x02
+_F_TXN_START = frozenset({0x21, 0x22, 0xA2})  # MySQL's GTID, ANONYMOUS_GTID, MariaDB's GTID
 _LOG_EVENT_ARTIFICIAL_F = 0x20
 _UTC = UTC
 
@@ -85,11 +95,18 @@ class EventLoop:
     now, or the deadline), turned into RowChange / SchemaChange / Heartbeat items."""
 
     HANDLERS: ClassVar[dict[type, Handler]]  # the table below the class
+    FRAMED_HANDLERS: ClassVar[dict[int, Handler]]  # the same for framed events, by type code
 
-    def __init__(self, reader: BinlogReader, stream: BinLogStreamReader, start: BinlogOffset,
+    def __init__(self, reader: BinlogReader, stream: Any, start: BinlogOffset,
                  end: BinlogPosition | None, deadline: float | None, sync_to_transaction: bool,
-                 blocks: bool = False) -> None:
+                 blocks: bool = False, compare: bool = False) -> None:
+        """``stream``: mysql-replication's ``BinLogStreamReader``, or ``event_framer.FramedStream`` over it.
+        ``compare``: check every framed event against mysql-replication's parse of it."""
         self.reader, self.stream = reader, stream
+        self.compare = compare
+        self.parsed: Any = None  # compare mode: mysql-replication's object of the current framed event
+        # framed TABLE_MAPs: table id -> (its body, the schema version it gave)
+        self.framed_maps: dict[int, tuple[bytes, CapturedVersion | None]] = {}
         # yield each transaction's rows as RowBlocks (columns), not RowChange by RowChange
         self.blocks = blocks
         self.start, self.end, self.deadline = start, end, deadline
@@ -108,28 +125,42 @@ class EventLoop:
     # --- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
-        handlers = self.HANDLERS
+        handlers, framed_handlers = self.HANDLERS, self.FRAMED_HANDLERS
         while True:
             event = self._next_event()
             if event is None:
                 return
-            packet = event.packet
-            end_pos = packet.log_pos
             cls = event.__class__
-            if end_pos == 0 or packet.flags & _LOG_EVENT_ARTIFICIAL_F or cls is HeartbeatLogEvent or (
-                cls is RotateEvent and packet.timestamp == 0
-            ):
-                # Artificial events: the rotate names the file being streamed; the rest has no position.
-                if cls is RotateEvent:
-                    self._rotate_to(event.next_binlog)
-                continue
-            event_start = end_pos - packet.event_size
+            if cls is FramedEvent:
+                code = event.event_type
+                end_pos, size, timestamp = event.log_pos, event.event_size, event.timestamp
+                if self.compare:
+                    self.parsed = self.stream.python_event(event)
+                    check_framed(event, self.parsed, self.stream.checksum)
+                if end_pos == 0 or event.header_flags & _LOG_EVENT_ARTIFICIAL_F or code == _F_HEARTBEAT or (
+                    code == _F_ROTATE and timestamp == 0
+                ):
+                    if code == _F_ROTATE:
+                        self._rotate_to(event.next_binlog)
+                    continue
+                handler = framed_handlers[code]
+            else:
+                packet = event.packet
+                end_pos, size, timestamp = packet.log_pos, packet.event_size, packet.timestamp
+                if end_pos == 0 or packet.flags & _LOG_EVENT_ARTIFICIAL_F or cls is HeartbeatLogEvent or (
+                    cls is RotateEvent and timestamp == 0
+                ):
+                    # Artificial events: the rotate names the file being streamed; the rest has no position.
+                    if cls is RotateEvent:
+                        self._rotate_to(event.next_binlog)
+                    continue
+                handler = handlers.get(cls, EventLoop._on_unknown)
+            event_start = end_pos - size
             self._check_first(event_start)
             if self._past_end(end_pos):
                 return
             if self.syncing and not self._synced(cls, event):
                 continue
-            handler = handlers.get(cls, EventLoop._on_unknown)
             outcome = handler(self, event, self.cur_file, event_start)
             if outcome == ROTATED:
                 if self.txn is None:
@@ -138,7 +169,7 @@ class EventLoop:
                     yield Heartbeat(self.reader.last_offset)
                 continue
             if outcome == ENDS_GROUP:
-                yield from self._commit(packet, end_pos)
+                yield from self._commit(timestamp, end_pos)
             if self.end_key is not None and self.txn is None and (self.cur_number, end_pos) >= self.end_key:
                 return
 
@@ -191,6 +222,14 @@ class EventLoop:
 
     def _synced(self, cls: type, event: Any) -> bool:
         """While syncing to the next transaction start: False until the event that starts one."""
+        if cls is FramedEvent:
+            code = event.event_type
+            if code in _F_TXN_START or (code == _F_QUERY and event.query.strip().upper() == "BEGIN"):
+                self.syncing = False
+                return True
+            if code == _F_ROTATE:
+                self._rotate_to(event.next_binlog)
+            return False
         if _starts_transaction(cls, event) or (cls is QueryEvent and event.query.strip().upper() == "BEGIN"):
             self.syncing = False
             return True
@@ -198,7 +237,9 @@ class EventLoop:
             self._rotate_to(event.next_binlog)
         return False
 
-    def _commit(self, packet: Any, end_pos: int) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
+    def _commit(
+        self, timestamp: int, end_pos: int
+    ) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
         """The end of a group: its rows get the commit time; a group without our rows, a Heartbeat."""
         txn = self.txn
         assert txn is not None
@@ -212,7 +253,7 @@ class EventLoop:
                 f"({txn.rows_events}): the offset does not match this binlog"
             )
         reader, cur_file = self.reader, self.cur_file
-        commit_ts = datetime.fromtimestamp(packet.timestamp, _UTC)
+        commit_ts = datetime.fromtimestamp(timestamp, _UTC)
         boundary = BinlogOffset(cur_file, end_pos, gtid=txn.gtid or self.gtid_before)
         self.gtid_before = txn.gtid or self.gtid_before
         self.txn, self.skipping = None, False
@@ -285,8 +326,10 @@ class EventLoop:
         return CONTINUES
 
     def _on_query(self, event: Any, cur_file: str, event_start: int) -> int:
+        framed = event.__class__ is FramedEvent
         captured = self.reader.captured
-        kind = captured.query(event, self.txn, cur_file, event_start)
+        kind = captured.query(event.query, event.schema, event.log_pos if framed else event.packet.log_pos,
+                              self.txn, cur_file, event_start)
         if self.txn is None:
             self.txn = Transaction(BinlogPosition(cur_file, event_start), None, began=False)
         txn = self.txn
@@ -335,6 +378,70 @@ class EventLoop:
             "binlog_format=ROW for every session"
         )
 
+    # --- framed events (event_framer): the same rules, read off the FramedEvent --------------------------
+
+    def _python(self, event: Any) -> Any:
+        """mysql-replication's object of a framed event (parsed now unless compare mode already did)."""
+        return self.parsed if self.parsed is not None else self.stream.python_event(event)
+
+    def _on_framed_rows(self, event: Any, cur_file: str, event_start: int) -> int:
+        if event.table_id not in self.stream.stream.table_map:
+            return CONTINUES  # mysql-replication passes over rows of a table id it has no map for
+        txn = self.txn
+        if txn is None:
+            raise OffsetMismatch(
+                f"rows event at {cur_file}:{event_start} outside a transaction: the read did not "
+                "start at a transaction boundary"
+            )
+        index = txn.rows_events
+        txn.rows_events += 1
+        target = self.maps.get(event.table_id)
+        if target is None:
+            return CONTINUES  # a table we do not capture: counted, never decoded
+        txn.captured = True
+        if self.skipping and index < self.skip_events:
+            return CONTINUES
+        skip = self.skip_rows if self.skipping and index == self.skip_events else 0
+        decode_framed_rows(event, target, txn, index, skip, cur_file, self.gtid_before,
+                           lambda: self._python(event))
+        return CONTINUES
+
+    def _on_framed_table_map(self, event: Any, cur_file: str, event_start: int) -> int:
+        table_id = event.table_id
+        cached = self.framed_maps.get(table_id)
+        if cached is not None and event.body_equals(cached[0]):
+            self.maps[table_id] = cached[1]  # the same bytes as the last map of this id: the same version
+            if self.compare:  # mysql-replication's map of it must give that version too
+                again = self.reader.captured.table_map(self.parsed, cur_file, event_start)
+                if again is not cached[1]:
+                    raise FramerMismatch(
+                        f"TABLE_MAP of table id {table_id} at {cur_file}:{event_start}: the cached schema "
+                        f"version is not the one mysql-replication's parse of it gives"
+                    )
+            return CONTINUES
+        version = self.reader.captured.table_map(self._python(event), cur_file, event_start)
+        self.framed_maps[table_id] = (event.body(), version)
+        self.maps[table_id] = version
+        return CONTINUES
+
+    def _on_framed_transaction_start(self, event: Any, cur_file: str, event_start: int) -> int:
+        if self.txn is not None:
+            raise OffsetMismatch(
+                f"transaction at {self.txn.start} has no commit event before the next transaction at "
+                f"{cur_file}:{event_start}"
+            )
+        # MariaDB's GTID event stands for BEGIN unless the group is a single statement (DDL).
+        began = event.event_type == 0xA2 and not event.gtid_flags & _MARIADB_FL_STANDALONE
+        self.txn = Transaction(BinlogPosition(cur_file, event_start), event.gtid, began=began)
+        return CONTINUES
+
+    def _on_framed_rotate(self, event: Any, cur_file: str, event_start: int) -> int:
+        self.framed_maps.clear()  # mysql-replication forgets its table maps at a rotation: so do we
+        return self._on_rotate(event, cur_file, event_start)
+
+    def _on_framed_bookkeeping(self, event: Any, cur_file: str, event_start: int) -> int:
+        return CONTINUES
+
     def _on_unknown(self, event: Any, cur_file: str, event_start: int) -> int:
         raise UnsupportedEvent(
             f"binlog event {event.__class__.__name__} (type {event.event_type:#04x}) at "
@@ -361,4 +468,16 @@ EventLoop.HANDLERS = {
         MariadbAnnotateRowsEvent, MariadbStartEncryptionEvent, RowsQueryLogEvent, IntvarEvent, RandEvent,
         UserVarEvent, StopEvent,
     )},
+}
+
+# The handler of each type code the framer parses (``event_framer._frames``).
+EventLoop.FRAMED_HANDLERS = {
+    **{code: EventLoop._on_framed_rows for code in (0x17, 0x18, 0x19, 0x1E, 0x1F, 0x20)},
+    0x13: EventLoop._on_framed_table_map,
+    0x10: EventLoop._on_xid,
+    **{code: EventLoop._on_framed_transaction_start for code in _F_TXN_START},
+    0x02: EventLoop._on_query,
+    0x04: EventLoop._on_framed_rotate,
+    # STOP, ROWS_QUERY, PREVIOUS_GTIDS, MariaDB's ANNOTATE_ROWS, BINLOG_CHECKPOINT, GTID_LIST
+    **{code: EventLoop._on_framed_bookkeeping for code in (0x03, 0x1D, 0x23, 0xA0, 0xA1, 0xA3)},
 }

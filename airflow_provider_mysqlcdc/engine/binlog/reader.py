@@ -10,7 +10,9 @@ A transaction's rows are buffered until its commit event (XID, or a COMMIT query
 commit timestamp, and only committed rows are ever emitted. Each ``RowChange`` carries ``offset_after``, the
 offset from which a new read continues right after it (see ``offsets``).
 
-Inside: ``event_loop`` (one read, a handler per event type), ``transaction`` (a group's rows and resume
+Inside: ``event_framer`` (the events cut and parsed in compiled code off mysql-replication's connection;
+every type it does not parse is mysql-replication's), ``event_loop`` (one read, a handler per event type),
+``framed_rows`` (rows events decoded from the received bytes), ``transaction`` (a group's rows and resume
 offsets), ``captured`` (schemas per TABLE_MAP, DDL), ``changes`` (what a read yields), ``errors``,
 ``server_ids``.
 
@@ -52,6 +54,7 @@ from pymysqlreplication import BinLogStreamReader
 from airflow_provider_mysqlcdc.engine.binlog import row_decoding
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedTables
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowBlock, RowChange, SchemaChange
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE, PYTHON, decoder_mode
 from airflow_provider_mysqlcdc.engine.binlog.errors import (
     BinlogPurged,
     BinlogReadError,
@@ -59,6 +62,7 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
     OffsetMismatch,
     ReadTimeout,
 )
+from airflow_provider_mysqlcdc.engine.binlog.event_framer import FramedStream, framer_available
 from airflow_provider_mysqlcdc.engine.binlog.event_loop import EventLoop
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ServerNotReady, ServerUnavailable
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
@@ -191,8 +195,12 @@ class BinlogReader:
             pymysql_wrapper=connector,
             enable_logging=False,
         )
+        mode = decoder_mode()
+        framed = mode != PYTHON and framer_available()
+        source = FramedStream(stream) if framed else stream
         try:
-            yield from EventLoop(self, stream, start, end, deadline, sync_to_transaction, blocks).run()
+            yield from EventLoop(self, source, start, end, deadline, sync_to_transaction, blocks,
+                                 compare=framed and mode == COMPARE).run()
         finally:
             stream.close()
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
 from airflow_provider_mysqlcdc.engine.binlog.captured import CapturedVersion
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowBlock
@@ -30,6 +35,10 @@ class Transaction:
     ddl: list[tuple[TableId, TableDdl]] = field(default_factory=list)  # DDL of captured tables in this group
 
 
+ROWS_WRITE, ROWS_UPDATE, ROWS_DELETE = "write", "update", "delete"  # what a rows event does to its rows
+_KINDS = {WriteRowsEvent: ROWS_WRITE, UpdateRowsEvent: ROWS_UPDATE, DeleteRowsEvent: ROWS_DELETE}
+
+
 def decode_rows(
     event: Any,
     target: CapturedVersion,
@@ -40,31 +49,47 @@ def decode_rows(
     end_pos: int,
     gtid_before: str | None,
 ) -> None:
-    """Decode a captured rows event into a ``RowBlock`` of
-    the transaction (less its first ``skip`` images)."""
+    """Decode a captured rows event (mysql-replication's object) into a ``RowBlock`` of the transaction
+    (less its first ``skip`` images)."""
     if event.__class__ is PartialUpdateRowsEvent:
         raise UnsupportedEvent(
             f"partial JSON update of {target.table} at {cur_file}:{end_pos}: set "
             "binlog_row_value_options='' so the binlog carries full row images"
         )
-    table = target.table
     names = target.schema.column_names
     columns: dict[str, list[list]] | None = None
     if target.layout is not None:
-        columns = decoded_columns(event, target.layout, table, names, lambda: _python_images(event, target))
+        columns = decoded_columns(event, target.layout, target.table, names,
+                                  lambda: python_images(event, target))
     if columns is None:
-        columns = {half: _columnar(images, names) for half, images in _python_images(event, target).items()}
-    if event.__class__ is UpdateRowsEvent:
+        columns = {half: _columnar(images, names) for half, images in python_images(event, target).items()}
+    add_block(_KINDS[event.__class__], columns, target, txn, index, skip, cur_file, end_pos, gtid_before)
+
+
+def add_block(
+    kind: str,
+    columns: dict[str, list[list]],
+    target: CapturedVersion,
+    txn: Transaction,
+    index: int,
+    skip: int,
+    cur_file: str,
+    end_pos: int,
+    gtid_before: str | None,
+) -> None:
+    """The decoded images of one rows event (columns by half, mysql-replication's keys) as a ``RowBlock`` of
+    the transaction, less its first ``skip`` images."""
+    if kind == ROWS_UPDATE:
         before, after = columns["before_values"], columns["after_values"]
-        n = len(before[0])
+        n = len(before[0]) if before else 0
         values = [[v for pair in zip(b, a) for v in pair] for b, a in zip(before, after)]
         ops: list[Op] = [UPDATE_BEFORE, UPDATE_AFTER] * n
         rows = [i for i in range(n) for _ in (0, 1)]
         halves = [BEFORE, AFTER] * n
     else:
         values = columns["values"]
-        n = len(values[0])
-        insert = event.__class__ is WriteRowsEvent
+        n = len(values[0]) if values else 0
+        insert = kind == ROWS_WRITE
         ops = [INSERT if insert else DELETE] * n
         rows = list(range(n))
         halves = [AFTER if insert else BEFORE] * n
@@ -80,7 +105,7 @@ def decode_rows(
     if not ops:
         return
     txn.buffer.append(RowBlock(
-        table, target.schema, ops, rows, halves, values, (number, pos), cur_file, None,
+        target.table, target.schema, ops, rows, halves, values, (number, pos), cur_file, None,
         txn.start.file, txn.start.pos, index, skip, count, gtid_before,
     ))
 
@@ -89,7 +114,7 @@ def _columnar(images: list[dict], names: list[str]) -> list[list]:
     return [[image[name] for image in images] for name in names]
 
 
-def _python_images(event: Any, target: CapturedVersion) -> dict[str, list[dict]]:
+def python_images(event: Any, target: CapturedVersion) -> dict[str, list[dict]]:
     """mysql-replication's row images of ``event``, normalised, by half (the reference path)."""
     normalize = target.normalize
     if event.__class__ is UpdateRowsEvent:

@@ -22,6 +22,7 @@ from airflow_provider_mysqlcdc.engine.binlog.rows_decoder.decode import (
     NotDecodable,
     compiled_available,
     decode_event,
+    decode_framed,
     missing_reason,
 )
 from airflow_provider_mysqlcdc.engine.binlog.rows_decoder.decoded import DecodedRows
@@ -34,5 +35,6 @@ __all__ = [
     "NotDecodable",
     "compiled_available",
     "decode_event",
+    "decode_framed",
     "missing_reason",
 ]

@@ -63,3 +63,12 @@ def decode_event(event: Any, layout: EventLayout) -> DecodedRows:
     after = event.columns_present_bitmap2 if len(halves) == 2 else None
     images, rows = layout.compiled.decode(data, start, end, event.columns_present_bitmap, after)
     return DecodedRows(layout.column_names, rows, halves, tuple(images))
+
+
+def decode_framed(event: Any, layout: EventLayout, update: bool) -> DecodedRows:
+    """Every row image of a rows event the compiled framer parsed (``event_framer.FramedEvent``), read from
+    the received bytes where the framer found them; ``update``: two halves per row."""
+    halves = _HALVES[UpdateRowsEvent] if update else _HALVES[WriteRowsEvent]
+    images, rows = layout.compiled.decode(event.data, event.body_start, event.body_end, event.present,
+                                          event.present_after if update else None)
+    return DecodedRows(layout.column_names, rows, halves, tuple(images))
