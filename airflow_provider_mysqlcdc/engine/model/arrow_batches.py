@@ -79,8 +79,9 @@ def changes_batch(
     keep: list[bool] | None = None,
 ) -> pa.RecordBatch:
     """Stream records of one table given column by column (``columns`` in schema order, one value per
-    change; ``positions`` their ``_position`` texts; one commit time): what ``records_batch`` makes of the
-    same records, without a Python object per change. ``keep``: only the changes marked True."""
+    change; ``positions`` their ``_position`` texts; one commit time, or a list of one per change): what
+    ``records_batch`` makes of the same records, without a Python object per change. ``keep``: only the
+    changes marked True."""
     data = values.columns_to_arrow(schema, columns)
     n = data.num_rows
     meta = [
@@ -89,7 +90,7 @@ def changes_batch(
         pa.array(positions, pa.string()),
         pa.nulls(n, pa.int32()),
         pa.nulls(n, pa.int32()),
-        pa.array([commit_ts] * n, pa.timestamp("us", tz="UTC")),
+        pa.array(commit_ts if type(commit_ts) is list else [commit_ts] * n, pa.timestamp("us", tz="UTC")),
     ]
     batch = pa.RecordBatch.from_arrays([*meta, *data.columns], schema=record_schema(schema))
     return batch if keep is None else batch.filter(pa.array(keep, pa.bool_()))

@@ -4,7 +4,7 @@ One source serves many tables with different schemas, but a Spark stream has one
 as *rows rows* (``_op = "rows"``): each carries up to ``ROWS_PER_ARROW_BATCH`` changes of one table and one
 schema version, in binlog order, as an Arrow IPC stream in ``_arrow``: exactly the typed record layout the
 changelog files have (``arrow_batches.records_batch``), built once on the executor that decoded the binlog,
-column by column from the decoder's row blocks (``arrow_batches.changes_batch``).
+column by column from the decoder's row blocks, gathered across rows events (``row_runs``).
 Values are never coerced by Spark, nothing is encoded per change, and the sink writes the batch as it comes
 (less excluded columns).
 
@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.model.arrow_batches import changes_batch, record_schema, records_batch
-from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key, format_row_keys
+from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch
+from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
 from airflow_provider_mysqlcdc.engine.model.tables import TableSchema
+from airflow_provider_mysqlcdc.engine.stream.row_runs import RowRun
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
@@ -104,38 +105,22 @@ def stream_batches(
 
 
 def _blocks_batches(rows: Iterable[EmittedRows], size: int) -> Iterator[pa.RecordBatch]:
-    """Rows rows of the filter's row blocks: per table and schema version, in binlog order, ``size`` each."""
-    pending: dict[tuple[str, str], list[pa.RecordBatch]] = {}
-    counts: dict[tuple[str, str], int] = {}
-    schemas: dict[tuple[str, str], TableSchema] = {}
+    """Rows rows of the filter's row blocks: per table and schema version, in binlog order, ``size`` each;
+    the blocks' columns are gathered first (``row_runs``), so one Arrow batch holds many rows events."""
+    runs: dict[tuple[Any, str], tuple[tuple[str, str], RowRun]] = {}
     for emitted in rows:
         block = emitted.block
-        group = (str(block.table), block.schema.schema_id)
-        positions = format_row_keys(*block.key_base, block.rows, block.halves)
-        data = changes_batch(block.schema, emitted.ops, positions, block.commit_ts, block.columns,
-                             emitted.keep)
-        pending.setdefault(group, []).append(data)
-        schemas[group] = block.schema
-        counts[group] = counts.get(group, 0) + data.num_rows
-        if counts[group] >= size:
-            yield from _rows_rows(group, schemas[group], pending.pop(group), size, flush=False, rest=pending)
-            counts[group] = sum(b.num_rows for b in pending.get(group, []))
-    for group, batches in pending.items():
-        yield from _rows_rows(group, schemas[group], batches, size, flush=True, rest=None)
-
-
-def _rows_rows(group: tuple[str, str], schema: TableSchema, batches: list[pa.RecordBatch], size: int, *,
-               flush: bool, rest: dict | None) -> Iterator[pa.RecordBatch]:
-    """Rows rows of ``size`` changes each from ``batches``; what does not fill one goes back to ``rest``,
-    unless ``flush``."""
-    table = pa.Table.from_batches(batches, schema=record_schema(schema)).combine_chunks()
-    start, n = 0, table.num_rows
-    while n - start >= size or (flush and start < n):
-        piece = table.slice(start, size).combine_chunks()
-        start += piece.num_rows
-        yield _rows_row(group, piece.to_batches()[0])
-    if start < n and rest is not None:
-        rest[group] = table.slice(start).to_batches()
+        key = (block.table, block.schema.schema_id)
+        entry = runs.get(key)
+        if entry is None:
+            entry = runs[key] = ((str(block.table), block.schema.schema_id), RowRun(block.schema))
+        group, run = entry
+        run.add(emitted)
+        while len(run) >= size:
+            yield _rows_row(group, run.take(size))
+    for group, run in runs.values():
+        if len(run):
+            yield _rows_row(group, run.take(len(run)))
 
 
 def _rows_row(group: tuple[str, str], data: pa.RecordBatch) -> pa.RecordBatch:
