@@ -1,6 +1,6 @@
 """Fail the install when the Python side of PySpark and its JVM jars disagree (the pyspark-client clash), or
-when the compiled rows-event decoder or event framer was not built (the package would work, ~20x slower on the binlog: a
-development or CI machine has a C compiler, so there it is a setup fault)."""
+when the compiled rows-event decoder or event framer was not built (the package would work, many times slower
+on the binlog: a development or CI machine has a C compiler, so there it is a setup fault)."""
 from __future__ import annotations
 
 import sys

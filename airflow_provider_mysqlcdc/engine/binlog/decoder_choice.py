@@ -88,10 +88,11 @@ def decoded_columns(
 
 def framed_columns(
     event: Any, layout: EventLayout, table: TableId, names: list[str], update: bool,
-    python_images: Callable[[], dict[str, list[dict]]],
+    python_images: Callable[[], dict[str, list[dict]]], compare: bool,
 ) -> dict[str, list[list]] | None:
     """``decoded_columns`` for a rows event the compiled framer parsed (``event_framer``): its body decoded
-    where the framer found it, without mysql-replication's packet; None when it takes the Python path."""
+    where the framer found it, without mysql-replication's packet; None when it takes the Python path.
+    ``compare``: the read runs in compare mode (asked once per read, not per event)."""
     if event.column_count != layout.column_count:
         _say_once(table, f"a rows event of {event.column_count} columns, its layout has "
                          f"{layout.column_count}")
@@ -100,7 +101,7 @@ def framed_columns(
         _say_once(table, f"the compiled layout's columns {list(layout.column_names)} are not {names}")
         return None
     decoded = decode_framed(event, layout, update)
-    if decoder_mode() == COMPARE:
+    if compare:
         _compare(event.log_pos, decoded.as_dicts(), table, python_images())
     return dict(zip(decoded.halves, decoded.images))
 

@@ -274,7 +274,7 @@ class EventLoop:
         txn.buffer = []
         if self.blocks:
             for block in buffer:
-                reader.last_offset = block.offset_after(len(block) - 1)
+                reader.passed(block)
                 yield block
             return
         for block in buffer:
@@ -403,13 +403,15 @@ class EventLoop:
             return CONTINUES
         skip = self.skip_rows if self.skipping and index == self.skip_events else 0
         decode_framed_rows(event, target, txn, index, skip, cur_file, self.gtid_before,
-                           lambda: self._python(event))
+                           lambda: self._python(event), self.compare)
         return CONTINUES
 
     def _on_framed_table_map(self, event: Any, cur_file: str, event_start: int) -> int:
         table_id = event.table_id
         cached = self.framed_maps.get(table_id)
-        if cached is not None and event.body_equals(cached[0]):
+        # mysql-replication must hold the map too (it forgets them at a rotation): rows events it would pass
+        # over are passed over here as well, and its Python path needs it
+        if cached is not None and event.body_equals(cached[0]) and table_id in self.stream.stream.table_map:
             self.maps[table_id] = cached[1]  # the same bytes as the last map of this id: the same version
             if self.compare:  # mysql-replication's map of it must give that version too
                 again = self.reader.captured.table_map(self.parsed, cur_file, event_start)
@@ -435,9 +437,6 @@ class EventLoop:
         self.txn = Transaction(BinlogPosition(cur_file, event_start), event.gtid, began=began)
         return CONTINUES
 
-    def _on_framed_rotate(self, event: Any, cur_file: str, event_start: int) -> int:
-        self.framed_maps.clear()  # mysql-replication forgets its table maps at a rotation: so do we
-        return self._on_rotate(event, cur_file, event_start)
 
     def _on_framed_bookkeeping(self, event: Any, cur_file: str, event_start: int) -> int:
         return CONTINUES
@@ -477,7 +476,7 @@ EventLoop.FRAMED_HANDLERS = {
     0x10: EventLoop._on_xid,
     **{code: EventLoop._on_framed_transaction_start for code in _F_TXN_START},
     0x02: EventLoop._on_query,
-    0x04: EventLoop._on_framed_rotate,
+    0x04: EventLoop._on_rotate,
     # STOP, ROWS_QUERY, PREVIOUS_GTIDS, MariaDB's ANNOTATE_ROWS, BINLOG_CHECKPOINT, GTID_LIST
     **{code: EventLoop._on_framed_bookkeeping for code in (0x03, 0x1D, 0x23, 0xA0, 0xA1, 0xA3)},
 }

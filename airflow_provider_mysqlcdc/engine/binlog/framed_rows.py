@@ -36,14 +36,15 @@ def decode_framed_rows(
     cur_file: str,
     gtid_before: str | None,
     parsed: Callable[[], Any],
+    compare: bool,
 ) -> None:
     """``decode_rows`` for a ``FramedEvent``; ``parsed()`` gives mysql-replication's object of the same
-    packet (the Python path, and compare mode's reference)."""
+    packet (the Python path, and the reference ``compare`` mode checks the compiled decoder against)."""
     kind = KINDS[event.event_type]
     columns = None
     if target.layout is not None:
-        columns = framed_columns(event, target.layout, target.table, target.schema.column_names,
-                                 kind == ROWS_UPDATE, lambda: python_images(parsed(), target))
+        columns = framed_columns(event, target.layout, target.table, target.column_names,
+                                 kind == ROWS_UPDATE, lambda: python_images(parsed(), target), compare)
     if columns is None:
         decode_rows(parsed(), target, txn, index, skip, cur_file, event.log_pos, gtid_before)
         return

@@ -107,8 +107,25 @@ class BinlogReader:
         decoders = functools.partial(charset_decoder, lambda: connect(settings.with_database(None)),
                                      f"{settings.host}:{settings.port}")
         self.captured = CapturedTables(tables, schemas, replanned, decoders)
-        self.last_offset: BinlogOffset | None = None
+        self._last_offset: BinlogOffset | None = None
+        self._after: RowBlock | None = None  # last_offset is right after this block (computed when asked)
         self._control: pymysql.connections.Connection | None = None
+
+    @property
+    def last_offset(self) -> BinlogOffset | None:
+        """The offset right after everything yielded so far (where the next read resumes)."""
+        if self._after is not None:
+            block, self._after = self._after, None
+            self._last_offset = block.offset_after(len(block) - 1)
+        return self._last_offset
+
+    @last_offset.setter
+    def last_offset(self, value: BinlogOffset | None) -> None:
+        self._last_offset, self._after = value, None
+
+    def passed(self, block: RowBlock) -> None:
+        """``block`` was yielded: the offset after it is the last offset (an object only when asked for)."""
+        self._after = block
 
     @property
     def replanned(self) -> dict[TableId, BinlogPosition]:

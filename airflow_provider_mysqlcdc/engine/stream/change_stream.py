@@ -152,16 +152,17 @@ class ChangeStream:
         pending: list[RowBlock] = []
         ddl: list[SchemaChange] = []
         offset = start
+        after: RowBlock | None = None  # the offset is right after this block (computed once, at the end)
         rows = 0
         last_event_at: datetime | None = None
         for item in reader.read_with_heartbeats(start, end, blocking=blocking, timeout=timeout, blocks=True):
             last_event_at = item.commit_ts or last_event_at
             if isinstance(item, SchemaChange):
                 ddl.append(item)
-                offset = item.offset
+                offset, after = item.offset, None
                 continue
             if isinstance(item, Heartbeat):
-                offset = item.offset
+                offset, after = item.offset, None
                 if max_rows is not None and rows >= max_rows and not _open_update(pending):
                     break
                 continue
@@ -169,14 +170,16 @@ class ChangeStream:
             if cut is not None:
                 item = item.head(cut)
             pending.append(item)
-            offset = item.offset_after(len(item) - 1)
+            after = item
             rows += len(item)
             if cut is not None:
                 break
         else:
             # Read to the end: the reader knows the exact resume point (past trailing foreign transactions).
             if reader.last_offset is not None:
-                offset = reader.last_offset
+                offset, after = reader.last_offset, None
+        if after is not None:
+            offset = after.offset_after(len(after) - 1)
         dropped_before = self._filter.dropped
         if file_number_base:
             pending = [_rebased(block, file_number_base) for block in pending]

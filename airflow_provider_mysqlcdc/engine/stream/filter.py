@@ -94,6 +94,8 @@ class StreamFilter:
         out: list[EmittedRows] = []
         past: dict[TableId, tuple[int, int] | None] = {}
         identities: dict[TableId, tuple[str, ...]] = {}
+        # per table and schema version: where the identity columns are (computed once, not per event)
+        indexes: dict[tuple[TableId, str], list[int]] = {}
         for block in blocks:
             tf = self.tables.get(block.table)
             if tf is None:
@@ -102,7 +104,12 @@ class StreamFilter:
                 key_columns = {c for g in tf.generations for c in g.key_columns}
                 identities[block.table] = identity_columns(tf.schema.primary_key, sorted(key_columns))
                 past[block.table] = tf.max_high_watermark
-            ops = split_block_key_changes(block, identities[block.table])
+            version = (block.table, block.schema.schema_id)
+            where = indexes.get(version)
+            if where is None:
+                names = block.schema.column_names
+                where = indexes[version] = [names.index(c) for c in identities[block.table] if c in names]
+            ops = _split_key_changes(block.ops, [block.columns[i] for i in where])
             keep: list[bool] | None = None
             past_max = past[block.table]
             if past_max is not None and block.key_base <= past_max:
@@ -199,9 +206,15 @@ class EmittedRows:
 def split_block_key_changes(block: RowBlock, identity: Sequence[str]) -> list[Op]:
     """``split_key_changes`` on a block: the ops of its
     images, -U/+U pairs whose identity differs as -D/+I."""
-    ops = list(block.ops)
     names = block.schema.column_names
-    columns = [block.columns[names.index(c)] for c in identity if c in names]
+    return _split_key_changes(block.ops, [block.columns[names.index(c)] for c in identity if c in names])
+
+
+def _split_key_changes(block_ops: list[Op], columns: list[list]) -> list[Op]:
+    """The ops of a block's images given its identity columns: -U/+U pairs whose identity differs as -D/+I."""
+    if UPDATE_BEFORE not in block_ops:
+        return block_ops  # nothing to split: the block's own list (never changed by the caller)
+    ops = list(block_ops)
     j, n = 0, len(ops)
     while j < n:
         if ops[j] == UPDATE_BEFORE and j + 1 < n and ops[j + 1] == UPDATE_AFTER:
