@@ -1,4 +1,5 @@
-"""``mysqlcdc``: the engine without Airflow: check, plan, remove-table, snapshot, stream, status, mirror, gc.
+"""``mysqlcdc``: the engine without Airflow: check, plan, remove-table, snapshot, stream, status, mirror, gc,
+verify.
 
 This module builds the parser and dispatches; each command group lives in its own module (``check``, ``plan``,
 ``snapshot``, ``stream``, ``status``, ``gc``) and the options they share in ``options``.
@@ -21,9 +22,9 @@ from airflow_provider_mysqlcdc.pipeline.arguments import redacted
 # Each command's module, in the order ``--help`` lists them, and the function that adds its parser(s). A
 # command's run imports only its own module: the others load pyarrow, Delta or PySpark (~1 s a run).
 _MODULES = {"check": "add_parser", "plan": "add_parsers", "snapshot": "add_parser", "stream": "add_parser",
-            "status": "add_parsers", "gc": "add_parser"}
+            "status": "add_parsers", "gc": "add_parser", "verify": "add_parser"}
 _COMMANDS = {"check": "check", "plan": "plan", "remove-table": "plan", "snapshot": "snapshot",
-             "stream": "stream", "status": "status", "mirror": "status", "gc": "gc"}
+             "stream": "stream", "status": "status", "mirror": "status", "gc": "gc", "verify": "verify"}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -9,11 +9,11 @@ MATRIX_FILE = "/tmp/mysqlcdc-conformance-matrix.txt"
 RESULTS: dict[str, dict[str, dict[str, str]]] = defaultdict(lambda: defaultdict(dict))
 flavor = ""  # the server flavor of the test being run (tests/conformance/conftest.py sets it)
 PHASES = {
-    "types": ["identity", "compiled", "native", "arrow", "mirror", "mirror-wm"],
+    "types": ["identity", "compiled", "native", "arrow", "mirror", "mirror-wm", "digest"],
     "type-tables": ["chunks", "changes", "mirror", "backfilled", "mirror-wm"],
     "charsets": ["chars", "identity", "compiled", "native", "raw-bytes", "arrow", "mirror", "mirror-wm",
-                 "key", "key-wm", "no-unicode"],
-    "keys": ["chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm"],
+                 "key", "key-wm", "digest", "no-unicode"],
+    "keys": ["chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm", "digest"],
 }
 
 

@@ -55,6 +55,8 @@ from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeR
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
+from airflow_provider_mysqlcdc.engine.verify.canonical_arrow import Digest, lake_digest
+from airflow_provider_mysqlcdc.engine.verify.canonical_sql import digest_select
 from tests.conformance.catalogue import NULL, Gen, Literal
 from tests.support.engine_harness import Pipeline
 
@@ -325,6 +327,9 @@ class TableRun:
     chunks: int = 0
     changes: int = 0  # changelog records of this table
     backfill_events: int = 0  # binlog events the chunk reads corrected their rows with (watermark mode)
+    # ``mysqlcdc verify``'s digests of the final source and mirror, per column and of whole rows ("*")
+    digests: dict[str, tuple[Digest, Digest]] = field(default_factory=dict)
+    digest_error: str | None = None
 
     def index(self, column: str) -> int:
         assert self.schema is not None
@@ -540,6 +545,44 @@ def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path
             run.source = pipe.source(plan.table)
         except Exception as exc:  # noqa: BLE001 - judged per case by the tests
             run.pipeline_error = _error_text(exc)
+            continue
+        try:
+            run.digests = digests(settings, run)
+        except Exception as exc:  # noqa: BLE001 - judged per case by the tests
+            run.digest_error = _error_text(exc)
+
+
+def digests(settings: MySQLSettings, run: TableRun) -> dict[str, tuple[Digest, Digest]]:
+    """The server's digest of the source and ``verify``'s digest of the mirror's rows (as the lake holds
+    them in Arrow), of each column and of whole rows: the same values must give the same digest."""
+    assert run.schema is not None and run.mirror is not None
+    schema = run.schema
+    lake = pa.Table.from_batches([values.to_arrow_batch(schema, run.mirror)])
+    out: dict[str, tuple[Digest, Digest]] = {}
+    with connect(settings) as conn, conn.cursor() as cur:
+        flavor = server_info(conn).flavor
+        for name, columns in [("*", list(schema.columns)), *((c.name, [c]) for c in schema.columns)]:
+            cur.execute(digest_select(run.table.quoted, columns, "TRUE"))
+            rows, total = cur.fetchone()
+            out[name] = Digest(int(rows), int(total)), lake_digest(lake, columns, flavor)
+    return out
+
+
+def digest_mismatches(run: TableRun, column: str | None = None) -> list[str]:
+    """Where ``verify``'s digest of the mirror differs from the server's digest of the source, though the
+    rows are equal (``mirror_mismatches`` judges the rows themselves)."""
+    if run.pipeline_error or run.mirror is None:
+        return []
+    if run.digest_error:
+        return [f"digest failed: {run.digest_error}"]
+    source, lake = run.digests[column or "*"]
+    if source == lake or mirror_mismatches(run, column):
+        return []
+    out = [f"{column or 'whole rows'}: source digest {source}, lake digest {lake}"]
+    if column is not None:
+        i = run.index(column)
+        out.append("values " + _short(sorted({repr(r[i]) for r in run.source or []})[:6], 400))
+    return out
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ from tests.conformance.catalogue import (
 )
 from tests.conformance.matrix import record, verdict
 from tests.conformance.runner import (
+    digest_mismatches,
     GroupRun,
     TableRun,
     TableSpec,
@@ -114,7 +115,7 @@ def watermark_mode(conformance_db) -> ChunkReadOptions:
 
 # --- types --------------------------------------------------------------------------------------------------
 
-TYPE_PHASES = ("identity", "compiled", "native", "arrow", "mirror", "mirror-wm")
+TYPE_PHASES = ("identity", "compiled", "native", "arrow", "mirror", "mirror-wm", "digest")
 
 
 def _one_read_mode(flavor: str) -> bool:
@@ -186,6 +187,7 @@ def test_type(case, type_runs):
         "arrow": arrow_mismatches(run, case.column),
         "mirror": mirror_mismatches(run, case.column),
         "mirror-wm": mirror_mismatches(run_wm, case.column),
+        "digest": digest_mismatches(run, case.column) + digest_mismatches(run_wm, case.column),
     }
     for phase, p in problems.items():
         record("types", case.id, phase, _native_verdict(run, p) if phase == "native" else verdict(p))
@@ -228,7 +230,7 @@ def test_every_server_charset_is_catalogued(server_charset_names):
 
 
 CHARSET_PHASES = ("chars", "identity", "compiled", "native", "raw-bytes", "arrow", "mirror", "mirror-wm",
-                  "key", "key-wm")
+                  "key", "key-wm", "digest")
 
 
 @pytest.fixture(scope="module")
@@ -320,6 +322,9 @@ def test_charset(charset, mysql_server, server_flavor, conformance_db, charset_i
         "mirror-wm": mirror_mismatches(runs[wm["values"].name]) + _exercised(runs[wm["values"].name]),
         "key": mirror_mismatches(key_run) + _exercised(key_run),
         "key-wm": mirror_mismatches(runs[wm["key"].name]) + _exercised(runs[wm["key"].name]),
+        "digest": [p for name in (plain["values"].name, plain["key"].name, plain["raw"].name,
+                                  wm["values"].name, wm["key"].name)
+                   for p in digest_mismatches(runs[name])],
     }
     for phase, problem in refused.items():
         problems[phase] = problem + problems[phase]
@@ -377,7 +382,7 @@ def _refusal(run: TableRun) -> list[str]:
 
 # --- key shapes ---------------------------------------------------------------------------------------------
 
-KEY_PHASES = ("chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm")
+KEY_PHASES = ("chunks", "changes", "identity", "compiled", "mirror", "backfilled", "mirror-wm", "digest")
 
 
 @pytest.fixture(scope="module")
@@ -413,11 +418,12 @@ def test_key(case, server_flavor, key_runs):
         # the default read view: exact on MariaDB; Oracle MySQL's is the watermark table's (docs/design.md)
         "mirror": mirror_mismatches(run, at_least_once=not case.primary_key and server_flavor == "mysql"),
         "mirror-wm": mirror_mismatches(run_wm, at_least_once=not case.primary_key),
+        "digest": digest_mismatches(run) + digest_mismatches(run_wm),
     }
     record("keys", case.id, "chunks", str(run.chunks))
     record("keys", case.id, "changes", str(run.changes))
     record("keys", case.id, "backfilled", str(run_wm.backfill_events))
-    for phase in ("identity", "compiled", "mirror", "mirror-wm"):
+    for phase in ("identity", "compiled", "mirror", "mirror-wm", "digest"):
         record("keys", case.id, phase, verdict(problems[phase]))
     _fail(f"key[{case.id}] (table {run.table}; {run.writer_transactions} and "
           f"{run_wm.writer_transactions} background transactions in its pipeline runs)", problems)

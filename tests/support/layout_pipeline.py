@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
+from airflow_provider_mysqlcdc.engine.lake.changelog import StreamProgress, write_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
@@ -48,6 +49,7 @@ class LayoutPipeline(Pipeline):
     end_offsets: bool = True  # write end_offset into the batch markers
     empty_batches: bool = True  # write a marker (and no files) for captured tables without records
     tables: list[TableId] = field(default_factory=list)
+    progress: bool = False  # write the stream's progress record after each batch, as the Spark stream does
 
     # -- snapshot ------------------------------------------------------------------------------------------
 
@@ -123,6 +125,9 @@ class LayoutPipeline(Pipeline):
             if records or self.empty_batches:
                 self.write_batch(table, batch_id, records, batch.end.to_dict() if self.end_offsets else None,
                                  batch.schemas)
+        if self.progress:
+            tables = tuple(str(t) for t in (self.tables or sorted(self.schemas)))
+            write_stream_progress(self.root, StreamProgress(batch_id, batch.end, tables))
         return batch_id, changed
 
     def write_batch(

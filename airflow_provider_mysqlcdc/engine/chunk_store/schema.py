@@ -13,10 +13,10 @@ from airflow_provider_mysqlcdc.engine.chunk_store.errors import ChunkStoreVersio
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 4  # 1: the first release; 2: table membership (removed_*, added_generation);
+SCHEMA_VERSION = 5  # 1: the first release; 2: table membership (removed_*, added_generation);
 # 3: the server of each chunk HW (hw_server, hw_gtid_position) and the stream claims of server_id ranges;
 # 4: the group runners of DAG runs, the chunk groups handed to them, and who announced a table's snapshot
-# (tables only, no column added)
+# (tables only, no column added); 5: the verifications of chunks against the source (a table only)
 JSON_VERSION = 1  # "v" of the store's own JSON columns (timings_json, extra_json)
 PLANNED, RUNNING, COMMITTED, FAILED = "planned", "running", "committed", "failed"
 STATUSES = (PLANNED, RUNNING, COMMITTED, FAILED)
@@ -192,6 +192,25 @@ announcements_table = sa.Table(
     sa.Column("run_id", _RUN_ID, primary_key=True),
     sa.Column("announced_by", sa.Text, nullable=False),  # the task instance
     sa.Column("announced_at", _TS, nullable=False),
+    **_MYSQL_OPTS,
+)
+
+# schema version 5: every verification of a chunk against the source (``mysqlcdc verify``), one row per
+# (verify run, table, generation, chunk): when, at which binlog position, what it found
+verifications_table = sa.Table(
+    "mysqlcdc_verifications", metadata,
+    sa.Column("verify_id", sa.String(64), primary_key=True),
+    sa.Column("table_name", _NAME, primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("chunk_id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("verified_at", _TS, nullable=False),
+    sa.Column("position", _SHORT, nullable=True),  # the read view's binlog position (or window low..high)
+    sa.Column("result", sa.String(32), nullable=False),  # match | mismatch | repaired | unverified
+    sa.Column("source_rows", sa.BigInteger, nullable=True),
+    sa.Column("lake_rows", sa.BigInteger, nullable=True),
+    sa.Column("detail_json", _LONG_TEXT, nullable=True),  # {"v": 1, ...}: hashes, what differs, the repair
+    sa.Column("run_id", _RUN_ID, nullable=True),
+    sa.Index("ix_mysqlcdc_verifications_table", "table_name", "verified_at"),
     **_MYSQL_OPTS,
 )
 

@@ -29,7 +29,7 @@ What each chunk row carries, and who reads it:
 (``engine/stream/server_id_claims.py``), so that a second stream on an overlapping range can say whose it is.
 ``mysqlcdc_group_runners`` and ``mysqlcdc_group_requests`` hand a DAG run's chunk groups to one application
 that runs them all (``group_runs.py``); ``mysqlcdc_snapshot_announcements`` which task announced a table's
-snapshot (``announcements.py``).
+snapshot (``announcements.py``); ``mysqlcdc_verifications`` every chunk verification (``verifications.py``).
 
 Chunk bounds (``start_key``/``end_key``) and the plan (``plan_json``) are opaque JSON text produced by the
 planner and its key codec, which version their own formats; the store never interprets them. The store's own
@@ -38,7 +38,8 @@ JSON columns (``timings_json``, ``extra_json``) carry ``"v": 1``. The schema car
 migrated in place when it is opened (version 1 -> 2: the membership columns of ``mysqlcdc_tables``, NULL for
 existing rows, which means "in the pipeline, every generation counts"; 2 -> 3: ``hw_server`` and
 ``hw_gtid_position`` of ``mysqlcdc_chunks``, NULL for existing rows, and the ``mysqlcdc_stream_claims``
-table; 3 -> 4: the group-run and announcement tables, created empty).
+table; 3 -> 4: the group-run and announcement tables, created empty; 4 -> 5: the verifications table, created
+empty).
 
 Concurrency: every write is one short transaction (SQLite: WAL, ``BEGIN IMMEDIATE`` and a busy timeout;
 MySQL/PostgreSQL: row locks), so Spark and Airflow tasks in several processes may commit different chunks at
@@ -59,10 +60,12 @@ from airflow_provider_mysqlcdc.engine.chunk_store.attempts import ChunkAttempts
 from airflow_provider_mysqlcdc.engine.chunk_store.claims import StreamClaims
 from airflow_provider_mysqlcdc.engine.chunk_store.group_runs import GroupRuns
 from airflow_provider_mysqlcdc.engine.chunk_store.plans import PlanStore
+from airflow_provider_mysqlcdc.engine.chunk_store.verifications import ChunkVerifications
 from airflow_provider_mysqlcdc.engine.chunk_store.views import StoreViews
 
 
-class ChunkStore(PlanStore, ChunkAttempts, StoreViews, StreamClaims, GroupRuns, SnapshotAnnouncements):
+class ChunkStore(PlanStore, ChunkAttempts, StoreViews, StreamClaims, GroupRuns, SnapshotAnnouncements,
+                 ChunkVerifications):
     """Plans and chunk results in a SQL database. Thread-safe; one instance per process is enough.
 
     ``url``: ``sqlite:///path/chunks.db`` (or just a path), ``mysql+pymysql://user:pw@host/db``,

@@ -51,21 +51,21 @@ def chunk_records(
     new = read_changes([f for b in new_batches for f in b.files], data_schema, min(hws.values()), history,
                        str(table))
     latest = pc.max(new.column(POSITION)).as_py() if new.num_rows else None
-    per_new = dict(_slices(_after_chunk_hw(assigner, new, plan, hws)))
+    per_new = dict(_slices(after_chunk_hw(assigner, new, plan, hws)))
     read = new.num_rows
     per_old: dict[int, pa.Table] = {}
     if rebuild and old_ids:
         files = [f for b in old_ids for f in read_batch(root, table, b).files]
         old = read_changes(files, data_schema, min(hws[c] for c in rebuild), history, str(table))
         read += old.num_rows
-        per_old = dict(_slices(_only_chunks(_after_chunk_hw(assigner, old, plan, hws), rebuild)))
+        per_old = dict(_slices(_only_chunks(after_chunk_hw(assigner, old, plan, hws), rebuild)))
     per_chunk = {cid: t for cid, t in per_new.items() if t.num_rows}
     for cid, t in per_old.items():
         per_chunk[cid] = _concat_sorted([t, per_chunk.get(cid)])
     return ChunkRecords(per_chunk, read, latest)
 
 
-def _after_chunk_hw(
+def after_chunk_hw(
     assigner: ChunkAssigner, changes: pa.Table, plan: ChunkPlan, hws: dict[int, BinlogPosition]
 ) -> pa.Table:
     """``changes`` after their chunk's HW, with their chunk id, sorted by chunk and position."""

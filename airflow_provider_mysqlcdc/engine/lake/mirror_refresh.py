@@ -261,13 +261,26 @@ class MirrorRefresher:
             records=changes.read,
         )
 
+    def build_of(self, table: TableId) -> MirrorBuild:
+        """What a refresh would build ``table``'s mirror from now (plan, columns, schema history), for readers
+        that derive a chunk's state by the mirror rule themselves (``engine/verify``)."""
+        view = self.store.mirror_view(str(table))
+        if view is None:
+            raise CdcError(f"{table}: no plan generation is fully committed yet, so the lake holds no mirror "
+                           "of it to verify: finish its snapshot first (mysqlcdc status)")
+        return self._build(table, view, read_manifest(self.root, table))
+
+    def assigner_of(self, build: MirrorBuild) -> ChunkAssigner:
+        """The chunk assigner of ``build``'s plan (collation-aware for string keys)."""
+        return self._assigner(build.table, build.plan, build.schema)
+
     def _delta(self, table: TableId) -> DeltaMirror:
         found = self._deltas.get(table)
         if found is None:
             found = self._deltas[table] = DeltaMirror(self.root, table)
         return found
 
-    def _build(self, table: TableId, view: MirrorView, old: MirrorManifest | None) -> _Build:
+    def _build(self, table: TableId, view: MirrorView, old: MirrorManifest | None) -> MirrorBuild:
         """The plan, the columns, and which chunks are rebuilt from their snapshot (new snapshot, new plan,
         first build, changed columns) or updated from their previous files."""
         plan = ChunkPlan.from_dict(self.store.plan(str(table), view.generation).plan)
@@ -302,10 +315,10 @@ class MirrorRefresher:
             raise CdcError(
                 f"{table}: key columns {missing} are not in the output columns: they cannot be excluded"
             )
-        return _Build(table, view, plan, schema, history, schema_mark, data_schema, previous, rebuild)
+        return MirrorBuild(table, view, plan, schema, history, schema_mark, data_schema, previous, rebuild)
 
     def _chunk_entries(
-        self, build: _Build, changes: ChunkRecords, through: int | None
+        self, build: MirrorBuild, changes: ChunkRecords, through: int | None
     ) -> tuple[list[MirrorChunkEntry], list[int]]:
         """Every chunk's manifest entry: new files for the chunks rebuilt or with new records, the previous
         entry for the rest; and the ids of the chunks that got new files."""
@@ -424,7 +437,7 @@ class _Batches:
 
 
 @dataclass(frozen=True)
-class _Build:
+class MirrorBuild:
     """What one refresh builds a table's mirror from."""
 
     table: TableId

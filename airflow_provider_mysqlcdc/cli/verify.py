@@ -1,0 +1,123 @@
+"""``mysqlcdc verify``: compare the lake with the source, chunk by chunk, without reading rows
+(``engine/verify``). ``cli/main.py`` adds it with ``add_parser(sub)``.
+
+Exit code 0: every verified chunk matches; 1: a chunk differs (each named with its table, chunk, key range and
+both row counts); 3: some chunks could not be verified yet (the stream has not reached their position: verify
+again with ``--resume``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from airflow_provider_mysqlcdc.cli.options import (
+    add_chunk_store_option,
+    add_mysql_options,
+    add_output_option,
+    chunk_store_of,
+    mysql_settings,
+)
+from airflow_provider_mysqlcdc.cli.snapshot_options import add_source_limit_options, source_limits
+from airflow_provider_mysqlcdc.cli.validation import checked, whole
+from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MISMATCH, UNVERIFIED
+from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.verify.verify_run import ChunkVerdict, VerifyOptions, VerifyRun
+from airflow_provider_mysqlcdc.pipeline import arguments
+
+MISMATCH_EXIT, UNVERIFIED_EXIT = 1, 3
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "verify",
+        help="verify the lake against the source, chunk by chunk (digests; no row crosses the wire)",
+        description="For each chunk: a digest of the source rows (count and a sum of row hashes the server "
+        "computes) in a read view whose binlog position is known, compared with the same digest of the "
+        "lake's rows of that chunk as of that position (snapshot plus changelog), and the mirror's files "
+        "with what they were built from. Runs under the snapshot's source limits; records every verdict "
+        "in the chunk store.",
+    )
+    add_mysql_options(parser)
+    add_output_option(parser, required=True, writable=False)
+    add_chunk_store_option(parser, store_alias=True, output_default=True)
+    parser.add_argument("--table", action="append", dest="tables", metavar="DB.TABLE", required=True,
+                        type=checked(arguments.table_name), help="a table to verify (repeatable)")
+    parser.add_argument("--chunks", type=_chunk_ids, metavar="ID[,ID...]",
+                        help="only these chunk ids (of each table)")
+    parser.add_argument("--sample", type=_share, metavar="PERCENT",
+                        help="a random share of the chunks, e.g. 5%% (seeded: --seed)")
+    parser.add_argument("--seed", type=whole(0, 2**31), default=0, help="the sample's seed (default 0)")
+    parser.add_argument("--explain", action="store_true",
+                        help="for a chunk that differs, name the first differing keys (reads that chunk's "
+                        "keys and row hashes)")
+    parser.add_argument("--resume", metavar="VERIFY_ID",
+                        help="continue the verify run with this id: chunks it has a verdict for are skipped")
+    parser.add_argument("--wait", type=whole(0, 86400), default=600, metavar="SECONDS",
+                        help="how long to wait for the stream to pass the digests' positions "
+                        "(default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    add_source_limit_options(parser)
+    parser.set_defaults(func=cmd_verify)
+    return parser
+
+
+def _chunk_ids(value: str) -> list[int]:
+    try:
+        ids = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--chunks {value!r}: give chunk ids like 0,3,7") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"--chunks {value!r}: give chunk ids like 0,3,7")
+    return ids
+
+
+def _share(value: str) -> float:
+    text = value.strip()
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--sample {value!r}: give a share like 5% or 0.05") from None
+    if not 0 < share <= 1:
+        raise argparse.ArgumentTypeError(f"--sample {value!r}: the share must be above 0% and at most 100%")
+    return share
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    settings = mysql_settings(args, "to read the source's digests")
+    try:
+        url = arguments.chunk_store_location(chunk_store_of(args), must_exist=True)
+    except arguments.BadValue as exc:
+        raise exc.named("--chunk-store") from None
+    options = VerifyOptions(chunks=args.chunks, sample=args.sample, seed=args.seed, explain=args.explain,
+                            wait_s=float(args.wait), limits=source_limits(args))
+    verdicts: list[ChunkVerdict] = []
+
+    def show(verdict: ChunkVerdict) -> None:
+        if not args.json:
+            print(verdict.describe(), flush=True)
+
+    with ChunkStore(url) as store:
+        run = VerifyRun(settings, store, args.output, options, on_verdict=show)
+        if args.resume:
+            run.verify_id = args.resume
+        for name in args.tables:
+            verdicts += run.verify_table(TableId.parse(TablePattern.parse(name).exact or name))
+    summary = {r: sum(1 for v in verdicts if v.result == r) for r in ("match", MISMATCH, UNVERIFIED)}
+    if args.json:
+        print(json.dumps({"verify_id": run.verify_id, "summary": summary,
+                          "chunks": [_as_dict(v) for v in verdicts]}, indent=2))
+    else:
+        print(f"verify {run.verify_id}: {summary['match']} chunks match, {summary[MISMATCH]} differ, "
+              f"{summary[UNVERIFIED]} not verified")
+    if summary[MISMATCH]:
+        return MISMATCH_EXIT
+    return UNVERIFIED_EXIT if summary[UNVERIFIED] else 0
+
+
+def _as_dict(v: ChunkVerdict) -> dict[str, Any]:
+    return {"table": v.table, "generation": v.generation, "chunk_id": v.chunk_id, "result": v.result,
+            "position": v.position, "source": v.source.as_dict() if v.source else None,
+            "lake": v.lake.as_dict() if v.lake else None, "why": v.why, "differences": list(v.differences)}
