@@ -22,7 +22,6 @@ from airflow_provider_mysqlcdc.cli.snapshot_options import add_source_limit_opti
 from airflow_provider_mysqlcdc.cli.validation import checked, whole
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MISMATCH, UNVERIFIED
-from airflow_provider_mysqlcdc.engine.model.table_names import TablePattern
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.verify.verify_run import ChunkVerdict, VerifyOptions, VerifyRun
 from airflow_provider_mysqlcdc.pipeline import arguments
@@ -103,8 +102,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         run = VerifyRun(settings, store, args.output, options, on_verdict=show)
         if args.resume:
             run.verify_id = args.resume
-        for name in args.tables:
-            verdicts += run.verify_table(TableId.parse(TablePattern.parse(name).exact or name))
+        for table in args.tables:
+            verdicts += run.verify_table(table if isinstance(table, TableId) else TableId.parse(str(table)))
     summary = {r: sum(1 for v in verdicts if v.result == r) for r in ("match", MISMATCH, UNVERIFIED)}
     if args.json:
         print(json.dumps({"verify_id": run.verify_id, "summary": summary,

@@ -34,13 +34,13 @@ from tests.conformance.catalogue import (
 )
 from tests.conformance.matrix import record, verdict
 from tests.conformance.runner import (
-    digest_mismatches,
     GroupRun,
     TableRun,
     TableSpec,
     ValueColumn,
     arrow_mismatches,
     compiled_decoder_problems,
+    digest_mismatches,
     identity_mismatches,
     mirror_mismatches,
     native_mismatches,

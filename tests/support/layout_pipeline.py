@@ -145,7 +145,9 @@ class LayoutPipeline(Pipeline):
             schema = (versions or {}).get(schema_id) if schema_id is not None else None
             batch = records_batch(schema or self.schemas[table], group)
             pq.write_table(pa.Table.from_batches([batch]), os.path.join(directory, f"part-{n:05d}.parquet"))
-        marker = {"batch_id": batch_id, "rows": len(records)}
+        marker: dict = {"batch_id": batch_id, "rows": len(records)}
+        if records:  # the files the batch committed, as the Spark sink names them
+            marker["files"] = [f"part-{n:05d}.parquet" for n in range(len(groups))]
         if end_offset is not None:
             marker["end_offset"] = end_offset
         write_json_atomic(changelog_marker(self.root, table, batch_id), marker)

@@ -4,7 +4,8 @@ Import from here. Inside: ``errors``, ``schema`` (tables, version, migrations), 
 out), ``database`` (engine, transactions, retries through conflicts and outages), ``plans`` (plan generations
 and pipeline membership), ``attempts`` (start/commit/fail/invalidate a chunk), ``views`` (what the stream
 filter and the mirror read), ``claims`` (which stream holds which server_id range), ``group_runs`` (chunk
-groups handed to an application already running), ``verifications`` (every chunk verification), and ``store`` (``ChunkStore``, all of them in one object).
+groups handed to an application already running), ``verifications`` (every chunk verification), and
+``store`` (``ChunkStore``, all of them in one object).
 """
 from airflow_provider_mysqlcdc.engine.chunk_store.claims import StreamClaim
 from airflow_provider_mysqlcdc.engine.chunk_store.database import (
@@ -60,6 +61,7 @@ __all__ = [
     "ChunkState", "ChunkStore", "ChunkStoreError", "ChunkStoreUnavailable", "ChunkStoreVersionError",
     "GenerationView", "GroupRequest", "GroupRunner", "MirrorChunk", "MirrorView", "PlanInfo", "StaleAttempt",
     "StaleGeneration",
-    "StreamChunk", "StreamClaim", "TableEntry", "TableView", "UnknownChunk", "Verification", "chunks_table", "history_table",
+    "StreamChunk", "StreamClaim", "TableEntry", "TableView", "UnknownChunk", "Verification", "chunks_table",
+    "history_table",
     "meta_table", "metadata", "normalize_url", "plans_table", "stream_claims_table", "tables_table",
 ]

@@ -1,4 +1,5 @@
-"""The record of every chunk verification (``mysqlcdc verify``): when, at which binlog position, what it found.
+"""The record of every chunk verification (``mysqlcdc verify``): when, at which binlog position, what it
+found.
 
 One row per (verify run, table, generation, chunk); a run that resumes skips the chunks it has rows for.
 ``status``, the UI tab and the JSON route show each table's latest verification and its open mismatches (a
@@ -61,7 +62,8 @@ class ChunkVerifications(StoreDatabase):
         def work(conn: Connection, _retry: bool) -> None:  # idempotent: the same row again
             conn.execute(sa.delete(verifications_table).where(key))
             conn.execute(sa.insert(verifications_table).values(
-                verify_id=v.verify_id, table_name=v.table, generation=v.generation, chunk_id=v.chunk_id, **row))
+                verify_id=v.verify_id, table_name=v.table, generation=v.generation, chunk_id=v.chunk_id,
+                **row))
 
         self._write(work)
 

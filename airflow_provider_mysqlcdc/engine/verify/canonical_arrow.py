@@ -12,9 +12,8 @@ import datetime as dt
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc

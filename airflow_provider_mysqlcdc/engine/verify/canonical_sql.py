@@ -1,10 +1,11 @@
 """The source side of a digest: each column's canonical text as a SQL expression, and the digest query.
 
 A chunk's digest is its row count and the sum of a 64-bit hash per row (the first 16 hex digits of the SHA-256
-of the row's canonical text; Oracle MySQL 9 has no MD5), computed by the server: no row crosses the wire, and a sum, unlike an XOR, keeps
-two equal rows of a table without a primary key from cancelling out. The canonical text of a row is its
-columns' texts, each ``=`` + text or ``N`` for NULL, joined by the byte 0x1E; a column's text is the server's
-own bytes of the value (``canonical_arrow`` computes the same bytes from the lake's value):
+of the row's canonical text; Oracle MySQL 9 has no MD5), computed by the server: no row crosses the wire, and
+a sum, unlike an XOR, keeps two equal rows of a table without a primary key from cancelling out. The
+canonical text of a row is its columns' texts, each ``=`` + text or ``N`` for NULL, joined by the byte 0x1E;
+a column's text is the server's own bytes of the value (``canonical_arrow`` computes the same bytes from
+the lake's value):
 
 * strings of any character set: the value converted to utf8mb4 (the lake's text is the server's conversion to
   Unicode), exactly, trailing spaces included: a PAD SPACE collation compares ``'a'`` and ``'a '`` equal,
@@ -38,7 +39,8 @@ def column_text(column: Column, zero_dates_kept: bool = True) -> str:
     if kind in ("bit", "year", "int"):
         return f"CAST({q} + 0 AS CHAR)"  # + 0: ZEROFILL's padding is display, not value
     if kind == "decimal":  # the CAST drops ZEROFILL's padding (+ 0 would cut DECIMAL(65,30)'s scale)
-        return f"CAST(CAST({q} AS DECIMAL({column.numeric_precision or 10}, {column.numeric_scale or 0})) AS CHAR)"
+        precision, scale = column.numeric_precision or 10, column.numeric_scale or 0
+        return f"CAST(CAST({q} AS DECIMAL({precision}, {scale})) AS CHAR)"
     if kind in ("binary", "bytes"):
         return f"CAST({q} AS BINARY)"
     if kind in values.ZERO_DATE_TYPES and not zero_dates_kept:
@@ -55,8 +57,19 @@ def row_text(columns: Sequence[Column], zero_dates_kept: Sequence[bool] | None =
     return f"CONCAT_WS(0x1e, {', '.join(parts)})" if len(parts) > 1 else parts[0]
 
 
+def row_hash(columns: Sequence[Column], zero_dates_kept: Sequence[bool] | None = None) -> str:
+    """The SQL expression of a row's 64-bit hash: the first 16 hex digits of the SHA-256 of its text."""
+    return f"CAST(CONV(LEFT(SHA2({row_text(columns, zero_dates_kept)}, 256), 16), 16, 10) AS UNSIGNED)"
+
+
 def digest_select(table_sql: str, columns: Sequence[Column], where: str,
                   zero_dates_kept: Sequence[bool] | None = None) -> str:
     """``SELECT COUNT(*), SUM(hash)`` over the rows of ``table_sql`` that satisfy ``where``."""
-    hashed = f"CAST(CONV(LEFT(SHA2({row_text(columns, zero_dates_kept)}, 256), 16), 16, 10) AS UNSIGNED)"
-    return f"SELECT COUNT(*), COALESCE(SUM({hashed}), 0) FROM {table_sql} WHERE {where}"
+    return (f"SELECT COUNT(*), COALESCE(SUM({row_hash(columns, zero_dates_kept)}), 0) FROM {table_sql} "
+            f"WHERE {where}")
+
+
+def hashes_select(table_sql: str, columns: Sequence[Column], where: str,
+                  zero_dates_kept: Sequence[bool] | None = None) -> str:
+    """Each row's hash, of the rows of ``table_sql`` that satisfy ``where``."""
+    return f"SELECT {row_hash(columns, zero_dates_kept)} FROM {table_sql} WHERE {where}"

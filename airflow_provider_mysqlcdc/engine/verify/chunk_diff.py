@@ -17,7 +17,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import Column, TableSchema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.verify.canonical_arrow import column_text, row_hashes
 from airflow_provider_mysqlcdc.engine.verify.canonical_sql import column_text as column_sql
-from airflow_provider_mysqlcdc.engine.verify.canonical_sql import row_text
+from airflow_provider_mysqlcdc.engine.verify.canonical_sql import row_hash
 from airflow_provider_mysqlcdc.engine.verify.lake_chunks import LakeTable
 
 MAX_DIFFERENCES = 10
@@ -42,8 +42,7 @@ def _source_rows(settings: MySQLSettings, plan: ChunkPlan, schema: TableSchema, 
                  columns: Sequence[Column], kept: Sequence[bool], keys: Sequence[Column]) -> list[Row]:
     where, params = plan_predicate(plan, schema, plan.chunk(chunk_id))
     key_sql = "".join(f"{column_sql(c)}, " for c in keys)
-    sql = (f"SELECT {key_sql}CAST(CONV(LEFT(SHA2({row_text(columns, kept)}, 256), 16), 16, 10) AS UNSIGNED) "
-           f"FROM {schema.table.quoted} WHERE {where}")
+    sql = f"SELECT {key_sql}{row_hash(columns, kept)} FROM {schema.table.quoted} WHERE {where}"
     with connect(settings) as conn, conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         cur.execute(sql, params)

@@ -71,10 +71,11 @@ def _after_point(value: float, places: int) -> tuple[str, int]:
     exact = Decimal(format(value, f".{max(places, 0)}f"))
     if exact == 0:
         return "", 0
-    sign, numerals, exponent = exact.as_tuple()
-    text = "".join(map(str, numerals)).lstrip("0")
+    _, numerals, exponent = exact.as_tuple()
     assert isinstance(exponent, int)
-    point = len("".join(map(str, numerals))) + exponent - (len("".join(map(str, numerals))) - len(text))
+    all_digits = "".join(map(str, numerals))
+    text = all_digits.lstrip("0")
+    point = len(all_digits) + exponent - (len(all_digits) - len(text))
     return text.rstrip("0"), point
 
 

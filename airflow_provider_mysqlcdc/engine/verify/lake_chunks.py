@@ -19,14 +19,25 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorChunk
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import read_files, read_snapshot
-from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorChunkEntry, MirrorManifest, read_manifest
-from airflow_provider_mysqlcdc.engine.lake.mirror_records import CHUNK, OP, POSITION, after_chunk_hw, read_changes
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
+    MirrorChunkEntry,
+    MirrorManifest,
+    read_manifest,
+)
+from airflow_provider_mysqlcdc.engine.lake.mirror_records import (
+    CHUNK,
+    OP,
+    POSITION,
+    after_chunk_hw,
+    read_changes,
+)
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorBuild, MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model.position_text import after_bound
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -56,7 +67,8 @@ class LakeTable:
             files = [f for f in files if f not in gone]
             part = read_changes(files, build.data_schema, min(hws.values()), build.history, str(table))
             if part.num_rows:
-                parts.append(part.append_column(BATCH, pa.array(np.full(part.num_rows, batch_id), pa.int64())))
+                ids = pa.array(np.full(part.num_rows, batch_id), pa.int64())
+                parts.append(part.append_column(BATCH, ids))
         if parts:
             changes = pa.concat_tables(parts)
             records = after_chunk_hw(refresher.assigner_of(build), changes, build.plan, hws)
@@ -136,4 +148,4 @@ class LakeTable:
 
 def _exists(path: str) -> bool:
     fs, inner = filesystem(path)
-    return bool(fs.get_file_info(inner).type != 0)  # 0: pyarrow.fs.FileType.NotFound
+    return bool(fs.get_file_info(inner).type != pafs.FileType.NotFound)

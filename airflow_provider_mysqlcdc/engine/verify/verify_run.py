@@ -1,5 +1,5 @@
-"""``verify``: each selected chunk's digest on the source, compared with the lake's rows of that chunk as of the
-same binlog position; the verdicts recorded in the chunk store.
+"""``verify``: each selected chunk's digest on the source, compared with the lake's rows of that chunk as of
+the same binlog position; the verdicts recorded in the chunk store.
 
 Per table: the chunks' source digests first (``source_digest``, one read slot, a chunk at a time), then a wait
 until the stream has committed past the last digest's position (the lake cannot know the table there before),
@@ -16,9 +16,12 @@ import logging
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, Verification
 from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MATCH, MISMATCH, UNVERIFIED
@@ -27,13 +30,18 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model import values
-from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
-from airflow_provider_mysqlcdc.engine.source.limits import RateLimiter, SourceLimits, read_slot, set_query_timeout
+from airflow_provider_mysqlcdc.engine.source.limits import (
+    RateLimiter,
+    SourceLimits,
+    read_slot,
+    set_query_timeout,
+)
 from airflow_provider_mysqlcdc.engine.source.server import server_info
-from airflow_provider_mysqlcdc.engine.verify.canonical_arrow import Digest, lake_digest
+from airflow_provider_mysqlcdc.engine.verify.canonical_arrow import Digest, lake_digest, row_hashes
 from airflow_provider_mysqlcdc.engine.verify.chunk_diff import first_differences
 from airflow_provider_mysqlcdc.engine.verify.lake_chunks import LakeTable
 from airflow_provider_mysqlcdc.engine.verify.source_digest import SourceDigest, SourceDigester
@@ -41,6 +49,7 @@ from airflow_provider_mysqlcdc.engine.verify.source_digest import SourceDigest, 
 log = logging.getLogger(__name__)
 _NO_DATA_EVENTS = {"Binlog_checkpoint", "Gtid_list", "Format_desc", "Previous_gtids", "Rotate", "Stop",
                    "Heartbeat"}
+_QUIET_EVENTS = 50
 
 
 @dataclass(frozen=True)
@@ -169,7 +178,8 @@ class VerifyRun:
         return out
 
     def _wait_for_stream(self, table: TableId, position: BinlogPosition) -> BinlogPosition | None:
-        """Wait until the stream has committed past ``position``; the position it reached (None: no stream)."""
+        """Wait until the stream has committed past ``position``; the position it reached (None: no
+        stream)."""
         deadline = time.monotonic() + self.options.wait_s
         reached = None
         while True:
@@ -183,28 +193,37 @@ class VerifyRun:
             time.sleep(0.25)
 
     def _quiet_between(self, reached: BinlogPosition, position: BinlogPosition) -> bool:
-        """Whether only events that change no data lie between ``reached`` and ``position`` (a binlog
-        checkpoint after the last transaction: the stream's offset rests before it)."""
-        if reached.file != position.file or reached > position:
+        """Whether only events that change no data lie between ``reached`` and ``position``: a stream at the
+        binlog's end rests before a binlog checkpoint, or at the end of a file the server rotated from."""
+        if reached > position:
             return False
         with connect(self.settings) as conn, conn.cursor() as cur:
-            cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(reached.pos)} LIMIT 50", (reached.file,))
-            events = cur.fetchall()
-        for event in events:
-            start, kind = int(event[1]), str(event[2])
-            if start >= position.pos:
-                return True
-            if kind not in _NO_DATA_EVENTS:
+            cur.execute("SHOW BINARY LOGS")
+            files = [str(r[0]) for r in cur.fetchall()]
+            low, high = file_number(reached.file), file_number(position.file)
+            between = [f for f in files if low <= file_number(f) <= high] if reached.file in files else []
+            if not between or between[-1] != position.file:
                 return False
-        return False
+            for file in between:
+                start = reached.pos if file == reached.file else 4
+                cur.execute(f"SHOW BINLOG EVENTS IN %s FROM {int(start)} LIMIT {_QUIET_EVENTS}", (file,))
+                events = cur.fetchall()
+                for event in events:
+                    if file == position.file and int(event[1]) >= position.pos:
+                        return True
+                    if str(event[2]) not in _NO_DATA_EVENTS:
+                        return False
+                if len(events) == _QUIET_EVENTS:
+                    return False
+        return True
 
     def _judge(self, lake: LakeTable, generation: int, sd: SourceDigest, columns: list[Column],
                kept: list[bool], reached: BinlogPosition | None) -> ChunkVerdict:
         cid = sd.chunk_id
         where = str(sd.low) if sd.exact else f"{sd.low}..{sd.high}"
         if reached is None or reached < sd.high:
-            why = (f"the stream has committed up to {reached}, not past {sd.high} yet: start the stream (or let "
-                   f"it catch up) and verify again with --resume {self.verify_id}"
+            why = (f"the stream has committed up to {reached}, not past {sd.high} yet: start the stream "
+                   f"(or let it catch up) and verify again with --resume {self.verify_id}"
                    if reached is not None else
                    "no stream has committed this table yet: start the stream, then verify again")
             return ChunkVerdict(str(lake.table), generation, cid, UNVERIFIED, where, sd.digest, None, why)
@@ -212,18 +231,46 @@ class VerifyRun:
         candidates = [sd.low] if sd.exact else [sd.low, *lake.change_points(cid, sd.low, sd.high)]
         lake_digest_at = None
         for at in candidates:
-            found = lake_digest(lake.rule_state(cid, at=at), columns, flavor, kept)
+            state = lake.rule_state(cid, at=at)
+            if sd.row_hashes is not None:
+                verdict = self._at_least_once(lake, generation, sd, state, columns, kept, str(at))
+                if verdict is not None:
+                    return verdict
+                lake_digest_at = lake_digest_at or lake_digest(state, columns, flavor, kept)
+                continue
+            found = lake_digest(state, columns, flavor, kept)
+            if found == sd.digest and lake.missing:
+                return ChunkVerdict(str(lake.table), generation, cid, MISMATCH, where, sd.digest, found,
+                                    "the chunk's rows are right, but changelog files named by committed "
+                                    f"batches are missing ({', '.join(lake.missing[:3])}): the changelog is "
+                                    "incomplete and a mirror rebuilt from it could lose changes")
             if found == sd.digest:
                 return self._mirror_verdict(lake, generation, sd, columns, kept, str(at), found)
             lake_digest_at = lake_digest_at or found
-        why = (f"the lake's rows of this chunk differ from the source's at {where}: {sd.digest.rows} source rows, "
-               f"{lake_digest_at.rows if lake_digest_at else '?'} in the lake by the mirror rule (snapshot and "
-               "changelog)")
+        why = (f"the lake's rows of this chunk differ from the source's at {where}: {sd.digest.rows} source "
+               f"rows, {lake_digest_at.rows if lake_digest_at else '?'} in the lake by the mirror rule "
+               "(snapshot and changelog)")
         if lake.missing:
             why += f"; changelog files named by committed batches are missing: {', '.join(lake.missing[:3])}"
         why += f"; key range {_key_range(lake.build.plan, cid)}"
 
         return ChunkVerdict(str(lake.table), generation, cid, MISMATCH, where, sd.digest, lake_digest_at, why)
+
+    def _at_least_once(self, lake: LakeTable, generation: int, sd: SourceDigest, state: pa.Table,
+                       columns: list[Column], kept: list[bool], where: str) -> ChunkVerdict | None:
+        """A chunk held at-least-once matches when the lake holds every source row at least as often."""
+        assert sd.row_hashes is not None
+        lake_hashes = Counter(row_hashes(state, columns, self._flavor, kept))
+        if Counter(sd.row_hashes) - lake_hashes:
+            return None
+        found = Digest(state.num_rows, sum(lake_hashes.elements()))
+        verdict = self._mirror_verdict(lake, generation, sd, columns, kept, where, found)
+        extra = state.num_rows - len(sd.row_hashes)
+        if verdict.result != MATCH or not extra:
+            return verdict
+        return ChunkVerdict(verdict.table, generation, sd.chunk_id, MATCH, where, sd.digest, found,
+                            "at-least-once (no primary key, no exact read view on this server): every "
+                            f"source row is in the lake, with {extra} duplicate rows")
 
     def _mirror_verdict(self, lake: LakeTable, generation: int, sd: SourceDigest, columns: list[Column],
                         kept: list[bool], where: str, found: Digest) -> ChunkVerdict:
@@ -232,14 +279,15 @@ class VerifyRun:
         table = str(lake.table)
         if entry is None:
             return ChunkVerdict(table, generation, sd.chunk_id, MATCH, where, sd.digest, found,
-                                "the mirror has not been refreshed since the chunk's snapshot: its files were "
-                                "not compared")
+                                "the mirror has not been refreshed since the chunk's snapshot: its files "
+                                "were not compared")
         flavor = self._flavor
         mirror = lake_digest(lake.mirror_state(entry), columns, flavor, kept)
         rule = lake_digest(lake.rule_state(sd.chunk_id, through_batch=entry.through_batch), columns, flavor,
                            kept)
         if mirror == rule:
             return ChunkVerdict(table, generation, sd.chunk_id, MATCH, where, sd.digest, found)
+        # (a chunk held at-least-once compares the same way: its files must be what they were built from)
         return ChunkVerdict(table, generation, sd.chunk_id, MISMATCH, where, sd.digest, mirror,
                             f"the mirror files ({entry.version}, through batch {entry.through_batch}) hold "
                             f"{mirror.rows} rows that differ from the snapshot and changelog they were built "
