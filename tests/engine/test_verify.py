@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+from collections.abc import Callable
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,6 +22,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.verify.repair import repair_table
 from airflow_provider_mysqlcdc.engine.verify.verify_run import ChunkVerdict, VerifyOptions, VerifyRun
 from tests.support.layout_pipeline import LayoutPipeline, drain_and_refresh, stream_while_writing
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
@@ -42,14 +44,20 @@ class Lake:
         self.refresher = MirrorRefresher(self.root, self.store, settings=self.settings)
         self.rng = random.Random(SEED)
 
+    def run(self, **options) -> VerifyRun:
+        return VerifyRun(self.settings, self.store, self.root, VerifyOptions(wait_s=120, **options))
+
     def verify(self, table: TableId, **options) -> list[ChunkVerdict]:
         """Verify ``table`` in a thread while this one streams batches (each refreshing the mirror)."""
-        run = VerifyRun(self.settings, self.store, self.root, VerifyOptions(wait_s=120, **options))
+        return self.streaming(lambda: self.run(**options).verify_table(table))
+
+    def streaming(self, action: Callable[[], list[ChunkVerdict]]) -> list[ChunkVerdict]:
+        """``action`` in a thread while this one streams batches (each refreshing the mirror)."""
         out: list = []
 
         def work() -> None:
             try:
-                out.append(run.verify_table(table))
+                out.append(action())
             except BaseException as exc:  # noqa: BLE001 - raised in the test's thread
                 out.append(exc)
 
@@ -102,11 +110,30 @@ def test_verify_is_clean_under_writes_and_finds_each_corruption(mysql_server, my
                     (key,))
         cur.execute(f"SELECT COUNT(*) FROM `{mysql_db}`.t_ci WHERE note = CONCAT(note, ' ')")
         assert cur.fetchone()[0] > 0  # the collation sees no difference
-    verdicts = lake.verify(t_ci, explain=True)
+    run = lake.run(explain=True)
+    verdicts = lake.streaming(lambda: run.verify_table(t_ci))
     bad = [v for v in verdicts if v.result == "mismatch"]
     assert len(bad) == 1, [v.describe() for v in verdicts]
     assert any(repr(key) in d for d in bad[0].differences), bad[0].describe()
     assert "key range" in bad[0].why
+    # repaired: the chunk read again (while the stream runs), then verified again in the same run
+    plan = next(p for p in plans if p.table == t_ci)
+
+    def resnapshot(table: TableId, generation: int, chunk_ids: list[int], excluded: tuple[str, ...]) -> None:
+        assert (table, generation, excluded) == (t_ci, plan.generation, ())
+        for chunk_id in chunk_ids:
+            lake.pipe.snapshot(plan, chunk_id)
+
+    repaired = lake.streaming(lambda: repair_table(run, t_ci, verdicts, resnapshot))
+    assert [(v.chunk_id, v.result) for v in repaired] == [(bad[0].chunk_id, "repaired")], repaired
+    latest = {v.chunk_id: v.result for v in lake.store.latest_verifications(str(t_ci))}
+    assert latest[bad[0].chunk_id] == "repaired" and set(latest.values()) == {"match", "repaired"}
+
+    # the same corruption again, for the CLI below
+    with mysql_server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SET SESSION sql_log_bin = 0")
+        cur.execute(f"UPDATE `{mysql_db}`.t_ci SET note = CONCAT(IFNULL(note, ''), ' ') WHERE id = %s",
+                    (key,))
 
     # 2. a committed changelog file deleted (the latest with records: its changes are not superseded)
     batch = next(b for b in reversed(committed_batch_ids(lake.root, t_int))
@@ -134,5 +161,5 @@ def test_verify_is_clean_under_writes_and_finds_each_corruption(mysql_server, my
     out = capsys.readouterr().out
     assert code == 1, out
     assert "mismatch" in out and "chunks match" in out
-    recorded = lake.store.verifications(str(t_ci))
-    assert {v.result for v in recorded} == {"match", "mismatch"}
+    latest = {v.chunk_id: v.result for v in lake.store.latest_verifications(str(t_ci))}
+    assert latest[bad[0].chunk_id] == "mismatch" and set(latest.values()) == {"match", "mismatch"}

@@ -7,11 +7,13 @@ then the lake's side from the table's snapshot and changelog (``lake_chunks``), 
 when the rule's state at the read view's position digests equal (on Oracle MySQL: at some position of the read
 view's window where the chunk changed; a chunk that matches none is digested again in a fresh view, up to
 ``attempts`` times, before it is a mismatch), and its mirror files digest equal to the rule's state through
-the batch they were built to. A run resumes where it stopped (``resume``: the chunks a verify id has a
-verdict for are skipped).
+the batch they were built to. A run resumes where it stopped: a run given an earlier run's ``verify_id``
+skips the chunks that matched there and verifies the others again; a chunk that differed and matches now
+(re-snapshotted in between: ``repair``) is *repaired*.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -24,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, Verification
-from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MATCH, MISMATCH, UNVERIFIED
+from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MATCH, MISMATCH, REPAIRED, UNVERIFIED
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
@@ -68,7 +70,7 @@ class ChunkVerdict:
     table: str
     generation: int
     chunk_id: int
-    result: str  # match | mismatch | unverified
+    result: str  # match | mismatch | repaired | unverified
     position: str | None
     source: Digest | None
     lake: Digest | None
@@ -111,8 +113,9 @@ class VerifyRun:
             raise CdcError(f"{table}: no plan generation is fully committed: finish its snapshot before "
                            "verifying it (mysqlcdc status)")
         plan = ChunkPlan.from_dict(self.store.plan(str(table), view.generation).plan)
-        done = {v.chunk_id for v in self.store.verifications(str(table), self.verify_id)
-                if v.generation == view.generation}
+        earlier = {v.chunk_id: v.result for v in self.store.verifications(str(table), self.verify_id)
+                   if v.generation == view.generation}
+        done = {cid for cid, result in earlier.items() if result in (MATCH, REPAIRED)}
         chunk_ids = [c.chunk_id for c in self._selected(plan) if c.chunk_id not in done]
         if not chunk_ids:
             return []
@@ -135,6 +138,9 @@ class VerifyRun:
                                  table, sd.chunk_id, verdict.position)
                         continue
                     del pending[sd.chunk_id]
+                    if verdict.result == MATCH and earlier.get(sd.chunk_id) == MISMATCH:
+                        verdict = dataclasses.replace(  # this run found it differing; it was re-snapshotted
+                            verdict, result=REPAIRED, why="re-snapshotted after it differed; matches now")
                     if verdict.result == MISMATCH and self.options.explain:
                         verdict = self._explained(verdict, plan, schema, lake, columns, kept, sd)
                     self.store.record_verification(verdict.record(self.verify_id, self.run_id))
