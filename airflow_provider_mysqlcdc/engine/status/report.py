@@ -45,6 +45,7 @@ from airflow_provider_mysqlcdc.engine.status.text import (
     lag_text,
     progress_text,
     value_text,
+    verification_lines,
 )
 
 
@@ -132,6 +133,8 @@ class StatusReport:
             lines.append(health_text(self.health))
         for t in self.tables:
             lines.extend(f"{t.table}: {note}" for note in t.notes)
+        for t in self.tables:
+            lines.extend(verification_lines(t))
         lines.extend(self.notes)
         if self.gc is not None:
             lines.append(self.gc.describe())

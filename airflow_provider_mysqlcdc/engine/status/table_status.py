@@ -35,6 +35,7 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.status.server_binlog import ServerBinlog
 from airflow_provider_mysqlcdc.engine.status.stream_health import lag_seconds
 from airflow_provider_mysqlcdc.engine.status.stream_position import TableStreamPosition, table_stream_position
+from airflow_provider_mysqlcdc.engine.status.verification import VerificationStatus, verification_status
 
 NOT_PLANNED, SNAPSHOT, SNAPSHOT_DONE, STREAM = "not planned", "snapshot", "snapshot done", "stream"
 
@@ -85,6 +86,8 @@ class TableStatus:
     # when each chunk of the latest generation was read: (latest attempt's start, its commit; None while it
     # runs), for the progress rate; left out of as_dict (one pair a chunk)
     read_spans: tuple[tuple[datetime, datetime | None], ...] = field(default=(), repr=False)
+    # what ``mysqlcdc verify`` last found (None: the mirror's generation was never verified)
+    verification: VerificationStatus | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -96,6 +99,8 @@ class TableStatus:
                 value = str(value) if isinstance(value, BinlogPosition) else value.isoformat()
             elif name == "failures":
                 value = [f.__dict__ for f in value]
+            elif name == "verification":
+                value = None if value is None else value.as_dict()
             elif isinstance(value, tuple):
                 value = list(value)
             out[name] = value
@@ -128,6 +133,8 @@ def table_status(
     notes += schema.notes
     pk = primary_key if primary_key is not None else (manifest.primary_key if manifest is not None else None)
     notes += _primary_key_notes(pk)
+    verification, verification_notes = verification_status(store, name, chunks.view, chunks.pending_of_view)
+    notes += verification_notes
     return TableStatus(
         table=name,
         phase=chunks.phase(stream.batch_id),
@@ -164,6 +171,7 @@ def table_status(
         last_committed_at=max((c.committed_at for c in chunks.states if c.committed_at), default=None),
         read_spans=tuple((c.started_at, c.committed_at if c.status == COMMITTED else None)
                          for c in chunks.states if c.started_at and c.status in (COMMITTED, RUNNING)),
+        verification=verification,
     )
 
 
@@ -194,6 +202,12 @@ class _Chunks:
     @property
     def pending(self) -> list[int]:
         return [c.chunk_id for c in self.states if c.rerun_pending]
+
+    @property
+    def pending_of_view(self) -> frozenset[int]:
+        """Chunks of the mirror's generation with a rerun running."""
+        same = self.view is not None and self.view.generation == self.generation
+        return frozenset(self.pending) if same else frozenset()
 
     @property
     def failures(self) -> tuple[ChunkFailure, ...]:

@@ -1,13 +1,17 @@
-"""How status values read in text: a missing value, the lag, byte amounts, the mirror's consistency."""
+"""How status values read in text: a missing value, the lag, byte amounts, the mirror's consistency, what
+verify found."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_mysqlcdc.engine.status.verification import OPEN, verify_command
+
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.status.progress import SnapshotProgress
     from airflow_provider_mysqlcdc.engine.status.stream_health import BinlogHeadroom, StreamHealth
     from airflow_provider_mysqlcdc.engine.status.table_status import TableStatus
+    from airflow_provider_mysqlcdc.engine.status.verification import ChunkMismatch, VerificationStatus
 
 
 def value_text(value: Any) -> str:
@@ -87,3 +91,51 @@ def progress_text(p: SnapshotProgress) -> str:
         text += f", ~{duration_text(p.eta_s)} left"
     extra = [f"{n} {what}" for n, what in ((p.running, "running"), (p.failed, "failed")) if n]
     return text + ("; " + ", ".join(extra) if extra else "")
+
+
+def verification_text(v: VerificationStatus | None) -> str:
+    """``verified 2026-11-28 10:40 UTC at mysql-bin.000012:4567 (verify 3f2a...): 31 chunks match, 1 differs
+    (chunk 7)``; ``never verified``."""
+    if v is None:
+        return "never verified"
+    when = "?" if v.verified_at is None else f"{v.verified_at:%Y-%m-%d %H:%M} UTC"
+    parts = [f"{v.matched} chunk{'s' if v.matched != 1 else ''} match"]
+    if v.differing:
+        ids = ", ".join(str(m.chunk_id) for m in v.open_mismatches)
+        parts.append(f"{v.differing} differ{'s' if v.differing == 1 else ''} "
+                     f"(chunk{'s' if v.differing > 1 else ''} {ids})")
+    if v.superseded:
+        ids = ", ".join(str(m.chunk_id) for m in v.superseded_mismatches)
+        were = "was" if v.superseded == 1 else "were"
+        parts.append(f"{v.superseded} differed but {were} snapshotted again since "
+                     f"(chunk{'s' if v.superseded > 1 else ''} {ids}): verify again")
+    parts.extend(f"{n} {what}" for n, what in ((v.repaired, "repaired"), (v.unverified, "unverified"),
+                                               (v.never, "not verified yet")) if n)
+    return f"verified {when} at {v.position or '?'} (verify {v.verify_id}, generation {v.generation}): " + (
+        ", ".join(parts))
+
+
+def mismatch_text(m: ChunkMismatch) -> str:
+    """``chunk 7 (id in [100, 200)): source 100 rows, lake 99 rows at mysql-bin.000012:4567: why``."""
+    key = f" ({m.key_range})" if m.key_range else ""
+    counts = f"source {value_text(m.source_rows)} rows, lake {value_text(m.lake_rows)} rows"
+    state = "" if m.state == OPEN else "; snapshotted again since: verify again"
+    rerun = "; a rerun of it is running" if m.rerun_pending else ""
+    return f"chunk {m.chunk_id}{key}: {counts} at {m.position or '?'}{state}{rerun}" + (
+        f": {m.why}" if m.why else "")
+
+
+def verification_lines(t: TableStatus) -> list[str]:
+    """What verify found for one table (nothing if it was never verified): a line, then each mismatch and
+    the command that repairs the open ones (or verifies the superseded ones again)."""
+    v = t.verification
+    if v is None:
+        return []
+    lines = [f"{t.table}: {verification_text(v)}"]
+    lines.extend(f"  {mismatch_text(m)}" for m in v.mismatches)
+    if v.open_mismatches:
+        lines.append(f"  repair: {verify_command(t.table, [m.chunk_id for m in v.open_mismatches])}")
+    if v.superseded_mismatches:
+        ids = [m.chunk_id for m in v.superseded_mismatches]
+        lines.append(f"  verify again: {verify_command(t.table, ids, repair=False)}")
+    return lines
