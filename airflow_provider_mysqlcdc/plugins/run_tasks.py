@@ -4,6 +4,11 @@ The chunk store says what failed inside Spark; only Airflow knows which task ins
 give the on-call engineer the action: clear the failed mapped snapshot task (its map index and group name,
 linked to its page) with Downstream on, or paste a ``redo_chunks`` value; and, when a group was cleared
 without Downstream so the stream task stayed ``upstream_failed``, clear the stream task.
+
+The same for what ``mysqlcdc verify`` found (``repair_actions``): the chunks whose latest verdict is an open
+mismatch are snapshotted again by clearing the mapped snapshot tasks of this run whose groups hold them, or
+by ``mysqlcdc verify --chunks ... --repair`` from a shell (which also verifies them again). The tab only
+links to the task instances and shows text to copy: Airflow's own Clear dialog decides who may clear.
 """
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ from urllib.parse import quote
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
-from airflow_provider_mysqlcdc.engine.chunks.groups import format_chunk_ids
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_chunk_ids
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport
+from airflow_provider_mysqlcdc.engine.status.verification import verify_command
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY
 
 FAILED, UPSTREAM_FAILED, UP_FOR_RETRY = "failed", "upstream_failed", "up_for_retry"
@@ -50,7 +56,7 @@ class TaskRow:
 class Action:
     """What to do, in one sentence, with the task instance to open (None: a value to paste instead)."""
 
-    kind: str  # "clear-group", "clear-stream", "redo"
+    kind: str  # "clear-group", "clear-stream", "redo"; "repair-group", "repair", "verify-again"
     text: str
     task: TaskRow | None = None
     value: str | None = None  # a ready-to-paste value (redo_chunks)
@@ -66,10 +72,11 @@ def task_href(dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
     return base + (f"/mapped/{map_index}" if map_index >= 0 else "")
 
 
-def load_task_rows(session: Session, dag_id: str, run_id: str) -> list[TaskRow]:
+def load_task_rows(session: Session, dag_id: str, run_id: str,
+                   groups: dict[int, ChunkGroup] | None = None) -> list[TaskRow]:
     """The run's task instances, ordered by task then map index. A snapshot group is named by the plan's
     group even before Airflow has a rendered name for it (scheduled, queued; Airflow 3.3 also shows the bare
-    index while a try waits for its retry)."""
+    index while a try waits for its retry). ``groups``: the run's planned groups, if already loaded."""
     from airflow.models.taskinstance import TaskInstance as TI
 
     # a hybrid property: Airflow's annotations type its Python getter, not the SQL expression it also is
@@ -80,7 +87,8 @@ def load_task_rows(session: Session, dag_id: str, run_id: str) -> list[TaskRow]:
         .where(TI.dag_id == dag_id, TI.run_id == run_id)
         .order_by(TI.task_id, TI.map_index)
     ).all()
-    names = planned_group_names(session, dag_id, run_id)
+    planned = planned_groups(session, dag_id, run_id) if groups is None else groups
+    names = {i: g.name for i, g in planned.items()}
     out = []
     for task_id, map_index, rendered, state, try_number, max_tries, operator in rows:
         label = str(rendered) if rendered is not None else ""
@@ -92,8 +100,8 @@ def load_task_rows(session: Session, dag_id: str, run_id: str) -> list[TaskRow]:
     return out
 
 
-def planned_group_names(session: Session, dag_id: str, run_id: str) -> dict[int, str]:
-    """Map index -> group name, from the return value of the task that recorded the pipeline (the plan task:
+def planned_groups(session: Session, dag_id: str, run_id: str) -> dict[int, ChunkGroup]:
+    """Map index -> chunk group, from the return value of the task that recorded the pipeline (the plan task:
     its groups, in the order the snapshot task is mapped over them)."""
     from airflow.models.xcom import XComModel
 
@@ -112,7 +120,13 @@ def planned_group_names(session: Session, dag_id: str, run_id: str) -> dict[int,
     groups = XComModel.deserialize_value(row) if row is not None else None
     if not isinstance(groups, list):
         return {}
-    return {i: str(g["name"]) for i, g in enumerate(groups) if isinstance(g, dict) and g.get("name")}
+    out = {}
+    for i, g in enumerate(groups):
+        try:
+            out[i] = ChunkGroup.from_dict(g)
+        except (KeyError, TypeError, ValueError, AttributeError):  # not a group this release can read
+            continue
+    return out
 
 
 def redo_value(report: StatusReport) -> str:
@@ -150,3 +164,57 @@ def on_call_actions(tasks: Sequence[TaskRow], report: StatusReport | None) -> li
 
 def retrying(tasks: Iterable[TaskRow]) -> list[TaskRow]:
     return [t for t in tasks if t.state == UP_FOR_RETRY]
+
+
+def repair_actions(tasks: Sequence[TaskRow], report: StatusReport | None,
+                   groups: dict[int, ChunkGroup] | None = None) -> list[Action]:
+    """Per table with open mismatches (the latest verdict of chunks that were not snapshotted again since):
+    clear the snapshot tasks of this run whose groups hold them, when they all do; and the ``mysqlcdc verify
+    --repair`` command, which re-snapshots exactly those chunks and verifies them again. Chunks snapshotted
+    again since they differed: verify them again."""
+    if report is None:
+        return []
+    actions: list[Action] = []
+    for t in report.tables:
+        v = t.verification
+        if v is None:
+            continue
+        open_ids = [m.chunk_id for m in v.open_mismatches]
+        if open_ids:
+            found = _group_tasks(tasks, groups or {}, t.table, v.generation, open_ids)
+            shown = ", ".join(str(c) for c in open_ids)
+            for task, ids in found:
+                actions.append(Action(
+                    "repair-group",
+                    f"Clear {task.name} to snapshot chunks {ids} of {t.table} again (with the rest of its "
+                    "group): Downstream on if this run's stream task has finished, off while it runs (it "
+                    f"picks the new snapshots up by itself); then verify chunks {shown} again.", task))
+            lead = "Or, from a shell," if found else f"Chunks {shown} of {t.table} differ from the source:"
+            actions.append(Action(
+                "repair", f"{lead} snapshot exactly these chunks again and verify them again (with the "
+                "connection options of your other mysqlcdc commands):",
+                value=verify_command(t.table, open_ids)))
+        again = [m.chunk_id for m in v.superseded_mismatches]
+        if again:
+            actions.append(Action(
+                "verify-again", f"Chunks {', '.join(map(str, again))} of {t.table} differed and have been "
+                "snapshotted again since: verify them again:",
+                value=verify_command(t.table, again, repair=False)))
+    return actions
+
+
+def _group_tasks(tasks: Sequence[TaskRow], groups: dict[int, ChunkGroup], table: str, generation: int,
+                 chunk_ids: Sequence[int]) -> list[tuple[TaskRow, str]]:
+    """The mapped snapshot tasks of this run whose groups hold the chunks, each with the chunks it holds
+    (``3, 7``); empty unless every chunk is in one."""
+    by_index = {t.map_index: t for t in tasks if t.mapped and t.map_index in groups
+                and t.label == groups[t.map_index].name}
+    held: dict[int, list[int]] = {}
+    for chunk_id in chunk_ids:
+        index = next((i for i, g in sorted(groups.items()) if i in by_index and any(
+            p.table == table and p.generation == generation and chunk_id in p.chunk_ids for p in g.parts)),
+            None)
+        if index is None:
+            return []
+        held.setdefault(index, []).append(chunk_id)
+    return [(by_index[i], ", ".join(map(str, ids))) for i, ids in sorted(held.items())]

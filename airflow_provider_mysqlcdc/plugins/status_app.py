@@ -35,12 +35,20 @@ from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, normalize_url
+from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.status.report import StatusReport, collect_status
 from airflow_provider_mysqlcdc.pipeline.record import XCOM_KEY, PipelineRecord
-from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow, load_task_rows, on_call_actions
+from airflow_provider_mysqlcdc.plugins.run_tasks import (
+    Action,
+    TaskRow,
+    load_task_rows,
+    on_call_actions,
+    planned_groups,
+    repair_actions,
+)
 from airflow_provider_mysqlcdc.plugins.status_page import (
     DEFAULT_REFRESH_S,
     RunRef,
@@ -92,11 +100,17 @@ class RunStatus:
     report: StatusReport | None = None
     notes: tuple[str, ...] = ()  # problems of this app (e.g. the MySQL connection), besides the report's
     tasks: tuple[TaskRow, ...] = ()  # the run's task instances (what to clear)
+    groups: dict[int, ChunkGroup] = dataclasses.field(default_factory=dict)  # map index -> planned group
 
     @property
     def actions(self) -> list[Action]:
         """What finishes the run, from the task instances and the chunk store's failures."""
         return on_call_actions(self.tasks, self.report)
+
+    @property
+    def repairs(self) -> list[Action]:
+        """What repairs the chunks verify found different: the snapshot tasks to clear, the command."""
+        return repair_actions(self.tasks, self.report, self.groups)
 
 
 # --- loading ------------------------------------------------------------------------------------------------
@@ -230,9 +244,10 @@ def _load(session: Session, dag_id: str, run_id: str) -> RunStatus:
     """For the routes: the record and task instances from the metadata DB, whose session is then released
     before the slow part (MySQL may take its connect timeout, an object store its time)."""
     record = run_record(session, dag_id, run_id)
-    tasks = tuple(load_task_rows(session, dag_id, run_id))
+    groups = planned_groups(session, dag_id, run_id)
+    tasks = tuple(load_task_rows(session, dag_id, run_id, groups))
     session.close()
-    return dataclasses.replace(run_status(record, dag_id, run_id), tasks=tasks)
+    return dataclasses.replace(run_status(record, dag_id, run_id), tasks=tasks, groups=groups)
 
 
 # --- routes -------------------------------------------------------------------------------------------------
@@ -257,7 +272,7 @@ def run_page(dag_id: str, run_id: str, session: SessionDep, refresh: int = DEFAU
         return HTMLResponse(render_no_pipeline(run), status_code=status.HTTP_200_OK)
     page = render_status(run, loaded.record, loaded.report, notes=loaded.notes,
                          refresh=max(refresh, 5) if refresh > 0 else None, tasks=loaded.tasks,
-                         actions=loaded.actions)
+                         actions=loaded.actions, repairs=loaded.repairs)
     return HTMLResponse(page)
 
 
@@ -278,7 +293,8 @@ def run_status_json(dag_id: str, run_id: str, session: SessionDep) -> JSONRespon
     return JSONResponse({**head, "pipeline": loaded.record.to_dict(), **loaded.report.as_dict(),
                          "page_notes": list(loaded.notes),
                          "task_instances": [dataclasses.asdict(t) for t in loaded.tasks],
-                         "actions": [a.as_dict() for a in loaded.actions]})
+                         "actions": [a.as_dict() for a in loaded.actions],
+                         "repair_actions": [a.as_dict() for a in loaded.repairs]})
 
 
 @app.exception_handler(StarletteHTTPException)

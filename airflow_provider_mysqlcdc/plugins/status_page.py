@@ -26,8 +26,11 @@ from airflow_provider_mysqlcdc.engine.status.text import (
     headroom_text,
     lag_seconds_text,
     lag_text,
+    mismatch_text,
     progress_text,
+    verification_text,
 )
+from airflow_provider_mysqlcdc.engine.status.verification import OPEN, VerificationStatus
 from airflow_provider_mysqlcdc.pipeline.record import PipelineRecord
 from airflow_provider_mysqlcdc.plugins.run_tasks import Action, TaskRow
 
@@ -45,6 +48,8 @@ td.pos { overflow-wrap: anywhere; min-width: 9ch; } td.lag { white-space: nowrap
 .bar { width: 100%; max-width: 640px; height: 10px; }
 #actions { border-left: 4px solid #cf222e; background: #ffebe9; padding: 6px 10px; margin: 8px 0; }
 #actions.ok { border-color: #1a7f37; background: #dafbe1; }
+#repair { border-left: 4px solid #bf8700; background: #fff8c5; padding: 6px 10px; margin: 8px 0; }
+#repair li { margin: 4px 0; }
 #actions li { margin: 4px 0; } .paste { user-select: all; background: #f6f8fa; padding: 1px 4px; }
 #refresh { float: right; font-size: 12px; }
 dl.meta { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; margin: 0 0 12px; }
@@ -61,7 +66,7 @@ ul.notes { margin: 4px 0 12px; padding-left: 20px; }
 .muted { color: #59636e; }
 @media (prefers-color-scheme: dark) {
   body { background: #0d1117; color: #e6edf3; } th { background: #161b22; } th, td { border-color: #30363d; }
-  .notice { background: #3b2e00; } .error, #actions { background: #3d0c0c; }
+  .notice, #repair { background: #3b2e00; } .error, #actions { background: #3d0c0c; }
   #actions.ok { background: #0f2d16; }
   .paste { background: #161b22; }
 }
@@ -167,6 +172,7 @@ def _summary_row(t: TableStatus) -> str:
         (_hw_range(t), "pos"),
         (_stream_cell(t), "pos"),
         (_consistent_cell(t), "pos"),
+        (_verified_cell(t.verification), ""),
     ]
     tds = "".join(f'<td class="{css}">{value}</td>' for value, css in cells)
     return f'<tr data-table="{_e(t.table)}">{tds}</tr>'
@@ -174,7 +180,8 @@ def _summary_row(t: TableStatus) -> str:
 
 _SUMMARY_HEAD = (
     "<tr><th>Table</th><th>Phase, plan generation</th><th>Chunks</th><th>Rows read</th>"
-    "<th>HW range (min .. max)</th><th>Stream position, lag</th><th>Mirror consistent</th></tr>"
+    "<th>HW range (min .. max)</th><th>Stream position, lag</th><th>Mirror consistent</th><th>Verified</th>"
+    "</tr>"
 )
 
 
@@ -220,6 +227,7 @@ def _table_details(t: TableStatus) -> str:
             '<h3 class="failed">Failed chunks</h3><table class="failures">'
             f"<tr><th>Chunk</th><th>Attempts</th><th>Error</th></tr>{rows}</table>"
         )
+    parts.append(_verification_details(t.verification))
     if t.notes:
         items = "".join(f"<li>{_e(n)}</li>" for n in t.notes)
         parts.append(f'<ul class="notes">{items}</ul>')
@@ -269,11 +277,7 @@ def _task_link(task: TaskRow) -> str:
     return f'<a href="{_e(task.href)}" data-top="1" data-task="{_e(task.name)}">{_e(task.name)}</a>'
 
 
-def _actions(actions: list[Action], tasks: list[TaskRow]) -> str:
-    if not actions:
-        if tasks and all(t.state in ("success", "skipped") for t in tasks):  # and no failed chunk (above)
-            return '<div id="actions" class="ok">Nothing to do: every task of this run has succeeded.</div>'
-        return ""
+def _action_items(actions: list[Action]) -> str:
     items = []
     for a in actions:
         if a.task and a.task.name in a.text:  # the task's name in the sentence becomes its link
@@ -281,9 +285,62 @@ def _actions(actions: list[Action], tasks: list[TaskRow]) -> str:
             text = f"{_e(before)}{_task_link(a.task)}{_e(after)}"
         else:
             text = _e(a.text) + (f" {_task_link(a.task)}" if a.task else "")
-        paste = f' <code class="paste" data-field="redo_chunks">{_e(a.value)}</code>' if a.value else ""
+        field = "redo_chunks" if a.kind == "redo" else "command"
+        paste = f' <code class="paste" data-field="{field}">{_e(a.value)}</code>' if a.value else ""
         items.append(f'<li data-action="{_e(a.kind)}">{text}{paste}</li>')
-    return f'<div id="actions"><strong>To finish this run</strong><ul>{"".join(items)}</ul></div>'
+    return "".join(items)
+
+
+def _actions(actions: list[Action], tasks: list[TaskRow], repairs: list[Action]) -> str:
+    if not actions:
+        if not repairs and tasks and all(t.state in ("success", "skipped") for t in tasks):
+            return '<div id="actions" class="ok">Nothing to do: every task of this run has succeeded.</div>'
+        return ""
+    return f'<div id="actions"><strong>To finish this run</strong><ul>{_action_items(actions)}</ul></div>'
+
+
+def _repairs(repairs: list[Action]) -> str:
+    """What repairs the chunks ``mysqlcdc verify`` found different (and verifies re-snapshotted ones)."""
+    if not repairs:
+        return ""
+    return (f'<div id="repair"><strong>To repair what verify found</strong><ul>{_action_items(repairs)}'
+            "</ul></div>")
+
+
+def _verified_cell(v: VerificationStatus | None) -> str:
+    if v is None:
+        return _f("verified", "never")
+    differ = f', {_f("differing", f"{v.differing} differ", "failed")}' if v.differing else ""
+    again = f", {v.superseded} to verify again" if v.superseded else ""
+    when = "" if v.verified_at is None else f"{v.verified_at:%Y-%m-%d %H:%M} UTC"
+    return (f'{_f("verified", f"{v.matched + v.repaired}/{v.chunks} match")}{differ}{_e(again)}<br>'
+            f'<span class="muted">at {_f("verified_position", v.position)}<br>{_e(when)}</span>')
+
+
+def _verification_details(v: VerificationStatus | None) -> str:
+    """The last verification in a sentence, then each mismatch (open or superseded) in a table."""
+    if v is None:
+        return ""
+    parts = [f'<p data-field="verification">{_e(verification_text(v))}</p>']
+    if v.mismatches:
+        rows = "".join(
+            f'<tr data-mismatch="{m.chunk_id}" data-state="{_e(m.state)}">'
+            f'<td class="num" data-field="chunk_id">{m.chunk_id}</td>'
+            f'<td data-field="key_range"><code>{_e(m.key_range)}</code></td>'
+            f'<td class="num" data-field="source_rows">{_e(m.source_rows)}</td>'
+            f'<td class="num" data-field="lake_rows">{_e(m.lake_rows)}</td>'
+            f'<td data-field="state" class="{"failed" if m.state == OPEN else ""}">'
+            f'{_e("differs" if m.state == OPEN else "snapshotted again since: verify again")}'
+            f'{_e("; a rerun is running" if m.rerun_pending else "")}</td>'
+            f'<td data-field="why" title="{_e(mismatch_text(m))}">{_e(m.why)}</td></tr>'
+            for m in v.mismatches
+        )
+        parts.append(
+            '<h3 class="failed">Chunks that differ from the source</h3><table class="mismatches">'
+            "<tr><th>Chunk</th><th>Key range</th><th>Source rows</th><th>Lake rows</th><th>State</th>"
+            f"<th>Why</th></tr>{rows}</table>"
+        )
+    return "".join(parts)
 
 
 _SHOWN_GROUPS = 40  # beyond this, succeeded groups are counted, not listed (thousands of tables)
@@ -352,10 +409,11 @@ def render_status(
     refresh: int | None = DEFAULT_REFRESH_S,
     tasks: Iterable[TaskRow] = (),
     actions: Iterable[Action] = (),
+    repairs: Iterable[Action] = (),
 ) -> str:
-    """The page: what to do (``actions``, if any), overall progress, a summary row per table, the chunk
-    groups, then each table's failures and notes. Refreshes itself every ``refresh`` seconds (a visible
-    control pauses)."""
+    """The page: what to do (``actions``, if any), what repairs the chunks verify found different
+    (``repairs``), overall progress, a summary row per table, the chunk groups, then each table's failures,
+    verification and notes. Refreshes itself every ``refresh`` seconds (a visible control pauses)."""
     tasks = list(tasks)
     content = [
         _record_meta(
@@ -363,7 +421,8 @@ def render_status(
             ("server binlog position", "server_position", report.server_position or "unknown"),
             ("collected at", "collected_at", report.collected_at),
         ),
-        _actions(list(actions), tasks),
+        _actions(list(actions), tasks, list(repairs)),
+        _repairs(list(repairs)),
         _progress(report),
     ]
     content.extend(f'<div class="notice">{_e(note)}</div>' for note in (*report.notes, *notes))

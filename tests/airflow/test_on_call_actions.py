@@ -81,3 +81,49 @@ def test_progress_counts_chunks_and_rows_of_the_latest_generation(tmp_path):
     text = progress_text(p)
     assert text.startswith("2/4 chunks (50%), 200 of ~400 rows, ") and text.endswith("; 1 failed")
     assert "rows/s" in text and "left" in text
+
+
+def test_open_mismatches_give_the_groups_to_clear_and_the_repair_command(tmp_path):
+    """What verify found different is repaired by clearing the snapshot tasks whose groups hold the chunks,
+    or by ``mysqlcdc verify --repair`` (the only way when no group of this run holds them); a chunk
+    snapshotted again since it differed is verified again."""
+    from airflow_provider_mysqlcdc.engine.chunk_store import Verification
+    from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup
+    from airflow_provider_mysqlcdc.plugins.run_tasks import repair_actions
+
+    store, table = _store(tmp_path)
+    store.record_verification(Verification("v1", table, 1, 2, "mismatch", "b.000001:30", 100, 90,
+                                           {"why": "an older snapshot"}))
+    for chunk_id in (2, 3):  # chunk 2 snapshotted again after its mismatch: superseded
+        store.commit_chunk(table, 1, chunk_id, rows=100, lw=BinlogPosition("b.000001", 4),
+                           hw=BinlogPosition("b.000001", 20), output_version=f"v{chunk_id}", run_id=RUN)
+    for chunk_id, result in ((0, "match"), (1, "mismatch"), (3, "mismatch")):
+        store.record_verification(Verification("v2", table, 1, chunk_id, result, "b.000001:40", 100, 99,
+                                               {"why": "rows differ <b>"} if result == "mismatch" else {}))
+    report = collect_status(store, None, [table])
+    groups = {0: ChunkGroup.of(table, 1, [0, 1]), 1: ChunkGroup.of(table, 1, [2, 3])}
+    tasks = [_task("plan", "success"), *(_task(GROUP, "success", i, g.name) for i, g in groups.items()),
+             _task("stream", "success")]
+
+    actions = repair_actions(tasks, report, groups)
+    assert [(a.kind, a.task.map_index if a.task else None) for a in actions] == [
+        ("repair-group", 0), ("repair-group", 1), ("repair", None), ("verify-again", None)]
+    assert f"to snapshot chunks 1 of {table} again" in actions[0].text
+    assert f"to snapshot chunks 3 of {table} again" in actions[1].text
+    assert actions[2].value == f"mysqlcdc verify --table {table} --chunks 1,3 --repair"
+    assert actions[3].value == f"mysqlcdc verify --table {table} --chunks 2"
+    # no group of this run holds them (another run's tab, a re-planned table): the command only
+    alone = repair_actions(tasks, report, {})
+    assert [a.kind for a in alone] == ["repair", "verify-again"]
+    assert alone[0].text.startswith(f"Chunks 1, 3 of {table} differ from the source")
+
+    record = PipelineRecord(mysql_conn_id="src", chunk_store=str(tmp_path / "chunks.db"), output="/lake",
+                            checkpoint="/lake/_cp", tables=(table,), stream_tables=(table,), redo={})
+    page = render_status(RunRef(DAG, RUN), record, report, tasks=tasks,
+                         actions=on_call_actions(tasks, report), repairs=actions)
+    assert 'id="repair"' in page and 'data-action="repair-group"' in page and "Nothing to do" not in page
+    assert f'data-field="command">mysqlcdc verify --table {table} --chunks 1,3 --repair<' in page
+    assert 'data-mismatch="1" data-state="open"' in page
+    assert 'data-mismatch="2" data-state="superseded"' in page
+    assert 'data-field="differing" class="failed">2 differ<' in page
+    assert "rows differ &lt;b&gt;" in page and "<b>" not in page
