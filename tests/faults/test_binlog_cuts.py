@@ -4,6 +4,7 @@ outage is waited out for its budget only, and permanent errors are not waited on
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 
@@ -21,7 +22,7 @@ from airflow_provider_mysqlcdc.engine.source.outages import retry_while_unavaila
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.testing.mariadb import free_port
-from tests.support.tcp_proxy import CuttableProxy
+from tests.support.tcp_proxy import CuttableProxy, _ClientPackets
 
 pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every run
 
@@ -77,6 +78,40 @@ def test_binlog_read_cut_mid_read_resumes_exactly(mysql_server, mysql_db, tmp_pa
         assert caplog.text.count("binlog stream connection lost; reconnecting") >= 3, caplog.text[-2000:]
     finally:
         proxy.close()
+
+
+def _packet(seq: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "little") + bytes([seq]) + payload
+
+
+def _arrivals(data: bytes, rng: random.Random) -> list[list[bytes]]:
+    """The same bytes as the proxy may receive them: at once, byte by byte, and cut at random places."""
+    cuts = [sorted(rng.sample(range(1, len(data)), 12)) for _ in range(20)]
+    return [[data], [data[i:i + 1] for i in range(len(data))]] + [
+        [data[a:b] for a, b in zip([0, *c], [*c, len(data)], strict=True)] for c in cuts]
+
+
+def test_the_proxy_knows_a_binlog_dump_however_its_bytes_arrive():
+    """The cut above is armed for binlog dump connections only: the proxy must know one whether the client's
+    packets arrive one per read or several together (a loaded machine: the SSL request and the TLS
+    ClientHello in one read made a TLS dump connection look like any other, and the read was never cut)."""
+    ssl_request = _packet(1, (0x0800 | 0x0200 | 0x8000).to_bytes(4, "little") + bytes(28))
+    client_hello = b"\x16\x03\x01\x02\x00" + bytes(512)
+    handshake = _packet(1, (0x0200 | 0x8000).to_bytes(4, "little") + bytes(28) + b"cdc\0" + bytes(21))
+    auth_switch = _packet(3, b"\x12" + bytes(19))  # scrambled auth data that starts like COM_BINLOG_DUMP
+    query = _packet(0, b"\x03SET @master_binlog_checksum = @@global.binlog_checksum")
+    register = _packet(0, b"\x15" + bytes(17))
+    dump = _packet(0, b"\x12" + bytes(10) + b"mysql-bin.000001")
+    rng = random.Random(37)
+    for data, is_dump in [
+        (ssl_request + client_hello, True),  # TLS hides the commands: a possible dump
+        (handshake + auth_switch + query + register + dump, True),
+        (handshake + auth_switch + query + _packet(0, b"\x01"), False),  # a control session
+    ]:
+        for pieces in _arrivals(data, rng):
+            packets = _ClientPackets()
+            seen = [packets.feed(p) for p in pieces]  # the pump feeds it until it says so
+            assert any(seen) == is_dump, pieces
 
 
 def test_outage_budget_and_permanent_errors(mysql_server):

@@ -10,8 +10,54 @@ import re
 import socket
 import threading
 
-_COM_BINLOG_DUMP = 0x12
-_TLS_RECORD = b"\x16\x03"  # a TLS handshake record, as a client opens TLS
+_DUMP_COMMANDS = (0x12, 0x1E)  # COM_BINLOG_DUMP, COM_BINLOG_DUMP_GTID
+_CLIENT_SSL = 0x0800  # the capability flag of the client's SSL request (then the connection turns to TLS)
+_SSL_REQUEST_SIZE = 32  # an SSL request's payload: capabilities, max packet, charset, filler
+
+
+class _ClientPackets:
+    """The client's side of a MySQL connection read far enough to tell whether it is a binlog dump: it sent
+    COM_BINLOG_DUMP (a command: a packet of sequence 0), or it opened TLS (its SSL request, the first packet,
+    hides every command after it; pymysql tries TLS wherever the server offers it, and Oracle MySQL does).
+
+    Packets are followed across what each ``recv`` returns: one may hold several packets (a loaded machine
+    lets the client's SSL request and its TLS ClientHello arrive together) or part of one."""
+
+    def __init__(self) -> None:
+        self._head = bytearray()  # the current packet's header and up to 4 bytes of its payload
+        self._skip = 0  # bytes of the current packet's payload still to pass over
+        self._first = True
+
+    def feed(self, data: bytes) -> bool:
+        """True once the bytes so far say the connection is (possibly) a binlog dump."""
+        at = 0
+        while at < len(data):
+            if self._skip:
+                n = min(self._skip, len(data) - at)
+                self._skip -= n
+                at += n
+                continue
+            head = self._head
+            if len(head) < 4:  # the header first: 3 bytes of payload length, the sequence id
+                take = min(4 - len(head), len(data) - at)
+                head += data[at:at + take]
+                at += take
+                continue
+            length = int.from_bytes(head[:3], "little")
+            need = 4 + min(4, length)
+            take = min(need - len(head), len(data) - at)
+            head += data[at:at + take]
+            at += take
+            if len(head) < need:
+                continue
+            seq, payload = head[3], bytes(head[4:])
+            first, self._first = self._first, False
+            self._head, self._skip = bytearray(), length - len(payload)
+            if first and length == _SSL_REQUEST_SIZE and int.from_bytes(payload, "little") & _CLIENT_SSL:
+                return True
+            if seq == 0 and payload[:1] and payload[0] in _DUMP_COMMANDS:
+                return True
+        return False
 
 
 class CuttableProxy:
@@ -133,7 +179,7 @@ class CuttableProxy:
                 self._sockets |= {client, server}
                 key = next(self._numbers)
                 self._clients.add(key)
-            dump = threading.Event()  # set once the client asked for a binlog dump
+            dump = threading.Event()  # set once the client asked for a binlog dump (or opened TLS)
             threading.Thread(target=self._pump, args=(client, server, True, dump, key), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, False, dump, key), daemon=True).start()
 
@@ -141,13 +187,12 @@ class CuttableProxy:
         self, source: socket.socket, sink: socket.socket, upstream: bool, dump: threading.Event, key: int
     ) -> None:
         carried = 0
+        packets = _ClientPackets()
         try:
             while data := source.recv(65536):
                 if key in self._blackholed:
                     continue
-                if upstream and (len(data) > 4 and data[4] == _COM_BINLOG_DUMP or data[:2] == _TLS_RECORD):
-                    # a TLS session (pymysql tries TLS wherever the server offers it: Oracle MySQL does) hides
-                    # its commands: every such connection counts as a possible binlog dump
+                if upstream and not dump.is_set() and packets.feed(data):
                     dump.set()
                 carried += len(data) if dump.is_set() else 0
                 if not upstream and dump.is_set() and self._redirect is not None:
