@@ -375,3 +375,63 @@ def test_browser_shows_the_run_status_in_the_dag_run_tab(finished_run, api_serve
     log = api_server.log_text()
     assert "/mysqlcdc/runs/" in log, "the server log should show the page requests"
     assert password not in log
+
+
+def test_the_tab_shows_the_verification_and_the_repair_action(finished_run, api_server, browser):
+    """What ``mysqlcdc verify`` recorded for ``orders`` (one chunk differs, the others match) in the tab's
+    summary, in the table's section with the chunk that differs, as the repair action (the fixture DAG maps
+    no snapshot groups, so the command to copy), and in the JSON route. Reuses the browser's session."""
+    import sqlalchemy as sa
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from airflow_provider_mysqlcdc.engine.chunk_store import Verification
+    from airflow_provider_mysqlcdc.engine.chunk_store.schema import verifications_table
+
+    orders = f"{DATABASE}.orders"
+    with ChunkStore(finished_run.store) as store:
+        view = store.mirror_view(orders)
+        assert view is not None and len(view.chunks) > 1
+        differs, position = view.chunks[1].chunk_id, str(max(c.hw for c in view.chunks))
+        for c in view.chunks:
+            bad = c.chunk_id == differs
+            store.record_verification(Verification(
+                "ui-verify", orders, view.generation, c.chunk_id, "mismatch" if bad else "match", position,
+                c.rows, c.rows - 1 if bad else c.rows, {"why": "rows differ <i>"} if bad else {}))
+    command = f"mysqlcdc verify --table {orders} --chunks {differs} --repair"
+    try:
+        driver = browser
+        driver.switch_to.default_content()
+        if driver.get_cookie("_token") is None:  # run on its own: log in first
+            login(driver, api_server, "admin")
+        driver.get(f"{api_server.url}{finished_run.page_path}?refresh=0")
+        section = f"section[data-table='{orders}']"
+        WebDriverWait(driver, 60).until(ec.presence_of_element_located(
+            (By.CSS_SELECTOR, f"{section} tr[data-mismatch='{differs}']")))
+        summary = driver.find_element(By.CSS_SELECTOR, f"table#summary tr[data-table='{orders}']")
+        n = len(view.chunks)
+        assert summary.find_element(By.CSS_SELECTOR, "[data-field=verified]").text == f"{n - 1}/{n} match"
+        assert summary.find_element(By.CSS_SELECTOR, "[data-field=differing]").text == "1 differ"
+        assert summary.find_element(By.CSS_SELECTOR, "[data-field=verified_position]").text == position
+        sentence = driver.find_element(By.CSS_SELECTOR, f"{section} [data-field=verification]").text
+        assert f"at {position} (verify ui-verify, generation {view.generation}): {n - 1} chunks match, " \
+               f"1 differs (chunk {differs})" in sentence, sentence
+        row = driver.find_element(By.CSS_SELECTOR, f"{section} tr[data-mismatch='{differs}']")
+        assert row.get_attribute("data-state") == "open"
+        assert row.find_element(By.CSS_SELECTOR, "[data-field=key_range]").text.startswith("id in [")
+        assert row.find_element(By.CSS_SELECTOR, "[data-field=why]").text == "rows differ <i>"
+        repair = driver.find_element(By.CSS_SELECTOR, "#repair li[data-action=repair]")
+        assert repair.find_element(By.CSS_SELECTOR, "[data-field=command]").text == command
+        assert finished_run.settings.password not in driver.page_source
+
+        headers = {"Authorization": f"Bearer {_token(api_server, 'viewer')}"}
+        body = requests.get(api_server.url + finished_run.api_path, headers=headers, timeout=60).json()
+        verification = next(t for t in body["tables"] if t["table"] == orders)["verification"]
+        assert (verification["verify_id"], verification["differing"], verification["matched"]) == (
+            "ui-verify", 1, n - 1)
+        assert [(m["chunk_id"], m["state"]) for m in verification["mismatches"]] == [(differs, "open")]
+        assert [(a["kind"], a["value"]) for a in body["repair_actions"]] == [("repair", command)]
+    finally:
+        with ChunkStore(finished_run.store) as store, store.engine.begin() as conn:
+            conn.execute(sa.delete(verifications_table).where(verifications_table.c.verify_id == "ui-verify"))
