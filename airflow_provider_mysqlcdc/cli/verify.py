@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from typing import Any
+
+import pyarrow.fs as pafs
 
 from airflow_provider_mysqlcdc.cli.options import (
     add_chunk_store_option,
@@ -26,7 +29,10 @@ from airflow_provider_mysqlcdc.cli.validation import checked, whole
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MISMATCH, REPAIRED, UNVERIFIED
 from airflow_provider_mysqlcdc.engine.common.environment import MYSQL_PASSWORD_ENV
+from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
+from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.engine.verify.repair import Resnapshot, chunks_to_repair, repair_table
 from airflow_provider_mysqlcdc.engine.verify.verify_run import ChunkVerdict, VerifyOptions, VerifyRun
 from airflow_provider_mysqlcdc.pipeline import arguments
@@ -120,7 +126,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 if not args.json:
                     print(f"repairing {table} chunks {chunks_to_repair(found)}: re-snapshot, then verify "
                           "again", flush=True)
-                again = {v.chunk_id: v for v in repair_table(run, table, found, _spark_resnapshot(args, url))}
+                repaired = repair_table(run, table, found, _spark_resnapshot(args, url),
+                                        _local_refresh(args.output, store, settings))
+                again = {v.chunk_id: v for v in repaired}
                 found = [again.get(v.chunk_id, v) for v in found]
             verdicts += found
     summary = {r: sum(1 for v in verdicts if v.result == r)
@@ -164,6 +172,21 @@ def _spark_resnapshot(args: argparse.Namespace, chunk_store: str) -> Resnapshot:
                 spark.stop()
 
     return resnapshot
+
+
+def _local_refresh(output: str, store: ChunkStore,
+                   settings: MySQLSettings) -> Callable[[TableId], object] | None:
+    """A mirror refresh of our own for a local output (its refresh lock keeps it from overlapping the
+    stream's); on an object store the stream's driver is the only writer of the mirror: None."""
+    fs, _ = filesystem(output)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return None
+
+    def refresh(table: TableId) -> object:
+        with MirrorRefresher(output, store, settings=settings) as refresher:
+            return refresher.refresh(table)
+
+    return refresh
 
 
 def _as_dict(v: ChunkVerdict) -> dict[str, Any]:

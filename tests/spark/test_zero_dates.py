@@ -10,12 +10,15 @@ phases, the mirror refreshed after each stream batch, a seeded writer running th
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_mysqlcdc.cli.main import main as mysqlcdc
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
@@ -90,7 +93,8 @@ class _Writer(threading.Thread):
 
 
 @pytest.mark.parametrize("mode", ["keep", "null"])
-def test_zero_dates_in_key_and_values_reach_the_mirror_exactly(mode, mysql_server, mysql_db, tmp_path, spark):
+def test_zero_dates_in_key_and_values_reach_the_mirror_exactly(mode, mysql_server, mysql_db, tmp_path, spark,
+                                                                capsys):
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     table = TableId(mysql_db, "zdn")
     rng = random.Random(SEED)
@@ -157,3 +161,46 @@ def test_zero_dates_in_key_and_values_reach_the_mirror_exactly(mode, mysql_serve
     assert sum(isinstance(r[1], values.ZeroDate) for r in got) > 10, "the key's zero dates were not kept"
     assert sum(isinstance(v, values.ZeroDate) for r in source for v in r[3:]) > 10, "too few zero values"
     assert_same_rows(got, want, table)
+
+    # verify: the digests of zero dates agree on both sides, in either layout
+    cli = ["verify", "--mysql-url", config.mysql_url, "--password-file", config.password_file, "--output",
+           config.output, "--chunk-store", config.chunk_store, "--table", str(table), "--wait", "0", "--json"]
+    code, report = _verify(cli, capsys)
+    assert code == 0 and report["summary"]["match"] == len(plan.chunks), report
+    if mode == "null":
+        return
+    # a zero date turned into NULL in a chunk's snapshot file: found, named, repaired on Spark
+    damaged = _null_a_zero_date(tmp_path / "out", "dt__zero_date")
+    code, report = _verify(cli, capsys)
+    bad = [c for c in report["chunks"] if c["result"] == "mismatch"]
+    assert code == 1 and [c["chunk_id"] for c in bad] == [damaged], report
+    assert "key range" in bad[0]["why"]
+    code, report = _verify([*cli, "--repair", "--master", "local[2]"], capsys)
+    results = {c["chunk_id"]: c["result"] for c in report["chunks"]}
+    assert code == 0 and results.pop(damaged) == "repaired" and set(results.values()) == {"match"}, report
+    code, report = _verify(cli, capsys)  # the mirror was rebuilt on the new snapshot: its files compared
+    assert code == 0 and report["summary"]["match"] == len(plan.chunks), report
+    assert not any("not compared" in c["why"] for c in report["chunks"]), report
+    assert_same_rows([tuple(r[n] for n in names) for r in values.canonical_pylist(read_mirror(config.output,
+                                                                                               table))],
+                     want, table)
+
+
+def _verify(argv: list[str], capsys) -> tuple[int, dict]:
+    code = mysqlcdc(argv)
+    out = capsys.readouterr().out
+    return code, json.loads(out[out.index("{"):])
+
+
+def _null_a_zero_date(output, companion: str) -> int:
+    """Set ``companion`` NULL in the first snapshot file holding one (that chunk's zero dates become NULL);
+    the chunk's id."""
+    for path in sorted(output.rglob("snapshot/**/*.parquet")):
+        data = pq.read_table(path)
+        column = data.column(companion)
+        if column.null_count < data.num_rows:
+            index = data.schema.get_field_index(companion)
+            pq.write_table(data.set_column(index, data.schema.field(index),
+                                           pa.nulls(data.num_rows, column.type)), path)
+            return int(str(path).split("chunk=")[1].split("/")[0])
+    raise AssertionError(f"no snapshot file holds a {companion}")

@@ -39,30 +39,35 @@ def excluded_columns(store: ChunkStore, table: TableId, generation: int) -> tupl
     return tuple(names)
 
 
-def repair_table(run: VerifyRun, table: TableId, verdicts: Sequence[ChunkVerdict],
-                 resnapshot: Resnapshot) -> list[ChunkVerdict]:
+def repair_table(run: VerifyRun, table: TableId, verdicts: Sequence[ChunkVerdict], resnapshot: Resnapshot,
+                 refresh: Callable[[TableId], object] | None = None) -> list[ChunkVerdict]:
     """Re-snapshot the chunks of ``verdicts`` that differ and verify them again in ``run``; their new
-    verdicts (repaired, or still a mismatch, or unverified while the stream has not passed them)."""
+    verdicts (repaired, or still a mismatch, or unverified while the stream has not passed them).
+    ``refresh``: refreshes the table's mirror when the stream has not rebuilt the chunks within the run's
+    wait (an idle stream refreshes only after a batch); None leaves it to the stream."""
     bad = chunks_to_repair(verdicts)
     if not bad:
         return []
     generation = verdicts[0].generation
     resnapshot(table, generation, bad, excluded_columns(run.store, table, generation))
-    _wait_for_mirror(run, table, bad)
+    if not _wait_for_mirror(run, table, bad) and refresh is not None:
+        refresh(table)
     again = dataclasses.replace(run, options=dataclasses.replace(run.options, chunks=bad, sample=None))
     return again.verify_table(table)
 
 
-def _wait_for_mirror(run: VerifyRun, table: TableId, chunk_ids: list[int]) -> None:
+def _wait_for_mirror(run: VerifyRun, table: TableId, chunk_ids: list[int]) -> bool:
     """Until the mirror is rebuilt on the chunks' new snapshots (a running stream's refresh does it), at most
-    the run's wait; a verdict before that says the mirror files were not compared."""
+    the run's wait; whether it was."""
     deadline = time.monotonic() + run.options.wait_s
-    while time.monotonic() < deadline:
+    while True:
         view = run.store.mirror_view(str(table))
         manifest = read_manifest(run.root, table)
         if view is not None and manifest is not None and manifest.generation == view.generation:
             versions = {c.chunk_id: c.output_version for c in view.chunks}
             built = {e.chunk_id: e.snapshot_version for e in manifest.chunks}
             if all(built.get(c) == versions.get(c) for c in chunk_ids):
-                return
+                return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.25)

@@ -51,7 +51,9 @@ from airflow_provider_mysqlcdc.engine.verify.source_digest import SourceDigest, 
 log = logging.getLogger(__name__)
 _NO_DATA_EVENTS = {"Binlog_checkpoint", "Gtid_list", "Format_desc", "Previous_gtids", "Rotate", "Stop",
                    "Heartbeat"}
-_QUIET_EVENTS = 50
+_TRANSACTION_EVENTS = {"Gtid", "Anonymous_Gtid", "Xid", "Annotate_rows", "Rows_query", "Write_rows",
+                       "Update_rows", "Delete_rows", "Write_rows_v1", "Update_rows_v1", "Delete_rows_v1"}
+_QUIET_EVENTS = 500
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,9 @@ class VerifyRun:
                     del pending[sd.chunk_id]
                     if verdict.result == MATCH and earlier.get(sd.chunk_id) == MISMATCH:
                         verdict = dataclasses.replace(  # this run found it differing; it was re-snapshotted
-                            verdict, result=REPAIRED, why="re-snapshotted after it differed; matches now")
+                            verdict, result=REPAIRED,
+                            why="; ".join(w for w in ("re-snapshotted after it differed; matches now",
+                                                      verdict.why) if w))
                     if verdict.result == MISMATCH and self.options.explain:
                         verdict = self._explained(verdict, plan, schema, lake, columns, kept, sd)
                     self.store.record_verification(verdict.record(self.verify_id, self.run_id))
@@ -192,15 +196,17 @@ class VerifyRun:
             progress = read_stream_progress(self.root)
             if progress is not None and progress.covers(table):
                 reached = progress.end_offset.ordered_position
-                if reached >= position or self._quiet_between(progress.end_offset.position, position):
+                if reached >= position or self._quiet_between(table, progress.end_offset.position, position):
                     return position
             if time.monotonic() >= deadline:
                 return reached
             time.sleep(0.25)
 
-    def _quiet_between(self, reached: BinlogPosition, position: BinlogPosition) -> bool:
-        """Whether only events that change no data lie between ``reached`` and ``position``: a stream at the
-        binlog's end rests before a binlog checkpoint, or at the end of a file the server rotated from."""
+    def _quiet_between(self, table: TableId, reached: BinlogPosition, position: BinlogPosition) -> bool:
+        """Whether nothing between ``reached`` and ``position`` changes ``table``: only events of other
+        tables, transaction bookkeeping, or events that change no data (a stream at the binlog's end rests before a
+        binlog checkpoint, or at the end of a file the server rotated from; the watermark markers of a chunk
+        read are rows of another table)."""
         if reached > position:
             return False
         with connect(self.settings) as conn, conn.cursor() as cur:
@@ -217,7 +223,7 @@ class VerifyRun:
                 for event in events:
                     if file == position.file and int(event[1]) >= position.pos:
                         return True
-                    if str(event[2]) not in _NO_DATA_EVENTS:
+                    if not _leaves_alone(str(event[2]), str(event[5] or ""), table):
                         return False
                 if len(events) == _QUIET_EVENTS:
                     return False
@@ -324,3 +330,16 @@ def _key_range(plan: ChunkPlan, chunk_id: int) -> str:
     low = "-inf" if chunk.start is None else repr(tuple(chunk.start))
     high = "+inf" if chunk.end is None else repr(tuple(chunk.end))
     return f"{', '.join(plan.key_columns)} in [{low}, {high})"
+
+
+def _leaves_alone(kind: str, info: str, table: TableId) -> bool:
+    """Whether a binlog event (as ``SHOW BINLOG EVENTS`` lists it) provably changes nothing of ``table``: its
+    rows events follow a TABLE_MAP naming it, and any statement other than a transaction's bracket may be
+    DDL."""
+    if kind in _NO_DATA_EVENTS or kind in _TRANSACTION_EVENTS:
+        return True
+    if kind == "Table_map":
+        return f"({table.database}.{table.table})" not in info
+    if kind == "Query":
+        return info.strip().upper() in ("BEGIN", "COMMIT", "ROLLBACK")
+    return False
