@@ -204,9 +204,9 @@ class VerifyRun:
 
     def _quiet_between(self, table: TableId, reached: BinlogPosition, position: BinlogPosition) -> bool:
         """Whether nothing between ``reached`` and ``position`` changes ``table``: only events of other
-        tables, transaction bookkeeping, or events that change no data (a stream at the binlog's end rests before a
-        binlog checkpoint, or at the end of a file the server rotated from; the watermark markers of a chunk
-        read are rows of another table)."""
+        tables, transaction bookkeeping, or events that change no data (a stream at the binlog's end rests
+        before a binlog checkpoint, or at the end of a file the server rotated from; the watermark markers of
+        a chunk read are rows of another table)."""
         if reached > position:
             return False
         with connect(self.settings) as conn, conn.cursor() as cur:
