@@ -189,7 +189,9 @@ def repair_actions(tasks: Sequence[TaskRow], report: StatusReport | None,
                     f"Clear {task.name} to snapshot chunks {ids} of {t.table} again (with the rest of its "
                     "group): Downstream on if this run's stream task has finished, off while it runs (it "
                     f"picks the new snapshots up by itself); then verify chunks {shown} again.", task))
-            lead = "Or, from a shell," if found else f"Chunks {shown} of {t.table} differ from the source:"
+            verb = _verb(open_ids, "differs", "differ")
+            differ = f"{_chunks(open_ids)} of {t.table} {verb} from the source:"
+            lead = "Or, from a shell," if found else differ
             actions.append(Action(
                 "repair", f"{lead} snapshot exactly these chunks again and verify them again (with the "
                 "connection options of your other mysqlcdc commands):",
@@ -197,10 +199,18 @@ def repair_actions(tasks: Sequence[TaskRow], report: StatusReport | None,
         again = [m.chunk_id for m in v.superseded_mismatches]
         if again:
             actions.append(Action(
-                "verify-again", f"Chunks {', '.join(map(str, again))} of {t.table} differed and have been "
-                "snapshotted again since: verify them again:",
+                "verify-again", f"{_chunks(again)} of {t.table} differed and "
+                f"{_verb(again, 'has', 'have')} been snapshotted again since: verify them again:",
                 value=verify_command(t.table, again, repair=False)))
     return actions
+
+
+def _chunks(ids: Sequence[int]) -> str:
+    return f"Chunk{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+
+
+def _verb(ids: Sequence[int], one: str, many: str) -> str:
+    return many if len(ids) > 1 else one
 
 
 def _group_tasks(tasks: Sequence[TaskRow], groups: dict[int, ChunkGroup], table: str, generation: int,

@@ -321,7 +321,7 @@ def _verification_details(v: VerificationStatus | None) -> str:
     """The last verification in a sentence, then each mismatch (open or superseded) in a table."""
     if v is None:
         return ""
-    parts = [f'<p data-field="verification">{_e(verification_text(v))}</p>']
+    parts = [f'<p><strong>Last verification</strong> {_f("verification", verification_text(v))}</p>']
     if v.mismatches:
         rows = "".join(
             f'<tr data-mismatch="{m.chunk_id}" data-state="{_e(m.state)}">'

@@ -424,6 +424,8 @@ def test_the_tab_shows_the_verification_and_the_repair_action(finished_run, api_
         repair = driver.find_element(By.CSS_SELECTOR, "#repair li[data-action=repair]")
         assert repair.find_element(By.CSS_SELECTOR, "[data-field=command]").text == command
         assert finished_run.settings.password not in driver.page_source
+        if SCREENSHOTS:
+            driver.save_screenshot(str(Path(SCREENSHOTS, "verification.png")))
 
         headers = {"Authorization": f"Bearer {_token(api_server, 'viewer')}"}
         body = requests.get(api_server.url + finished_run.api_path, headers=headers, timeout=60).json()
