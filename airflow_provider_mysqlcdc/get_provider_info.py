@@ -28,12 +28,14 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_mysqlcdc.operators.snapshot",
                     "airflow_provider_mysqlcdc.operators.snapshot_runner",
                     "airflow_provider_mysqlcdc.operators.stream",
+                    "airflow_provider_mysqlcdc.operators.verify",
                 ],
             },
         ],
         "triggers": [
             {"integration-name": "MySQL CDC",
-             "python-modules": ["airflow_provider_mysqlcdc.triggers.group_request"]},
+             "python-modules": ["airflow_provider_mysqlcdc.triggers.group_request",
+                                "airflow_provider_mysqlcdc.triggers.stream_position"]},
         ],
         "asset-uris": [
             {

@@ -1,6 +1,6 @@
 """Our run facets: what a plan, snapshot or stream task did, in the terms of the design (plan generation,
-chunk, low/high watermark, position), under the keys ``mysqlcdc_plan``, ``mysqlcdc_snapshot`` and
-``mysqlcdc_stream``.
+chunk, low/high watermark, position), under the keys ``mysqlcdc_plan``, ``mysqlcdc_snapshot``,
+``mysqlcdc_stream`` and ``mysqlcdc_verify``.
 
 Chunks appear by id, never by their key range: the boundaries are primary-key values of the source rows, which
 a lineage backend has no business storing. Imports ``openlineage``: load this module only where the
@@ -18,6 +18,7 @@ from airflow_provider_mysqlcdc.engine.chunks.groups import ChunkGroup, format_ch
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 
 PLAN_FACET, SNAPSHOT_FACET, STREAM_FACET = "mysqlcdc_plan", "mysqlcdc_snapshot", "mysqlcdc_stream"
+VERIFY_FACET = "mysqlcdc_verify"
 
 
 @define
@@ -50,6 +51,16 @@ class MysqlcdcStreamRunFacet(RunFacet):
     start: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     tables: dict[str, dict[str, Any]] = Factory(dict)
+
+
+@define
+class MysqlcdcVerifyRunFacet(RunFacet):
+    """A verify run: its id and, once it ended, the count of chunks per result (match, repaired, mismatch,
+    unverified), over all tables and per table."""
+
+    verifyId: str | None = None
+    chunks: dict[str, int] | None = None
+    tables: dict[str, dict[str, int]] = Factory(dict)
 
 
 def plan_facet(plans: Sequence[ChunkPlan], redo: Mapping[str, Sequence[int]], groups: int | None,
@@ -90,3 +101,11 @@ def stream_facet(trigger: str, startup_mode: str, start: Mapping[str, Any] | Non
     return MysqlcdcStreamRunFacet(
         trigger=trigger, startupMode=startup_mode, start=dict(start) if start else None,
         end=dict(end) if end else None, tables={t: dict(v) for t, v in (tables or {}).items()})
+
+
+def verify_facet(verify_id: str | None, summary: Mapping[str, Any] | None) -> MysqlcdcVerifyRunFacet:
+    """``summary``: the verify task's return value, None before it is known."""
+    if summary is None:
+        return MysqlcdcVerifyRunFacet(verifyId=verify_id)
+    return MysqlcdcVerifyRunFacet(verifyId=verify_id, chunks=dict(summary["chunks"]),
+                                  tables={t: dict(c) for t, c in summary["tables"].items()})
