@@ -7,6 +7,7 @@ refreshes in the test's thread) while verify waits for it to pass the digests' p
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -156,10 +157,19 @@ def test_verify_is_clean_under_writes_and_finds_each_corruption(mysql_server, my
     assert verdicts[1].result == "mismatch" and "mirror files" in verdicts[1].why, verdicts[1].describe()
 
     # the CLI: exit code 1 and the chunk named; every verdict recorded in the chunk store
-    code = mysqlcdc(["verify", "--mysql-url", mysql_server.cdc_url, "--output", lake.root,
-                     "--chunk-store", str(tmp_path / "chunks.db"), "--table", str(t_ci), "--wait", "0"])
+    cli = ["verify", "--mysql-url", mysql_server.cdc_url, "--output", lake.root,
+           "--chunk-store", str(tmp_path / "chunks.db"), "--table", str(t_ci), "--wait", "0"]
+    code = mysqlcdc(cli)
     out = capsys.readouterr().out
     assert code == 1, out
     assert "mismatch" in out and "chunks match" in out
     latest = {v.chunk_id: v.result for v in lake.store.latest_verifications(str(t_ci))}
     assert latest[bad[0].chunk_id] == "mismatch" and set(latest.values()) == {"match", "mismatch"}
+    # a seeded sample: the same chunks for the same seed
+    picked = []
+    for _ in range(2):
+        assert mysqlcdc([*cli, "--sample", "50%", "--seed", "7", "--json"]) in (0, 1)
+        out = capsys.readouterr().out
+        picked.append([c["chunk_id"] for c in json.loads(out[out.index("{"):])["chunks"]])
+    plan_ci = next(p for p in plans if p.table == t_ci)
+    assert picked[0] == picked[1] and len(picked[0]) == round(len(plan_ci.chunks) / 2), picked
