@@ -303,7 +303,8 @@ class VerifyRun:
         return ChunkVerdict(table, generation, sd.chunk_id, MISMATCH, where, sd.digest, mirror,
                             f"the mirror files ({entry.version}, through batch {entry.through_batch}) hold "
                             f"{mirror.rows} rows that differ from the snapshot and changelog they were built "
-                            f"from ({rule.rows} rows): a mirror file was changed or replaced")
+                            f"from ({rule.rows} rows): a mirror file was changed or replaced; key range "
+                            f"{_key_range(lake.build.plan, sd.chunk_id)}")
 
     def _explained(self, verdict: ChunkVerdict, plan: ChunkPlan, schema: TableSchema, lake: LakeTable,
                    columns: list[Column], kept: list[bool], sd: SourceDigest) -> ChunkVerdict:
