@@ -151,3 +151,10 @@ def test_a_new_generation_is_not_covered_by_the_old_ones_verification(tmp_path):
     assert t.verification is None and new == generation + 1
     assert any("last verified generation 1 (verify v1); the mirror now uses generation 2: verify again" in n
                for n in t.notes), t.notes
+
+
+def test_key_ranges_read_as_the_key_columns_and_bounds():
+    from airflow_provider_mysqlcdc.engine.status.verification import _key_range
+
+    assert _key_range(["id"], Chunk(0, None, (100,))) == "id in [-inf, 100)"
+    assert _key_range(["a", "b"], Chunk(3, (1, "x"), None)) == "(a, b) in [(1, 'x'), +inf)"
