@@ -8,13 +8,24 @@ from __future__ import annotations
 import struct
 import zlib
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
+import pymysql
 import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import Heartbeat, RowChange, SchemaChange
 from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE, COMPILED, PYTHON
 from airflow_provider_mysqlcdc.engine.binlog.errors import UnsupportedEvent
-from airflow_provider_mysqlcdc.engine.binlog.event_framer import FramedEvent, FramedStream, compiled
+from airflow_provider_mysqlcdc.engine.binlog.event_framer import (
+    PASS_MARK,
+    PASS_NONE,
+    PASS_OVER,
+    FramedEvent,
+    FramedStream,
+    compiled,
+)
+from airflow_provider_mysqlcdc.engine.binlog.event_framer import stream as framer_stream
 from airflow_provider_mysqlcdc.engine.common.environment import ROWS_DECODER_ENV
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from tests.engine.test_binlog_reader import execute, reader_for, status
@@ -52,6 +63,7 @@ def seen(monkeypatch) -> Counter:
         event = real(self)
         if isinstance(event, FramedEvent):
             counts[event.event_type] += 1
+            counts["passable"] += event.passable  # compare mode: what compiled mode passes over in C
         elif event is not None:
             counts[type(event).__name__] += 1
         return event
@@ -106,6 +118,8 @@ def test_framed_reads_equal_mysql_replication(mysql_server, mysql_db, server_fla
     else:  # ROWS_QUERY, PREVIOUS_GTIDS, and GTID or ANONYMOUS_GTID
         assert {0x1D, 0x23} <= set(seen) and {0x21, 0x22} & set(seen), seen
     assert seen["FormatDescriptionEvent"] >= 1  # the types it leaves to mysql-replication still come through
+    # each checked to change nothing in the loop: every TABLE_MAP of a transaction after its table's first
+    assert seen["passable"] >= 6 * 11 + 1 - 6, seen
 
 
 @pytest.mark.both_flavors
@@ -169,6 +183,84 @@ def test_an_event_type_it_does_not_know_is_refused(mysql_server, mysql_db, monke
         list(reader_for(mysql_server, mysql_db, ["t"]).read(BinlogOffset.at(start), end))
 
 
+def _passes_counted(monkeypatch) -> list[int]:
+    """Events the framer passed over in C so far, as of each event it returned."""
+    passed: list[int] = []
+    real = FramedStream.fetchone
+
+    def counting(self):
+        event = real(self)
+        passed.append(self.framer.passed if self.framer is not None else 0)
+        return event
+
+    monkeypatch.setattr(FramedStream, "fetchone", counting)
+    return passed
+
+
+@pytest.mark.both_flavors
+def test_events_that_change_nothing_are_passed_over_in_c(mysql_server, mysql_db, server_flavor, monkeypatch,
+                                                         seen):
+    """Inside a transaction the framer passes over a TABLE_MAP the loop took with the same bytes (and
+    ROWS_QUERY): no Python object for them, and the read is still mysql-replication's, resumes included."""
+    with mysql_server.admin(mysql_db) as admin:
+        execute(admin, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
+                "CREATE TABLE u (id INT PRIMARY KEY, x INT)")
+        start = status(admin)
+        _workload(admin, server_flavor)
+        end = status(admin)
+    python = _read(mysql_server, mysql_db, start, end, monkeypatch, PYTHON)
+    passed = _passes_counted(monkeypatch)
+    compiled_read = _read(mysql_server, mysql_db, start, end, monkeypatch, COMPILED)
+    assert compiled_read == python
+    # 6 transactions of 11 statements (2 tables) and one of 1: each table's first TABLE_MAP of a connection,
+    # and the first after the DDL and the rotation, reach the loop; the others are passed over
+    assert seen[TABLE_MAP] <= 6 and max(passed) >= 6 * 11 + 1 - 6, (seen, max(passed))
+    if server_flavor == "mysql":
+        assert 0x1D not in seen  # ROWS_QUERY: every one passed over
+    rows = [i for i in compiled_read if i[0] == "row"]
+    monkeypatch.setenv(ROWS_DECODER_ENV, COMPILED)
+    reader = reader_for(mysql_server, mysql_db, ["t"])
+    for k in (0, 5, 21, len(rows) - 2):  # resumed mid-transaction: the framer starts with nothing to pass
+        assert [_item(i) for i in reader.read(rows[k][7], end)] == rows[k + 1:], k
+
+
+@pytest.mark.both_flavors
+def test_a_connection_lost_after_events_passed_over_resumes_after_them(mysql_server, mysql_db, server_flavor,
+                                                                      monkeypatch):
+    with mysql_server.admin(mysql_db) as admin:
+        execute(admin, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), n INT)",
+                "CREATE TABLE u (id INT PRIMARY KEY, x INT)")
+        start = status(admin)
+        _workload(admin, server_flavor)
+        end = status(admin)
+    python = _read(mysql_server, mysql_db, start, end, monkeypatch, PYTHON)
+    monkeypatch.setattr(framer_stream, "_READ_SIZE", 64)  # the bytes come in small pieces
+    real = FramedStream._read_more
+    resumed: list[int] = []
+
+    def lost_once(self, framer):
+        if not resumed and framer.passed_log_pos:  # events passed over since the last one returned
+            resumed.append(framer.passed_log_pos)
+            raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+        real(self, framer)
+
+    monkeypatch.setattr(FramedStream, "_read_more", lost_once)
+    monkeypatch.setattr(FramedStream, "_connect", _recording_connect(resumed))
+    assert _read(mysql_server, mysql_db, start, end, monkeypatch, COMPILED) == python
+    assert len(resumed) == 2 and resumed[1] == resumed[0], resumed  # reconnected after the events passed over
+
+
+def _recording_connect(log: list[int]):
+    real = FramedStream._connect
+
+    def connect(self, frames_module):
+        if log:  # a reconnect: from where mysql-replication resumes
+            log.append(self.stream.log_pos)
+        real(self, frames_module)
+
+    return connect
+
+
 # --- the packet framing, on synthetic bytes --------------------------------------------------------------
 
 
@@ -229,3 +321,55 @@ def test_an_event_of_16_mib_and_more_is_joined_from_its_packets():
     framer.feed(_packet(2, parts[1]))
     event = framer.next_event()
     assert event.event_type == ROTATE and len(event.next_binlog) == 0xFFFFFF + 100
+
+
+def _table_map(table_id: int, table: bytes, log_pos: int, checksum: bool, extra: bytes = b"") -> bytes:
+    names = b"\x02db\x00" + bytes([len(table)]) + table + b"\x00"
+    body = table_id.to_bytes(6, "little") + b"\x01\x00" + names + b"\x01\x03\x00"  # one INT column
+    return _event(TABLE_MAP, body + extra, log_pos, checksum)
+
+
+@pytest.mark.parametrize("checksum", [True, False])
+def test_what_the_framer_passes_over(checksum):
+    """PASS_OVER: a TABLE_MAP equal to the one remembered for its table id and ROWS_QUERY are passed over,
+    a changed TABLE_MAP, another table's and everything after a rotation come through; PASS_MARK returns them
+    marked; PASS_NONE (outside a transaction) returns everything."""
+    first = _table_map(5, b"t", 100, checksum)
+    events = [
+        first,
+        _event(0x1D, b"\x05query", 140, checksum),  # ROWS_QUERY
+        _table_map(5, b"t", 180, checksum),  # the same bytes: passed over
+        _table_map(5, b"t", 220, checksum, extra=b"\x00"),  # changed: through
+        _table_map(6, b"u", 260, checksum),  # another table id: through
+        _table_map(5, b"t", 300, checksum),  # its bytes are no longer the remembered ones: through
+        _event(ROTATE, struct.pack("<Q", 4) + b"mysql-bin.000002", 340, checksum),
+    ]
+    rotated = [_table_map(5, b"t", 400, checksum)]  # a rotation forgets: through
+    stream = b"".join(_packet(i + 1, p) for i, p in enumerate(events + rotated))
+
+    def through(mode: int, after_first: Callable[[Any, Any], None]) -> tuple[list, Any]:
+        framer = frames.Framer(checksum, 1)
+        framer.pass_over = mode
+        framer.feed(stream)
+        got = [framer.next_event()]
+        after_first(framer, got[0])
+        while (event := framer.next_event()) is not None:
+            got.append(event)
+            if event.log_pos == 220:
+                framer.remember(event)
+        return got, framer
+
+    got, framer = through(frames.PASS_OVER, lambda f, e: f.remember(e))
+    assert [e.log_pos for e in got] == [100, 220, 260, 300, 340, 400] and framer.passed == 2
+    assert not any(e.passable for e in got)
+    got, framer = through(frames.PASS_MARK, lambda f, e: f.remember(e))
+    assert [e.log_pos for e in got if e.passable] == [140, 180] and framer.passed == 0 and len(got) == 8
+    got, framer = through(frames.PASS_NONE, lambda f, e: f.remember(e))
+    assert len(got) == 8 and not any(e.passable for e in got)
+    # where the last event passed over ended, until an event comes through
+    framer = frames.Framer(checksum, 1)
+    framer.pass_over = frames.PASS_OVER
+    framer.feed(b"".join(_packet(i + 1, p) for i, p in enumerate(events[:3])))
+    framer.remember(framer.next_event())
+    assert framer.next_event() is None and framer.passed_log_pos == 180
+    assert (frames.PASS_NONE, frames.PASS_OVER, frames.PASS_MARK) == (PASS_NONE, PASS_OVER, PASS_MARK)

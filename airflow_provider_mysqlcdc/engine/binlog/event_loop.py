@@ -11,6 +11,12 @@ counterparts), every other type as mysql-replication's object. A framed TABLE_MA
 one of its table id reuses that one's schema version and layout without being parsed again; rows events are
 decoded straight from the received bytes. In ``compare`` mode each framed event is parsed by mysql-replication
 too and must agree (``event_framer.compare``), row images included.
+
+Inside a transaction the framer passes over, in C, the events that would change nothing here (``pass_over``:
+a TABLE_MAP the loop took with the same bytes, ROWS_QUERY, ANNOTATE_ROWS), so they never become Python
+objects; the loop tells it when a transaction is open and which TABLE_MAPs it took (``remember``). In
+``compare`` mode they come through marked (``passable``) and the loop checks that each would have changed
+nothing.
 """
 from __future__ import annotations
 
@@ -61,7 +67,15 @@ from airflow_provider_mysqlcdc.engine.binlog.errors import (
     dummy_event,
     unsupported_event,
 )
-from airflow_provider_mysqlcdc.engine.binlog.event_framer import FramedEvent, FramerMismatch, check_framed
+from airflow_provider_mysqlcdc.engine.binlog.event_framer import (
+    PASS_MARK,
+    PASS_NONE,
+    PASS_OVER,
+    FramedEvent,
+    FramedStream,
+    FramerMismatch,
+    check_framed,
+)
 from airflow_provider_mysqlcdc.engine.binlog.framed_rows import decode_framed_rows
 from airflow_provider_mysqlcdc.engine.binlog.transaction import Transaction, decode_rows
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
@@ -121,12 +135,20 @@ class EventLoop:
         self.skipping = not start.at_boundary
         self.maps: dict[int, CapturedVersion | None] = {}
         self.txn: Transaction | None = None
+        # what the framer passes over inside a transaction (PASS_NONE: not framed); whether it does now
+        self.pass_mode = (PASS_NONE if not isinstance(stream, FramedStream)
+                          else PASS_MARK if compare else PASS_OVER)
+        self.passing = False
 
     # --- the loop -----------------------------------------------------------------------------------------
 
     def run(self) -> Iterator[RowChange | RowBlock | Heartbeat | SchemaChange]:
         handlers, framed_handlers = self.HANDLERS, self.FRAMED_HANDLERS
+        pass_mode = self.pass_mode
         while True:
+            if pass_mode and (self.txn is not None) is not self.passing:
+                self.passing = not self.passing
+                self.stream.pass_over(pass_mode if self.passing else PASS_NONE)
             event = self._next_event()
             if event is None:
                 return
@@ -135,6 +157,8 @@ class EventLoop:
                 code = event.event_type
                 end_pos, size, timestamp = event.log_pos, event.event_size, event.timestamp
                 if self.compare:
+                    if event.passable:  # before mysql-replication's parse follows it
+                        self._check_passable(event)
                     self.parsed = self.stream.python_event(event)
                     check_framed(event, self.parsed, self.stream.checksum)
                 if end_pos == 0 or event.header_flags & _LOG_EVENT_ARTIFICIAL_F or code == _F_HEARTBEAT or (
@@ -196,6 +220,21 @@ class EventLoop:
                 raise reader.timeout_error(end, self.cur_file)
             return None
         return event
+
+    def _check_passable(self, event: Any) -> None:
+        """Compare mode: an event the framer would have passed over changes nothing here (``pass_over``)."""
+        code, table_id = event.event_type, event.table_id
+        cached = self.framed_maps.get(table_id) if code == _F_TABLE_MAP else None
+        if self.txn is None or code == _F_TABLE_MAP and not (
+            cached is not None and event.body_equals(cached[0]) and self.maps.get(table_id) is cached[1]
+            and table_id in self.stream.stream.table_map
+        ):
+            raise FramerMismatch(
+                f"event of type {code:#04x} ending at {event.log_pos} in {self.cur_file}: the compiled "
+                "framer would pass over it, but it is "
+                + ("outside a transaction" if self.txn is None else
+                   f"a TABLE_MAP of table id {table_id} the event loop does not hold with these bytes")
+            )
 
     def _rotate_to(self, file: str) -> None:
         self.cur_file, self.cur_number = file, file_number(file)
@@ -408,6 +447,7 @@ class EventLoop:
 
     def _on_framed_table_map(self, event: Any, cur_file: str, event_start: int) -> int:
         table_id = event.table_id
+        self.stream.remember(event)  # the framer passes over its twins inside a transaction
         cached = self.framed_maps.get(table_id)
         # mysql-replication must hold the map too (it forgets them at a rotation): rows events it would pass
         # over are passed over here as well, and its Python path needs it

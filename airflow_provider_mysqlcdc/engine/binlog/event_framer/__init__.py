@@ -17,6 +17,8 @@ from airflow_provider_mysqlcdc.engine.binlog.event_framer import compiled
 from airflow_provider_mysqlcdc.engine.binlog.event_framer.compare import FramerMismatch, check_framed
 from airflow_provider_mysqlcdc.engine.binlog.event_framer.stream import FramedStream
 
+PASS_NONE, PASS_OVER, PASS_MARK = 0, 1, 2  # ``_frames.Framer.pass_over``: none, pass over, mark (compare)
+
 FramedEvent: Any
 if (_module := compiled.loaded()) is not None:
     FramedEvent = _module.FramedEvent
@@ -30,4 +32,5 @@ def framer_available() -> bool:
     return compiled.module() is not None
 
 
-__all__ = ["FramedEvent", "FramedStream", "FramerMismatch", "check_framed", "framer_available"]
+__all__ = ["PASS_MARK", "PASS_NONE", "PASS_OVER", "FramedEvent", "FramedStream", "FramerMismatch",
+           "check_framed", "framer_available"]

@@ -19,6 +19,14 @@ mode checks that on every event of the suite).
 
 Checksums: with ``binlog_checksum=CRC32`` every event ends with the CRC32 of its bytes; it is checked here
 (mysql-replication does not) and left out of the event's body.
+
+Passed over in C (``pass_over``, inside a transaction only: the event loop says when it reads one): the events
+that mean nothing to the loop there, so no Python object is made for them. A TABLE_MAP whose body equals the
+one the loop last took for its table id (``remember``; forgotten at a rotation that clears mysql-replication's
+table map, and all of them at a TABLE_MAP the framer cannot parse), ROWS_QUERY and MariaDB's ANNOTATE_ROWS.
+On an OLTP binlog that is every TABLE_MAP but the first of each table: half the events. ``passed_log_pos`` is
+where the last of them ended (the resume point of a reconnect); in compare mode (``PASS_MARK``) they are not
+passed over but returned with ``passable`` set, so the loop checks that each one would have changed nothing.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -33,6 +41,8 @@ cdef extern from "Python.h":
 # What ``next_event`` returns besides events (``event_type`` of the FramedEvent)
 PACKET_EOF = -1  # the server's EOF packet: the binlog's end (non-blocking dump)
 PACKET_ERROR = -2  # an error packet: ``packet()`` is its payload, for pymysql to raise
+# ``Framer.pass_over``: return every event; pass over those the loop would pass over; return them marked
+PASS_NONE, PASS_OVER, PASS_MARK = 0, 1, 2
 
 cdef enum:
     K_EOF = -1
@@ -119,6 +129,8 @@ cdef class FramedEvent:
     cdef readonly int gtid_flags
     cdef readonly object query, next_binlog
     cdef readonly uint64_t position, xid
+    # the framer would have passed over it (``PASS_MARK``: compare mode checks that it means nothing)
+    cdef readonly bint passable
 
     def packet(self):
         """The packet's payload as pymysql reads it (the OK byte, then the event with its checksum)."""
@@ -145,6 +157,10 @@ cdef class Framer:
     cdef readonly bint checksum
     cdef public int next_seq
     cdef bytes post_header  # FORMAT_DESCRIPTION's post-header length per type (empty: the defaults)
+    cdef public int pass_over  # PASS_NONE, PASS_OVER or PASS_MARK (the loop sets it inside a transaction)
+    cdef dict known  # table id -> the TABLE_MAP body the loop took for it (``remember``)
+    cdef readonly uint32_t passed_log_pos  # where the last event passed over ended (0: none since a return)
+    cdef readonly Py_ssize_t passed  # events passed over
 
     def __init__(self, bint checksum, int next_seq):
         self.buf = b""
@@ -152,6 +168,14 @@ cdef class Framer:
         self.checksum = checksum
         self.next_seq = next_seq
         self.post_header = b""
+        self.pass_over = PASS_NONE
+        self.known = {}
+        self.passed_log_pos = 0
+        self.passed = 0
+
+    def remember(self, FramedEvent event):
+        """The loop took this TABLE_MAP: one of its table id with the same body changes nothing."""
+        self.known[event.table_id] = event.body()
 
     def set_post_header_lengths(self, lengths):
         """The post-header lengths of the last FORMAT_DESCRIPTION event (mysql-replication parses it)."""
@@ -189,6 +213,7 @@ cdef class Framer:
         cdef int seq
         cdef bytes data
         cdef Py_ssize_t start
+        cdef FramedEvent event
         while True:
             avail = PyBytes_GET_SIZE(self.buf) - self.pos
             if avail < 4:
@@ -220,7 +245,10 @@ cdef class Framer:
                 return self._marker(K_ERROR, data, start, plen)
             if p[0] != 0x00:
                 continue  # not an OK packet: mysql-replication passes over it too
-            return self._event(data, start, plen)
+            event = self._event(data, start, plen)
+            if event is not None:
+                self.passed_log_pos = 0
+                return event
 
     cdef bytes _joined(self):
         """The payload of a packet split at 16 MiB, once all its parts are here (else None)."""
@@ -254,38 +282,66 @@ cdef class Framer:
         return ev
 
     cdef FramedEvent _event(self, bytes data, Py_ssize_t start, Py_ssize_t plen):
+        """The event of this packet, or None when it is passed over (``pass_over``)."""
         cdef const uint8_t *base = <const uint8_t *>PyBytes_AS_STRING(data)
         cdef const uint8_t *h = base + start + 1
-        cdef FramedEvent ev = FramedEvent.__new__(FramedEvent)
+        cdef FramedEvent ev
         cdef Py_ssize_t end
+        cdef int event_type
+        cdef uint32_t event_size, log_pos
+        cdef bint passable = False
+        if plen - 1 < HEADER:
+            raise FramingError(f"an event of {plen - 1} bytes is shorter than its header")
+        event_type = h[4]
+        event_size = u32(h + 9)
+        log_pos = u32(h + 13)
+        if event_size != plen - 1:
+            raise FramingError(
+                f"event of type {event_type:#04x} at {log_pos} says {event_size} bytes, its packet holds "
+                f"{plen - 1}")
+        end = start + 1 + event_size
+        if self.checksum:
+            if event_size < HEADER + 4:
+                raise FramingError(f"event of type {event_type:#04x} at {log_pos} has no room for its checksum")
+            end -= 4
+            if crc32(h, end - start - 1) != u32(base + end):
+                raise FramingError(
+                    f"event of type {event_type:#04x} ending at {log_pos}: its CRC32 checksum does not "
+                    "match its bytes (corrupt binlog or transfer)")
+        if self.pass_over != PASS_NONE and log_pos != 0 and not u16(h + 17) & 0x20:  # not artificial
+            passable = self._passable(event_type, h + HEADER, base + end)
+            if passable and self.pass_over == PASS_OVER:
+                self.passed_log_pos = log_pos
+                self.passed += 1
+                return None
+        ev = FramedEvent.__new__(FramedEvent)
         ev.data = data
         ev.packet_start, ev.packet_end = start, start + plen
         ev.start = start + 1
-        if plen - 1 < HEADER:
-            raise FramingError(f"an event of {plen - 1} bytes is shorter than its header")
         ev.timestamp = u32(h)
-        ev.event_type = h[4]
+        ev.event_type = event_type
         ev.server_id = u32(h + 5)
-        ev.event_size = u32(h + 9)
-        ev.log_pos = u32(h + 13)
+        ev.event_size = event_size
+        ev.log_pos = log_pos
         ev.header_flags = u16(h + 17)
-        if ev.event_size != plen - 1:
-            raise FramingError(
-                f"event of type {ev.event_type:#04x} at {ev.log_pos} says {ev.event_size} bytes, its packet "
-                f"holds {plen - 1}")
-        end = ev.start + ev.event_size
-        if self.checksum:
-            if ev.event_size < HEADER + 4:
-                raise FramingError(f"event of type {ev.event_type:#04x} at {ev.log_pos} has no room for its "
-                                   "checksum")
-            end -= 4
-            if crc32(h, end - ev.start) != u32(base + end):
-                raise FramingError(
-                    f"event of type {ev.event_type:#04x} ending at {ev.log_pos}: its CRC32 checksum does not "
-                    "match its bytes (corrupt binlog or transfer)")
         ev.end = end
+        ev.passable = passable
         self._parse(ev, base, h + HEADER, base + end)
+        if event_type == T_ROTATE and ev.timestamp != 0 or event_type == T_TABLE_MAP and not ev.framed:
+            self.known.clear()  # mysql-replication forgets its table maps at a rotation
         return ev
+
+    cdef bint _passable(self, int t, const uint8_t *b, const uint8_t *e) except -1:
+        """Whether the loop would pass over this event inside a transaction (see the module's docstring)."""
+        cdef object body
+        cdef Py_ssize_t n = e - b
+        if t == T_ROWS_QUERY or t == T_ANNOTATE_ROWS:
+            return True
+        if t != T_TABLE_MAP or not self.known or self._post_header(T_TABLE_MAP, 8) < 8 or n < 8:
+            return False
+        body = self.known.get(u48(b))
+        return (body is not None and PyBytes_GET_SIZE(body) == n
+                and memcmp(PyBytes_AS_STRING(body), b, n) == 0)
 
     cdef void _parse(self, FramedEvent ev, const uint8_t *base, const uint8_t *b, const uint8_t *e) except *:
         cdef int t = ev.event_type

@@ -7,9 +7,10 @@ done here: the connection's bytes are read in large pieces straight off its sock
 by ``_frames.Framer``.
 
 Its state stays true, so that its own parsing and its reconnects work as if it had read every event itself:
-the position it resumes from (``log_file``/``log_pos``) follows every event, its table map follows every
-TABLE_MAP it is shown (``python_event``), a non-artificial rotation clears it, and a FORMAT_DESCRIPTION
-sets its server version and post-header lengths (and the framer's).
+the position it resumes from (``log_file``/``log_pos``) follows every event (those the framer passes over
+inside a transaction too, before a reconnect), its table map follows every TABLE_MAP it is shown
+(``python_event``), a non-artificial rotation clears it, and a FORMAT_DESCRIPTION sets its server version and
+post-header lengths (and the framer's).
 """
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ class FramedStream:
     def __init__(self, stream: BinLogStreamReader) -> None:
         self.stream = stream
         self.framer: Framer | None = None
+        self._pass_over = 0  # the framer's pass_over, kept across reconnects
+
+    def pass_over(self, mode: int) -> None:
+        """The framer's ``pass_over`` from now on (``_frames.PASS_*``: the loop is inside a transaction)."""
+        self._pass_over = mode
+        if self.framer is not None:
+            self.framer.pass_over = mode
+
+    def remember(self, event: FramedEvent) -> None:
+        """The loop took this TABLE_MAP (its table id's schema version): the framer may pass over twins."""
+        if self.framer is not None:
+            self.framer.remember(event)
 
     @property
     def checksum(self) -> bool:
@@ -147,8 +160,11 @@ class FramedStream:
         conn = stream._stream_connection
         self.framer = frames.Framer(self.checksum, conn._next_seq_id)
         self.framer.set_post_header_lengths(getattr(stream, _P + "post_header_lengths"))
+        self.framer.pass_over = self._pass_over
 
     def _disconnect(self) -> None:
+        if self.framer is not None and self.framer.passed_log_pos:
+            self.stream.log_pos = self.framer.passed_log_pos  # resume after the events passed over
         self.stream._stream_connection.close()
         setattr(self.stream, _P + "connected_stream", False)
         self.framer = None
