@@ -66,8 +66,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="for a chunk that differs, name the first differing keys (reads that chunk's "
                         "keys and row hashes)")
     parser.add_argument("--resume", metavar="VERIFY_ID",
-                        help="continue the verify run with this id: the chunks that matched there are skipped, "
-                        "the others verified again")
+                        help="continue the verify run with this id: the chunks that matched there are "
+                        "skipped, the others verified again")
     parser.add_argument("--wait", type=whole(0, 86400), default=600, metavar="SECONDS",
                         help="how long to wait for the stream to pass the digests' positions "
                         "(default %(default)s)")

@@ -380,7 +380,7 @@ def _selected_verdicts(run: VerifyRun, table: TableId) -> list[Verification]:
     if view is None:
         return []
     plan = ChunkPlan.from_dict(run.store.plan(str(table), view.generation).plan)
-    wanted = {c.chunk_id for c in run._selected(plan)}
+    wanted = {c.chunk_id for c in run.selected(plan)}
     return [v for v in run.store.verifications(str(table), run.verify_id)
             if v.generation == view.generation and v.chunk_id in wanted]
 

@@ -7,9 +7,11 @@ refreshes in the test's thread) while verify waits for it to pass the digests' p
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
+import shutil
 import threading
 from collections.abc import Callable
 
@@ -52,6 +54,19 @@ class Lake:
         """Verify ``table`` in a thread while this one streams batches (each refreshing the mirror)."""
         return self.streaming(lambda: self.run(**options).verify_table(table))
 
+    def repair(self, run: VerifyRun, plans: list, verdicts: list[ChunkVerdict]) -> list[ChunkVerdict]:
+        """``repair_table`` while this thread streams: the chunks re-snapshotted by the engine's pipeline."""
+        table = TableId.parse(verdicts[0].table)
+        plan = next(p for p in plans if p.table == table)
+
+        def resnapshot(table: TableId, generation: int, chunk_ids: list[int],
+                       excluded: tuple[str, ...]) -> None:
+            assert (generation, excluded) == (plan.generation, ())
+            for chunk_id in chunk_ids:
+                self.pipe.snapshot(plan, chunk_id)
+
+        return self.streaming(lambda: repair_table(run, table, verdicts, resnapshot))
+
     def streaming(self, action: Callable[[], list[ChunkVerdict]]) -> list[ChunkVerdict]:
         """``action`` in a thread while this one streams batches (each refreshing the mirror)."""
         out: list = []
@@ -71,6 +86,19 @@ class Lake:
         if isinstance(out[0], BaseException):
             raise out[0]
         return out[0]
+
+
+def _an_older_mirror_file(root: str, table: TableId) -> tuple[int, str, str]:
+    """A chunk of ``table`` whose mirror holds an older version that differs: (chunk id, its current file,
+    the older version's file)."""
+    base = os.path.join(root, table.database, table.table)
+    for entry in read_manifest(root, table).chunks:
+        current = os.path.join(base, entry.files[0])
+        versions = os.path.join(base, "mirror", f"chunk={entry.chunk_id}", "*", "*.parquet")
+        for older in sorted(glob.glob(versions)):
+            if older != current and pq.read_table(older) != pq.read_table(current):
+                return entry.chunk_id, current, older
+    raise AssertionError(f"no chunk of {table} has an older mirror version that differs")
 
 
 def _results(verdicts: list[ChunkVerdict]) -> dict[int, str]:
@@ -118,14 +146,7 @@ def test_verify_is_clean_under_writes_and_finds_each_corruption(mysql_server, my
     assert any(repr(key) in d for d in bad[0].differences), bad[0].describe()
     assert "key range" in bad[0].why
     # repaired: the chunk read again (while the stream runs), then verified again in the same run
-    plan = next(p for p in plans if p.table == t_ci)
-
-    def resnapshot(table: TableId, generation: int, chunk_ids: list[int], excluded: tuple[str, ...]) -> None:
-        assert (table, generation, excluded) == (t_ci, plan.generation, ())
-        for chunk_id in chunk_ids:
-            lake.pipe.snapshot(plan, chunk_id)
-
-    repaired = lake.streaming(lambda: repair_table(run, t_ci, verdicts, resnapshot))
+    repaired = lake.repair(run, plans, verdicts)
     assert [(v.chunk_id, v.result) for v in repaired] == [(bad[0].chunk_id, "repaired")], repaired
     latest = {v.chunk_id: v.result for v in lake.store.latest_verifications(str(t_ci))}
     assert latest[bad[0].chunk_id] == "repaired" and set(latest.values()) == {"match", "repaired"}
@@ -136,25 +157,31 @@ def test_verify_is_clean_under_writes_and_finds_each_corruption(mysql_server, my
         cur.execute(f"UPDATE `{mysql_db}`.t_ci SET note = CONCAT(IFNULL(note, ''), ' ') WHERE id = %s",
                     (key,))
 
-    # 2. a committed changelog file deleted (the latest with records: its changes are not superseded)
+    # 2. a committed changelog file deleted (the latest with records: its changes are not superseded); every
+    # chunk snapshotted before that batch is named, re-snapshotting them makes the mirror rule whole again
     batch = next(b for b in reversed(committed_batch_ids(lake.root, t_int))
                  if read_batch(lake.root, t_int, b).files)
     lost = read_batch(lake.root, t_int, batch).files[0]
     os.remove(lost)
-    verdicts = lake.verify(t_int)
+    run = lake.run()
+    verdicts = lake.streaming(lambda: run.verify_table(t_int))
     assert {v.result for v in verdicts} == {"mismatch"}, [v.describe() for v in verdicts]
     assert all(os.path.basename(lost) in v.why for v in verdicts), [v.describe() for v in verdicts]
     assert any("differ from the source's" in v.why for v in verdicts)  # some chunk lost a change
+    repaired = lake.repair(run, plans, verdicts)
+    assert {v.result for v in repaired} == {"repaired"} and len(repaired) == len(verdicts), repaired
 
-    # 3. a mirror chunk file replaced by an older state of it (one row fewer)
+    # 3. a mirror chunk file replaced by an older version of it
     t_nopk = TableId(mysql_db, "t_nopk")
-    entry = read_manifest(lake.root, t_nopk).chunks[1]
-    path = os.path.join(lake.root, t_nopk.database, t_nopk.table, entry.files[0])
-    data = pq.read_table(path)
-    pq.write_table(data.slice(1), path)
-    verdicts = {v.chunk_id: v for v in lake.verify(t_nopk, chunks=[0, 1])}
-    assert verdicts[0].result == "match"
-    assert verdicts[1].result == "mismatch" and "mirror files" in verdicts[1].why, verdicts[1].describe()
+    chunk_id, path, older = _an_older_mirror_file(lake.root, t_nopk)
+    shutil.copyfile(older, path)
+    run = lake.run(chunks=[0, chunk_id])
+    verdicts = lake.streaming(lambda: run.verify_table(t_nopk))
+    found = {v.chunk_id: v for v in verdicts}
+    assert found[chunk_id].result == "mismatch" and "mirror files" in found[chunk_id].why, verdicts
+    assert all(v.result == "match" for v in verdicts if v.chunk_id != chunk_id), verdicts
+    repaired = lake.repair(run, plans, verdicts)
+    assert [(v.chunk_id, v.result) for v in repaired] == [(chunk_id, "repaired")], repaired
 
     # the CLI: exit code 1 and the chunk named; every verdict recorded in the chunk store
     cli = ["verify", "--mysql-url", mysql_server.cdc_url, "--output", lake.root,

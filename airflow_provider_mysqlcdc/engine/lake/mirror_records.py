@@ -55,14 +55,22 @@ def chunk_records(
     read = new.num_rows
     per_old: dict[int, pa.Table] = {}
     if rebuild and old_ids:
-        files = [f for b in old_ids for f in read_batch(root, table, b).files]
-        old = read_changes(files, data_schema, min(hws[c] for c in rebuild), history, str(table))
+        floor = min(hws[c] for c in rebuild)
+        files = [f for b in old_ids for f in after_watermark(read_batch(root, table, b), floor)]
+        old = read_changes(files, data_schema, floor, history, str(table))
         read += old.num_rows
         per_old = dict(_slices(_only_chunks(after_chunk_hw(assigner, old, plan, hws), rebuild)))
     per_chunk = {cid: t for cid, t in per_new.items() if t.num_rows}
     for cid, t in per_old.items():
         per_chunk[cid] = _concat_sorted([t, per_chunk.get(cid)])
     return ChunkRecords(per_chunk, read, latest)
+
+
+def after_watermark(batch: BatchMarker, watermark: BinlogPosition) -> tuple[str, ...]:
+    """The files of ``batch`` unless the whole batch ended at or before ``watermark`` (its records are all
+    covered then: a rebuild after a re-snapshot opens no file of the batches before the new HWs)."""
+    end = batch.end_offset
+    return batch.files if end is None or end.ordered_position > watermark else ()
 
 
 def after_chunk_hw(

@@ -36,6 +36,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_records import (
     OP,
     POSITION,
     after_chunk_hw,
+    after_watermark,
     read_changes,
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorBuild, MirrorRefresher
@@ -46,13 +47,21 @@ from airflow_provider_mysqlcdc.engine.model.tables import TableId
 BATCH = "_batch"
 
 
+@dataclass(frozen=True)
+class MissingFile:
+    """A changelog file a committed batch names that is gone, and where that batch ended."""
+
+    path: str
+    batch_end: BinlogPosition | None  # None: unknown (an old marker): it may hold any chunk's changes
+
+
 @dataclass
 class LakeTable:
     root: str
     build: MirrorBuild
     manifest: MirrorManifest | None
     records: pa.Table  # every committed record after its chunk's HW: _op, _position, columns, _batch, _chunk
-    missing: tuple[str, ...] = ()  # changelog files a batch marker names that are gone
+    missing: tuple[MissingFile, ...] = ()  # changelog files committed batches name that are gone
 
     @classmethod
     def load(cls, refresher: MirrorRefresher, table: TableId) -> LakeTable:
@@ -61,9 +70,11 @@ class LakeTable:
         hws = {c.chunk_id: c.hw for c in build.view.chunks}
         parts, missing = [], []
         for batch_id in committed_batch_ids(root, table):
-            files = list(read_batch(root, table, batch_id).files)
+            marker = read_batch(root, table, batch_id)
+            files = list(after_watermark(marker, min(hws.values())))
             gone = [f for f in files if not _exists(f)]
-            missing += gone
+            end = marker.end_offset.ordered_position if marker.end_offset is not None else None
+            missing += [MissingFile(f, end) for f in gone]
             files = [f for f in files if f not in gone]
             part = read_changes(files, build.data_schema, min(hws.values()), build.history, str(table))
             if part.num_rows:
@@ -73,12 +84,20 @@ class LakeTable:
             changes = pa.concat_tables(parts)
             records = after_chunk_hw(refresher.assigner_of(build), changes, build.plan, hws)
         else:
-            records = pa.table({OP: pa.array([], pa.string())})
+            records = pa.schema([pa.field(OP, pa.string()), pa.field(POSITION, pa.string()),
+                                 *build.data_schema, pa.field(BATCH, pa.int64()),
+                                 pa.field(CHUNK, pa.int32())]).empty_table()
         return cls(root, build, read_manifest(root, table), records, tuple(missing))
 
     @property
     def table(self) -> TableId:
         return self.build.table
+
+    def missing_for(self, chunk_id: int) -> list[str]:
+        """The missing changelog files that may have held changes of the chunk after its HW (their batch
+        ended after it): the chunk's rows by the mirror rule may lack those changes."""
+        hw = self.chunk(chunk_id).hw
+        return [m.path for m in self.missing if m.batch_end is None or m.batch_end > hw]
 
     def chunk(self, chunk_id: int) -> MirrorChunk:
         for c in self.build.view.chunks:
