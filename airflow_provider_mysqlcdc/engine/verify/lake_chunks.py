@@ -105,13 +105,6 @@ class LakeTable:
                 return c
         raise KeyError(chunk_id)
 
-    def reached(self, position: BinlogPosition) -> bool:
-        """Whether every record at or before ``position`` can be in the changelog (the caller checks the
-        stream's progress; this says whether a record after it is there, which proves it)."""
-        if self.records.num_rows == 0:
-            return False
-        return bool(pc.any(pc.greater(self.records.column(POSITION), after_bound(position))).as_py())
-
     def rule_state(self, chunk_id: int, *, at: BinlogPosition | None = None,
                    through_batch: int | None = None) -> pa.Table:
         """The chunk's rows by the mirror rule, with the records at or before ``at`` (or of the batches up to
