@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pymysqlreplication.row_event import TableMapEvent
@@ -56,6 +56,11 @@ class CapturedVersion:
     normalize: Callable[..., dict]
     column_names: list[str]
     layout: Any = None  # rows_decoder.EventLayout
+    # the layout decodes exactly these columns: a framed rows event of its column count goes straight to it
+    layout_matches: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        self.layout_matches = self.layout is not None and list(self.layout.column_names) == self.column_names
 
     @classmethod
     def of(cls, schema: TableSchema, decoders: Decoders | None = None) -> CapturedVersion:

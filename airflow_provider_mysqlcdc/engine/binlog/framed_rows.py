@@ -1,9 +1,9 @@
 """A captured rows event the compiled framer parsed, decoded into a ``RowBlock`` of its transaction.
 
 The compiled rows decoder reads the row images straight from the received bytes where the framer found them
-(no mysql-replication packet, no event object); a table whose TABLE_MAP has no compiled layout, or an event
-whose column count is not its layout's, takes mysql-replication's path on the same packet instead (said once
-per table in the log).
+(no mysql-replication packet, no event object, no dict of halves: the columns go straight into the block); a
+table whose TABLE_MAP has no compiled layout, or an event whose column count is not its layout's, takes
+mysql-replication's path on the same packet instead (said once per table in the log).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from airflow_provider_mysqlcdc.engine.binlog.transaction import (
     ROWS_WRITE,
     Transaction,
     add_block,
+    add_images,
     decode_rows,
     python_images,
 )
@@ -41,6 +42,13 @@ def decode_framed_rows(
     """``decode_rows`` for a ``FramedEvent``; ``parsed()`` gives mysql-replication's object of the same
     packet (the Python path, and the reference ``compare`` mode checks the compiled decoder against)."""
     kind = KINDS[event.event_type]
+    layout = target.layout
+    if not compare and target.layout_matches and event.column_count == layout.column_count:
+        update = kind is ROWS_UPDATE
+        images, _ = layout.compiled.decode(event.data, event.body_start, event.body_end, event.present,
+                                           event.present_after if update else None)
+        add_images(kind, images, target, txn, index, skip, cur_file, event.log_pos, gtid_before)
+        return
     columns = None
     if target.layout is not None:
         columns = framed_columns(event, target.layout, target.table, target.column_names,

@@ -2,6 +2,8 @@
 new read resumes from right after it (the group's start plus rows events and row images to skip)."""
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +19,7 @@ from airflow_provider_mysqlcdc.engine.binlog.changes import RowBlock
 from airflow_provider_mysqlcdc.engine.binlog.ddl import TableDdl
 from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import decoded_columns
 from airflow_provider_mysqlcdc.engine.binlog.errors import OffsetMismatch, UnsupportedEvent
-from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
+from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.model.records import DELETE, INSERT, UPDATE_AFTER, UPDATE_BEFORE, Op
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
@@ -37,6 +39,8 @@ class Transaction:
 
 ROWS_WRITE, ROWS_UPDATE, ROWS_DELETE = "write", "update", "delete"  # what a rows event does to its rows
 _KINDS = {WriteRowsEvent: ROWS_WRITE, UpdateRowsEvent: ROWS_UPDATE, DeleteRowsEvent: ROWS_DELETE}
+_HALVES = {ROWS_WRITE: ("values",), ROWS_DELETE: ("values",), ROWS_UPDATE: ("before_values", "after_values")}
+_file_number = functools.lru_cache(maxsize=64)(file_number)  # the same few files, event after event
 
 
 def decode_rows(
@@ -79,15 +83,35 @@ def add_block(
 ) -> None:
     """The decoded images of one rows event (columns by half, mysql-replication's keys) as a ``RowBlock`` of
     the transaction, less its first ``skip`` images."""
+    add_images(kind, [columns[half] for half in _HALVES[kind]], target, txn, index, skip, cur_file, end_pos,
+               gtid_before)
+
+
+def add_images(
+    kind: str,
+    images: Sequence[list[list]],
+    target: CapturedVersion,
+    txn: Transaction,
+    index: int,
+    skip: int,
+    cur_file: str,
+    end_pos: int,
+    gtid_before: str | None,
+) -> None:
+    """``add_block`` with the columns of each half in order (before, after for an update), as the compiled
+    decoder gives them."""
     if kind == ROWS_UPDATE:
-        before, after = columns["before_values"], columns["after_values"]
+        before, after = images
         n = len(before[0]) if before else 0
-        values = [[v for pair in zip(b, a) for v in pair] for b, a in zip(before, after)]
+        if n == 1:  # one row (OLTP): its before and after images side by side
+            values = [[b[0], a[0]] for b, a in zip(before, after)]
+        else:
+            values = [[v for pair in zip(b, a) for v in pair] for b, a in zip(before, after)]
         ops: list[Op] = [UPDATE_BEFORE, UPDATE_AFTER] * n
         rows = [i for i in range(n) for _ in (0, 1)]
         halves = [BEFORE, AFTER] * n
     else:
-        values = columns["values"]
+        values = images[0]
         n = len(values[0]) if values else 0
         insert = kind == ROWS_WRITE
         ops = [INSERT if insert else DELETE] * n
@@ -99,7 +123,7 @@ def add_block(
             f"offset skips {skip} row images of the rows event ending at {cur_file}:{end_pos}, which has "
             f"only {count}: the offset does not match this binlog"
         )
-    number, pos = row_key(BinlogPosition(cur_file, end_pos))[:2]
+    number, pos = _file_number(cur_file), end_pos
     if skip:
         ops, rows, halves, values = ops[skip:], rows[skip:], halves[skip:], [col[skip:] for col in values]
     if not ops:

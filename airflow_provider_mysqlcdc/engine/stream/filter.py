@@ -214,6 +214,11 @@ def _split_key_changes(block_ops: list[Op], columns: list[list]) -> list[Op]:
     """The ops of a block's images given its identity columns: -U/+U pairs whose identity differs as -D/+I."""
     if UPDATE_BEFORE not in block_ops:
         return block_ops  # nothing to split: the block's own list (never changed by the caller)
+    if len(block_ops) == 2 and block_ops[1] == UPDATE_AFTER:  # one row's update (OLTP)
+        for col in columns:
+            if col[0] != col[1]:
+                return [DELETE, INSERT]
+        return block_ops
     ops = list(block_ops)
     j, n = 0, len(ops)
     while j < n:
