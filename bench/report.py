@@ -10,7 +10,7 @@ from cpu import Measure
 
 @dataclass
 class Figure:
-    section: str  # "snapshot", "planning", "catch-up", "latency", "memory", "mirror", "dag"
+    section: str  # "snapshot", "planning", "catch-up", "latency", "memory", "mirror", "dag", "verify"
     what: str  # the measurement, with its configuration
     value: float | None
     unit: str  # of value and baseline: "rows/s", "s", "events/s", "MB"
@@ -49,6 +49,8 @@ SECTION_TITLES = {
     "memory": "5. Chunk memory",
     "mirror": "6. Mirror refresh",
     "dag": "7. Example DAG",
+    "verify": "8. Verify",
+    "verify-cpu": "8. Verify: source CPU",
 }
 
 

@@ -22,7 +22,11 @@ Sections (``--only`` picks some; each starts its own throwaway MariaDB with the 
 7. ``dag``: the example DAG's snapshot phase run by a real Airflow deployment (scheduler with the
    LocalExecutor, triggerer), with the group runner and (case a) with a ``spark-submit`` per chunk group, and
    its fixed overhead per chunk group, vs the CLI's one-job snapshot of the same tables
-   (``bench/dag_snapshot.py``; Spark ``local[2]`` on both sides, not the standalone cluster).
+   (``bench/dag_snapshot.py``; Spark ``local[2]`` on both sides, not the standalone cluster);
+8. ``verify``: ``mysqlcdc verify``'s run over a whole table (source digests per chunk + the lake side), rows
+   verified per second and the server's CPU per row, vs one full-scan ``CHECKSUM TABLE t EXTENDED`` and one
+   ``SELECT COUNT(*), SUM(CRC32(CONCAT_WS(...)))`` of the same table on the same server
+   (``bench/verify_bench.py``).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
@@ -54,11 +58,12 @@ import mirror_refresh
 import planning
 import snapshot_bench
 import snapshot_cases
+import verify_bench
 from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
 from spark_runs import SparkSetup, say
 
-SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag")
+SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag", "verify")
 SPARK_SECTIONS = ("snapshot", "catchup", "latency")
 MiB = 2**20
 
@@ -90,6 +95,8 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "dag_rows": ("3000-5000", "3000-3600"),
     "dag_many_tables": (300, 60),
     "dag_many_rows": (2000, 2000),
+    "verify_rows": (1_000_000, 50_000),
+    "verify_batches": (5, 3),
 }
 
 
@@ -150,6 +157,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--dag-parallelism", type=int, default=4, help="the LocalExecutor's parallelism (4)")
     sizes.add_argument("--dag-no-before", action="store_true",
                        help="case (a) without the spark-submit-per-group run (shared_spark_app=false)")
+    sizes.add_argument("--verify-rows", type=int, help="rows of the verified table (1M)")
+    sizes.add_argument("--verify-batches", type=int,
+                       help="stream batches of writes (~1%% of the rows in all) before verify (5)")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
         if getattr(args, name) is None:
@@ -372,6 +382,10 @@ def run(args: argparse.Namespace) -> Report:
                 work / "dag", tables=args.dag_tables, rows=str(args.dag_rows),
                 many_tables=args.dag_many_tables, many_rows=args.dag_many_rows, seed=args.seed,
                 parallelism=args.dag_parallelism, before=not args.dag_no_before, keep=args.keep))
+        if "verify" in args.sections:
+            attempt("verify", work / "verify", lambda: verify_bench.run_section(
+                work / "verify", rows=args.verify_rows, chunk_size=args.chunk_size,
+                batches=args.verify_batches, seed=args.seed))
     finally:
         if setup is not None:
             setup.stop()
