@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.chunk_store.verifications import MATCH, MISMATCH, UNVERIFIED
+from airflow_provider_mysqlcdc.engine.lake.mirror_records import POSITION
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import Column
 from airflow_provider_mysqlcdc.engine.verify.canonical_arrow import Digest, lake_digest, row_hashes
@@ -49,7 +50,7 @@ class ChunkJudge:
         for at in candidates:
             state = self.lake.rule_state(cid, at=at)
             if sd.row_hashes is not None:
-                verdict = self._at_least_once(sd, state, str(at))
+                verdict = self._at_least_once(sd, state, at)
                 if verdict is not None:
                     return verdict
                 first = first or self._digest(state)
@@ -62,7 +63,7 @@ class ChunkJudge:
                     f"({', '.join(missing[:3])}): the changelog is incomplete and a mirror rebuilt from it "
                     "could lose changes (--repair re-snapshots the chunk)")
             if found == sd.digest:
-                return self._mirror_verdict(sd, str(at), found)
+                return self._mirror_verdict(sd, at, found)
             first = first or found
         why = (f"the lake's rows of this chunk differ from the source's at {where}: {sd.digest.rows} source "
                f"rows, {first.rows if first else '?'} in the lake by the mirror rule (snapshot and "
@@ -71,14 +72,15 @@ class ChunkJudge:
             why += f"; changelog files of batches after its HW are missing: {', '.join(missing[:3])}"
         return self._verdict(sd, MISMATCH, where, first, f"{why}; key range {self._range(cid)}")
 
-    def _at_least_once(self, sd: SourceDigest, state: pa.Table, where: str) -> ChunkVerdict | None:
+    def _at_least_once(self, sd: SourceDigest, state: pa.Table, at: BinlogPosition) -> ChunkVerdict | None:
         """A chunk held at-least-once matches when the lake holds every source row at least as often."""
         assert sd.row_hashes is not None
         lake_hashes = Counter(row_hashes(state, self.columns, self.flavor, self.kept))
         if Counter(sd.row_hashes) - lake_hashes:
             return None
         found = Digest(state.num_rows, sum(lake_hashes.elements()))
-        verdict = self._mirror_verdict(sd, where, found)
+        verdict = self._mirror_verdict(sd, at, found)
+        where = str(at)
         extra = state.num_rows - len(sd.row_hashes)
         if verdict.result != MATCH or not extra:
             return verdict
@@ -86,14 +88,21 @@ class ChunkJudge:
                              "at-least-once (no primary key, no exact read view on this server): every "
                              f"source row is in the lake, with {extra} duplicate rows")
 
-    def _mirror_verdict(self, sd: SourceDigest, where: str, found: Digest) -> ChunkVerdict:
-        """The rule's state matches the source; the mirror files must hold the rule's state too."""
+    def _mirror_verdict(self, sd: SourceDigest, at: BinlogPosition, found: Digest) -> ChunkVerdict:
+        """The rule's state at ``at`` (digest ``found``) matches the source; the mirror files must hold the
+        rule's state through the batch they were built to (the same state, and digest, when that batch's
+        records of the chunk are those up to ``at``)."""
         entry = self.lake.mirror_entry(sd.chunk_id)
+        where = str(at)
         if entry is None:
             return self._verdict(sd, MATCH, where, found, "the mirror has not been refreshed since the "
                                  "chunk's snapshot: its files were not compared")
         mirror = self._digest(self.lake.mirror_state(entry))
-        rule = self._digest(self.lake.rule_state(sd.chunk_id, through_batch=entry.through_batch))
+        built = self.lake.records_of(sd.chunk_id, through_batch=entry.through_batch).column(POSITION)
+        if built.equals(self.lake.records_of(sd.chunk_id, at=at).column(POSITION)):
+            rule = found
+        else:
+            rule = self._digest(self.lake.rule_state(sd.chunk_id, through_batch=entry.through_batch))
         if mirror == rule:
             return self._verdict(sd, MATCH, where, found)
         return self._verdict(sd, MISMATCH, where, mirror,

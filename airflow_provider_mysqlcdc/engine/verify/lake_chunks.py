@@ -111,14 +111,20 @@ class LakeTable:
         ``through_batch``)."""
         state = read_snapshot(self.root, self.table, self.build.view.generation, self.chunk(chunk_id),
                               self.build.data_schema, self.build.history)
+        return self._apply(state, self.records_of(chunk_id, at=at, through_batch=through_batch))
+
+    def records_of(self, chunk_id: int, *, at: BinlogPosition | None = None,
+                   through_batch: int | None = None) -> pa.Table:
+        """The chunk's records after its HW, at or before ``at`` and/or of the batches up to
+        ``through_batch`` (neither: none)."""
         records = self._chunk_records(chunk_id)
+        if at is None and through_batch is None:
+            return records.slice(0, 0)
         if at is not None:
             records = records.filter(pc.less(records.column(POSITION), after_bound(at)))
         if through_batch is not None:
             records = records.filter(pc.less_equal(records.column(BATCH), through_batch))
-        elif at is None:
-            records = records.slice(0, 0)
-        return self._apply(state, records)
+        return records
 
     def change_points(self, chunk_id: int, low: BinlogPosition, high: BinlogPosition) -> list[BinlogPosition]:
         """The positions in ``(low, high]`` where the chunk's rows changed (the event ends, oldest first)."""
