@@ -29,7 +29,7 @@ def server_double_text(value: float, width: int = WIDE) -> str:
         return sign + "0"
     if 1e-4 <= abs(value) < 1e15:  # the usual case: Python's repr is fixed notation there, the server's too
         text = repr(value)
-        text = text[:-2] if text.endswith(".0") else text
+        text = text.removesuffix(".0")
         if len(text) <= width:  # all shortest digits fit (a sign takes one place): the server prints these
             return text
     digits, point = _significant(abs(value), width)
