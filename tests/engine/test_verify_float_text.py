@@ -24,7 +24,8 @@ def _values(count: int) -> list[float]:
     while len(out) < count:
         digits = rng.randint(1, 17)
         exponent = rng.randint(-330, 308)
-        value = float(f"{'-' if rng.random() < 0.5 else ''}{rng.randint(0, 10 ** digits)}e{exponent - digits}")
+        sign = "-" if rng.random() < 0.5 else ""
+        value = float(f"{sign}{rng.randint(0, 10 ** digits)}e{exponent - digits}")
         if abs(value) != float("inf"):
             out.append(value)
     return out
