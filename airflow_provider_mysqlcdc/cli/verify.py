@@ -57,15 +57,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_chunk_store_option(parser, store_alias=True, output_default=True)
     parser.add_argument("--table", action="append", dest="tables", metavar="DB.TABLE", required=True,
                         type=checked(arguments.table_name), help="a table to verify (repeatable)")
-    parser.add_argument("--chunks", type=_chunk_ids, metavar="ID[,ID...]",
-                        help="only these chunk ids (of each table)")
-    parser.add_argument("--sample", type=_share, metavar="PERCENT",
+    parser.add_argument("--chunks", type=checked(arguments.chunk_ids), metavar="IDS",
+                        help="only these chunk ids of each table: 3,7 or 0-15")
+    parser.add_argument("--sample", type=checked(arguments.sample_share), metavar="PERCENT",
                         help="a random share of the chunks, e.g. 5%% (seeded: --seed)")
     parser.add_argument("--seed", type=whole(0, 2**31), default=0, help="the sample's seed (default 0)")
     parser.add_argument("--explain", action="store_true",
                         help="for a chunk that differs, name the first differing keys (reads that chunk's "
                         "keys and row hashes)")
-    parser.add_argument("--resume", metavar="VERIFY_ID",
+    parser.add_argument("--resume", metavar="VERIFY_ID", type=checked(arguments.verify_id),
                         help="continue the verify run with this id: the chunks that matched there are "
                         "skipped, the others verified again")
     parser.add_argument("--wait", type=whole(0, 86400), default=600, metavar="SECONDS",
@@ -79,27 +79,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_spark_master_option(parser, default=DEFAULT_MASTER)
     parser.set_defaults(func=cmd_verify)
     return parser
-
-
-def _chunk_ids(value: str) -> list[int]:
-    try:
-        ids = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--chunks {value!r}: give chunk ids like 0,3,7") from None
-    if not ids or min(ids) < 0:
-        raise argparse.ArgumentTypeError(f"--chunks {value!r}: give chunk ids like 0,3,7")
-    return ids
-
-
-def _share(value: str) -> float:
-    text = value.strip()
-    try:
-        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--sample {value!r}: give a share like 5% or 0.05") from None
-    if not 0 < share <= 1:
-        raise argparse.ArgumentTypeError(f"--sample {value!r}: the share must be above 0% and at most 100%")
-    return share
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

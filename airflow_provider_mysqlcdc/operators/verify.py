@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -53,7 +52,6 @@ from airflow_provider_mysqlcdc.operators.arguments import (
     optional,
 )
 from airflow_provider_mysqlcdc.pipeline import arguments
-from airflow_provider_mysqlcdc.pipeline.arguments import BadValue, shown
 from airflow_provider_mysqlcdc.pipeline.settings import chunk_store_url
 from airflow_provider_mysqlcdc.triggers.stream_position import PASSED, STALLED, StreamPositionTrigger
 
@@ -62,27 +60,8 @@ if TYPE_CHECKING:
 
 RESULTS = (MATCH, REPAIRED, MISMATCH, UNVERIFIED)
 _WAIT_POLL_S = 1.0  # a look at the stream's progress while the task waits in place
-_VERIFY_ID = re.compile(r"^[\w.:-]{1,64}$")
 _MAX_STALL_S = 600.0
 _RULE_DIFFERS = "the lake's rows of this chunk differ from the source's"
-
-
-def sample_share(value: Any) -> float:
-    """``"5%"`` or ``0.05``: the share of each table's chunks to verify (above 0, at most 1)."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        share = arguments.number(value.strip()[:-1].strip(), minimum=0, maximum=100, unit="%") / 100
-    else:
-        share = arguments.number(value, minimum=0, maximum=1)
-    if share <= 0:
-        raise BadValue(f"{shown(value)}: give a share above 0, like 5% or 0.05")
-    return share
-
-
-def verify_id(value: Any) -> str:
-    written = arguments.text(value, what="a verify id", max_chars=64)
-    if not _VERIFY_ID.match(written):
-        raise BadValue(f"{shown(written)} is no verify id: use letters, digits and _ . : - (at most 64)")
-    return written
 
 
 def _chunk_ids(value: Any) -> tuple[int, ...] | None:
@@ -96,11 +75,11 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "chunk_store": optional(arguments.chunk_store_location, must_exist=True),
     "mysql_conn_id": conn_id,
     "chunks": _chunk_ids,
-    "sample": optional(sample_share),
+    "sample": optional(arguments.sample_share),
     "seed": lambda v: 0 if not_given(v) else arguments.whole_number(v, minimum=0, maximum=2**31),
     "explain": lambda v: arguments.flag(v, default=False),
     "wait_timeout": lambda v: arguments.number(v, minimum=0, maximum=arguments.MAX_WAIT_S, unit="seconds"),
-    "verify_id": optional(verify_id),
+    "verify_id": optional(arguments.verify_id),
     **SOURCE_LIMIT_CHECKS,
 }
 _LITERAL_CHECKS: dict[str, Callable[[Any], Any]] = {

@@ -284,6 +284,28 @@ def chunk_ids(value: Any) -> tuple[int, ...]:
         raise BadValue(f"{exc}{hint}") from None
 
 
+def sample_share(value: Any) -> float:
+    """``"5%"`` or ``0.05``: a share of each table's chunks to verify (above 0, at most 1)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        share = number(value.strip()[:-1].strip(), minimum=0, maximum=100, unit="%") / 100
+    else:
+        share = number(value, minimum=0, maximum=1)
+    if share <= 0:
+        raise BadValue(f"{shown(value)}: give a share above 0, like 5% or 0.05")
+    return share
+
+
+_VERIFY_ID = re.compile(r"^[\w.:-]{1,64}$")
+
+
+def verify_id(value: Any) -> str:
+    """A verify run's id (``mysqlcdc verify`` prints it): letters, digits and ``_ . : -``, at most 64."""
+    written = text(value, what="a verify id", max_chars=64)
+    if not _VERIFY_ID.match(written):
+        raise BadValue(f"{shown(written)} is no verify id: use letters, digits and _ . : - (at most 64)")
+    return written
+
+
 def interval(value: Any) -> str:
     """A Spark processing-time interval (``10 seconds``, ``1 minute 30 seconds``, ``500 milliseconds``), at
     most a week: what Spark would refuse only once the stream starts is refused here."""

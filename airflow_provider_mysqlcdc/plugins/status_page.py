@@ -45,6 +45,7 @@ th { background: #f6f8fa; font-weight: 600; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 code, .pos { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12px; }
 td.pos { overflow-wrap: anywhere; min-width: 9ch; } td.lag { white-space: nowrap; }
+td.name, td.verified { overflow-wrap: anywhere; min-width: 10ch; }
 .bar { width: 100%; max-width: 640px; height: 10px; }
 #actions { border-left: 4px solid #cf222e; background: #ffebe9; padding: 6px 10px; margin: 8px 0; }
 #actions.ok { border-color: #1a7f37; background: #dafbe1; }
@@ -165,14 +166,14 @@ def _consistent_cell(t: TableStatus) -> str:
 
 def _summary_row(t: TableStatus) -> str:
     cells = [
-        (f'<a href="#table-{_e(t.table)}">{_e(t.table)}</a>', ""),
+        (f'<a href="#table-{_e(t.table)}">{_e(t.table)}</a>', "name"),
         (f'{_phase(t)}<br><span class="muted">gen {_f("generation", t.generation)}</span>', ""),
         (_chunks_cell(t), "num"),
         (_f("rows", f"{t.rows:,}"), "num"),
         (_hw_range(t), "pos"),
         (_stream_cell(t), "pos"),
         (_consistent_cell(t), "pos"),
-        (_verified_cell(t.verification), ""),
+        (_verified_cell(t.verification), "verified"),
     ]
     tds = "".join(f'<td class="{css}">{value}</td>' for value, css in cells)
     return f'<tr data-table="{_e(t.table)}">{tds}</tr>'

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.assets import table_asset_uri
-from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, RUNNING, ChunkStore
+from airflow_provider_mysqlcdc.engine.chunk_store import COMMITTED, FAILED, RUNNING, ChunkState, ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
@@ -339,17 +339,28 @@ class DriverKiller(threading.Thread):
         for pid, argv in _snapshot_drivers(self.output):
             runner = any(a.endswith("/" + RUNNER_APP) for a in argv[1:3])
             for table in self.tables if runner else snapshot_tables(argv):
-                if self._kill_in(pid, table, RUNNER_APP if runner else SNAPSHOT_APP):
+                app = RUNNER_APP if runner else SNAPSHOT_APP
+                if self._kill_in(pid, table, app, None if runner else argv):
                     return True
         return False
 
-    def _kill_in(self, pid: int, table: str, app: str) -> bool:
+    def _kill_in(self, pid: int, table: str, app: str, argv: list[str] | None = None) -> bool:
         with ChunkStore(self.store_path) as store:
             running = [c for c in store.chunks(table) if c.status == RUNNING]
         snapshot = posixpath.join(table_dir(self.output, TableId.parse(table)), "snapshot")
+
+        def written(chunk: ChunkState) -> bool:
+            return bool(glob.glob(posixpath.join(snapshot, f"generation={chunk.generation}",
+                                                 f"chunk={chunk.chunk_id}", "version=*", "part-*.parquet")))
+
+        group = _group_chunks(argv or [], table)
+        if group is not None:  # a group's own application: the kill must land before its table commits,
+            # right after its last chunk is written: kill only while another of its chunks is unwritten
+            running = [c for c in running if c.chunk_id in group]
+            if all(written(c) for c in running):
+                return False
         for chunk in running:
-            if not glob.glob(posixpath.join(snapshot, f"generation={chunk.generation}",
-                                            f"chunk={chunk.chunk_id}", "version=*", "part-*.parquet")):
+            if not written(chunk):
                 continue
             tis = [(m, t, r) for m, t, s, r in _snapshot_tis() if s == "running"]
             if app == RUNNER_APP:  # the task whose group the runner runs waits deferred: its request says
@@ -368,6 +379,17 @@ class DriverKiller(threading.Thread):
             self.killed.set()
             return True
         return False
+
+
+def _group_chunks(argv: list[str], table: str) -> set[int] | None:
+    """The chunk ids of ``table`` a snapshot app's ``--chunk-group`` names (None: not given there)."""
+    if "--chunk-group" not in argv:
+        return None
+    try:
+        group = json.loads(argv[argv.index("--chunk-group") + 1])
+        return {int(c) for part in group["parts"] if part["table"] == table for c in part["chunk_ids"]}
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _runner_tasks(store_path: str) -> set[int]:

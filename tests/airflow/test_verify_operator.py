@@ -3,6 +3,8 @@
 its stream progress (``tests/support/layout_pipeline.py``; no Spark: the test is about the operator), its
 stream driven by a thread of the test.
 
+On MariaDB and on Oracle MySQL.
+
 1. Writes the stream has not read yet when the task starts: the task takes its digests, defers (the trigger
    runs in line in ``dag.test()``), the stream catches up only once the trigger looks, the trigger fires and
    the task resumes to compare: every chunk matches; XCom holds the summary (counts and the verify id).
@@ -65,6 +67,7 @@ class StreamDriver(threading.Thread):
         assert self.error is None, self.error
 
 
+@pytest.mark.both_flavors  # issue 39: the operator works on both server flavors
 def test_verify_dag_defers_until_the_stream_passes_then_finds_a_changed_row(
         mysql_server, mysql_db, airflow_home, tmp_path, monkeypatch, capsys):
     from tests.airflow.test_example_dag import _task_instances, _xcoms
@@ -147,7 +150,7 @@ def test_verify_dag_defers_until_the_stream_passes_then_finds_a_changed_row(
 
 @pytest.mark.parametrize("value, share", [("5%", 0.05), (0.25, 0.25), ("100 %", 1.0)])
 def test_sample_share(value, share):
-    from airflow_provider_mysqlcdc.operators.verify import sample_share
+    from airflow_provider_mysqlcdc.pipeline.arguments import sample_share
 
     assert sample_share(value) == pytest.approx(share)
 

@@ -542,11 +542,16 @@ def test_planning_a_removed_table_again_puts_it_back_with_a_new_generation(store
 
 
 def _downgrade(url: str, version: int) -> None:
-    """Turn a store into what release ``version`` wrote: schema_version 3 has no group-run tables; 2 no HW
-    servers and no stream claims either; 1 no membership columns either."""
+    """Turn a store into what release ``version`` wrote: schema_version 4 has no verifications table; 3 no
+    group-run tables either; 2 no HW servers and no stream claims either; 1 no membership columns either."""
     engine = sa.create_engine(cs.normalize_url(url))
     try:
         with engine.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE mysqlcdc_verifications")
+            if version == 4:
+                conn.execute(sa.update(cs.meta_table).where(cs.meta_table.c.name == "schema_version")
+                             .values(value="4"))
+                return
             conn.exec_driver_sql("DROP TABLE mysqlcdc_group_requests")
             conn.exec_driver_sql("DROP TABLE mysqlcdc_group_runners")
             conn.exec_driver_sql("DROP TABLE mysqlcdc_snapshot_announcements")
@@ -597,7 +602,7 @@ def test_a_version_1_store_is_migrated_when_opened(fresh_store_url):
         t.join()
     assert not errors, errors
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == cs.SCHEMA_VERSION == 4
+        assert store.schema_version() == cs.SCHEMA_VERSION == 5
         assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
         entry = store.table_entry(TABLE)
         assert entry.active and entry.added_generation is None and entry.removed_at is None
@@ -615,7 +620,7 @@ def test_a_version_2_store_is_migrated_when_opened(fresh_store_url):
         commit(first, g, 0, 10, 20, "v0", hw_server="mariadb:1", hw_gtid_position="0-1-5")
     _downgrade(fresh_store_url, 2)
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == cs.SCHEMA_VERSION == 4
+        assert store.schema_version() == cs.SCHEMA_VERSION == 5
         [old] = [c for c in store.chunks(TABLE) if c.hw is not None]
         assert (old.hw, old.hw_server, old.hw_gtid_position) == (pos(20), None, None)
         again = commit(store, g, 0, 30, 40, "v1", hw_server="mariadb:1", hw_gtid_position="0-1-9")
@@ -794,6 +799,18 @@ def test_forked_child_reuses_an_inherited_store(tmp_path):
         assert [c.output_version for c in store.chunks(TABLE)] == [None, "parent", "from-child"]
 
 
+def test_a_version_4_store_gains_the_verifications_table_when_opened(fresh_store_url):
+    with ChunkStore(fresh_store_url) as first:
+        g = new_plan(first)
+        before = first.chunks(TABLE)
+    _downgrade(fresh_store_url, 4)
+    with ChunkStore(fresh_store_url) as store:
+        assert store.schema_version() == cs.SCHEMA_VERSION == 5
+        assert store.chunks(TABLE) == before and store.verifications(TABLE) == []
+        store.record_verification(cs.Verification("v1", TABLE, g, 0, "match", "mysql-bin.000001:4", 3, 3))
+        assert [(v.chunk_id, v.result) for v in store.latest_verifications(TABLE)] == [(0, "match")]
+
+
 # --- group runs: chunk groups handed to a running application -----------------------------------------------
 
 
@@ -803,7 +820,7 @@ def test_a_version_3_store_gains_the_group_run_tables_when_opened(fresh_store_ur
         before = first.chunks(TABLE)
     _downgrade(fresh_store_url, 3)
     with ChunkStore(fresh_store_url) as store:
-        assert store.schema_version() == cs.SCHEMA_VERSION == 4
+        assert store.schema_version() == cs.SCHEMA_VERSION == 5
         assert store.chunks(TABLE) == before and store.plan(TABLE).generation == g
         store.register_runner("d/r", "u1", source="mysql://cdc@h:1", host="h", pid=None)
         assert store.runner("d/r").state == "starting"

@@ -209,6 +209,8 @@ BASE = {
     "status": ["status", "--chunk-store", "@STORE@", "--output", "@ROOT@/lake"],
     "mirror": ["mirror", "--chunk-store", "@STORE@", "--table", "@TABLE@", "--output", "@ROOT@/lake"],
     "gc": ["gc", "--chunk-store", "@STORE@", "--output", "@ROOT@/lake", "--dry-run"],
+    "verify": ["verify", "--mysql-url", "@URL@", "--chunk-store", "@STORE@", "--table", "@TABLE@",
+               "--output", "@ROOT@/lake"],
 }
 
 # (command, what is added to its valid command line, the argument the error must name)
@@ -284,6 +286,15 @@ BAD_ARGUMENTS = [
     ("stream", ["--reconnect-timeout", "NaN", "--available-now"], "--reconnect-timeout"),
     ("stream", ["--lock-lease-seconds", "0", "--available-now"], "--lock-lease-seconds"),
     ("mirror", ["--limit", "-1"], "--limit"),
+    ("verify", ["--sample", "0%"], "--sample"),
+    ("verify", ["--sample", "150%"], "--sample"),
+    ("verify", ["--sample", "some"], "--sample"),
+    ("verify", ["--chunks", "5-3"], "--chunks"),
+    ("verify", ["--resume", "x; DROP TABLE t"], "--resume"),
+    ("verify", ["--resume", "a" * 65], "--resume"),
+    ("verify", ["--wait", "-1"], "--wait"),
+    ("verify", ["--seed", "-1"], "--seed"),
+    ("verify", ["--table", "@DB@.*"], "--table"),
     ("gc", ["--retention", "3"], "--retention"),
     ("gc", ["--retention", "-1d"], "--retention"),
     ("stream", ["--gc-retention", "forever", "--available-now"], "--gc-retention"),

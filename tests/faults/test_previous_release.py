@@ -13,7 +13,7 @@ release itself writes, and this code goes on from there:
    ``plan`` two tables (one with a composite key), ``snapshot`` them on Spark, then (after seeded writes)
    ``stream --available-now`` into a checkpoint, which also refreshes the mirror. One process, one Spark
    start (about 25 s of the test's ~45 s).
-2. This code reads all of it: the chunk store (migrated in place from schema version 2 to 4 when opened: then
+2. This code reads all of it: the chunk store (migrated in place from schema version 2 to 5 when opened: then
    its tables and columns are the ones this code creates, and the tables the migration leaves alone are the
    same DDL text for DDL text; every chunk field, HWs included, as the previous release read it), ``status``
    (every chunk committed, stream position = the old stream's end), the offsets of the old ledger and of
@@ -327,7 +327,8 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     assert old["package"].startswith(str(old_root)) and old["worker"].startswith(str(old_root)), old
 
     # 2a. the chunk store: the previous release's schema (version 2) becomes the one this code creates when
-    # this code opens it (schema version 3 added chunk HW servers and stream claims, 4 the group-run tables),
+    # this code opens it (schema version 3 added chunk HW servers and stream claims, 4 the group-run tables, 5
+    # the verifications table),
     # and every chunk reads as the previous release read it
     old_sqlite = _sqlite_schema(store_path)
     assert _sqlite_version(store_path) == "2", "the previous release wrote schema version 2"
@@ -336,7 +337,7 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     with ChunkStore(fresh) as fresh_store:
         fresh_store.tables()  # creates the schema
     ChunkStore(store_path).close()  # migrates the old store in place
-    assert _sqlite_version(store_path) == str(ChunkStore(fresh).schema_version()) == "4"
+    assert _sqlite_version(store_path) == str(ChunkStore(fresh).schema_version()) == "5"
     assert _sqlite_columns(store_path) == _sqlite_columns(fresh), (
         "the migrated store differs from a fresh one")
     migrated = {"mysqlcdc_chunks"}  # (a deliberate change needs a new SCHEMA_VERSION and a migration)

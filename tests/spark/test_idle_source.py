@@ -173,7 +173,11 @@ def _lag_headroom_and_metrics(server, settings, spark, config, monkeypatch, caps
             watcher.look()  # behind: lag and headroom; no batch since the watcher started
             _stream(spark, config)  # caught up again
             watcher.stop()  # the last look: the batch's figures and the counters since the start
-            listener.wait_for("mysqlcdc.stream.lag_seconds", count=2)  # UDP: received a moment later
+            # UDP: received a moment later, each datagram on its own: the last look sends the lag before the
+            # batch's counters and figures, so each is waited for (not only the lag)
+            listener.wait_for("mysqlcdc.stream.lag_seconds", count=2)
+            for name in ("rows_written", "batches", "batch_duration"):
+                listener.wait_for(f"mysqlcdc.stream.{name}")
             got = {}
             for r in listener.received("mysqlcdc."):
                 got.setdefault(r.name, []).append(r)
