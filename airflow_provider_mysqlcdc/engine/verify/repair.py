@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
@@ -52,7 +53,8 @@ def repair_table(run: VerifyRun, table: TableId, verdicts: Sequence[ChunkVerdict
     resnapshot(table, generation, bad, excluded_columns(run.store, table, generation))
     if not _wait_for_mirror(run, table, bad) and refresh is not None:
         refresh(table)
-    again = dataclasses.replace(run, options=dataclasses.replace(run.options, chunks=bad, sample=None))
+    again = dataclasses.replace(run, options=dataclasses.replace(run.options, chunks=bad, sample=None),
+                                views=Counter())  # the re-snapshotted chunks get their read views afresh
     return again.verify_table(table)
 
 

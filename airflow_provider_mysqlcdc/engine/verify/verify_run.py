@@ -53,6 +53,7 @@ from airflow_provider_mysqlcdc.engine.verify.verdict import ChunkVerdict
 log = logging.getLogger(__name__)
 
 __all__ = ["ChunkVerdict", "TableDigests", "VerifyOptions", "VerifyRun", "digest_columns"]
+_RETAKES = 3  # more digest rounds than read views: a table re-planned or its lake columns changed meanwhile
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class VerifyRun:
         """Verdicts for the table's selected chunks (or ``chunk_ids``) this run has no match for yet."""
         verdicts: list[ChunkVerdict] = []
         pending = chunk_ids
-        while True:
+        for _ in range(self.options.attempts + _RETAKES):  # bounded: DDL or re-plans cannot keep it going
             taken = self.take(table, pending)
             if taken is None:
                 break
