@@ -44,7 +44,7 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,31 +274,13 @@ def run_section(work: Path, *, rows: int, chunk_size: int = 32768, batches: int 
     import pyarrow.parquet as pq
 
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-    from airflow_provider_mysqlcdc.engine.lake.layout import new_version, snapshot_dir
     from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
-    from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
     from airflow_provider_mysqlcdc.engine.verify import verify_run
     from airflow_provider_mysqlcdc.engine.verify.canonical_sql import digest_select
     from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
     from tests.support.layout_pipeline import LayoutPipeline
-
-    class Pipeline(LayoutPipeline):
-        """LayoutPipeline's chunk writer without its in-memory copy of every snapshot row."""
-
-        def _writer(self, plan: Any, chunk_id: int) -> Callable[[Iterator[pa.RecordBatch]], str]:
-            schema = self.schemas[plan.table]
-
-            def write(parts: Iterator[pa.RecordBatch]) -> str:
-                data = pa.Table.from_batches(list(parts), schema=record_schema(schema))
-                version = new_version()
-                directory = snapshot_dir(self.root, plan.table, plan.generation, chunk_id, version)
-                os.makedirs(directory)
-                pq.write_table(data, os.path.join(directory, "part-00000.parquet"))
-                return version
-
-            return write
 
     table = TableId.parse(TABLE)
     rng = random.Random(seed)
@@ -313,7 +295,8 @@ def run_section(work: Path, *, rows: int, chunk_size: int = 32768, batches: int 
         load_table(server, rows)
         settle(pid)
         store = ChunkStore(str(work / "chunks.db"))
-        pipe = Pipeline(settings, store, DATABASE, root=str(root), chunk_size=chunk_size, progress=True)
+        pipe = LayoutPipeline(settings, store, DATABASE, root=str(root), chunk_size=chunk_size, progress=True,
+                              keep_rows=False)  # no in-memory copy of every snapshot row
         (plan,) = pipe.plan([TABLE])
         pipe.tables = [table]
         say(f"verify: snapshot, {len(plan.chunks)} chunks of {chunk_size:,} ...")

@@ -50,6 +50,7 @@ class LayoutPipeline(Pipeline):
     empty_batches: bool = True  # write a marker (and no files) for captured tables without records
     tables: list[TableId] = field(default_factory=list)
     progress: bool = False  # write the stream's progress record after each batch, as the Spark stream does
+    keep_rows: bool = True  # each snapshot's rows in memory too, for the reference mirror (a bench: False)
 
     # -- snapshot ------------------------------------------------------------------------------------------
 
@@ -62,7 +63,8 @@ class LayoutPipeline(Pipeline):
             directory = snapshot_dir(self.root, plan.table, plan.generation, chunk_id, version)
             os.makedirs(directory)
             pq.write_table(data, os.path.join(directory, "part-00000.parquet"))
-            self.snapshots[(plan.table, chunk_id)] = _data_rows(data)
+            if self.keep_rows:
+                self.snapshots[(plan.table, chunk_id)] = _data_rows(data)
             return version
 
         return write
