@@ -36,6 +36,10 @@ WATERMARK_TABLE = "mysqlcdc.watermark"
 DEFAULT_OPTIONS: Options = {
     **COMMON_OPTIONS,  # the server's own default collation (utf8mb4_0900_ai_ci), as most users have it
     "log-bin": "binlog",
+    # GTIDs on, as on most production servers: the read-only exact read view (read_view_mode=gtid_executed)
+    # and MySQL's GTID positions need them; a test of the watermark table or of gtid_mode=OFF says so
+    "gtid-mode": "ON",
+    "enforce-gtid-consistency": "ON",
     "innodb-redo-log-capacity": "64M",
     "mysqlx": "OFF",
     "secure-file-priv": "",
