@@ -142,6 +142,10 @@ class ThrowawayServer:
             self.install_datadir(datadir)
         else:  # a copy of the process's freshly installed datadir: a fraction of an install's time
             shutil.copytree(self._template_datadir(), datadir, symlinks=True)
+            # Oracle MySQL keeps its server_uuid in auto.cnf and makes a new one at start where there is none:
+            # copies of one template must not share it (replication refuses equal UUIDs, and the engine tells
+            # MySQL servers apart by it)
+            (datadir / "auto.cnf").unlink(missing_ok=True)
         self.port = self.port or free_port()
         merged: Options = {**self.DEFAULT_OPTIONS, **self.options}
         args = [*command, "--no-defaults", f"--datadir={datadir}", f"--port={self.port}",
