@@ -42,11 +42,17 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import INSERT, UPDATE_AFTER
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_buffer import ArrowChunkBuffer, ChunkBuffer
+from airflow_provider_mysqlcdc.engine.snapshot.gtid_window_read import GtidWindowRead
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeReadFailed, NativeSelect
+from airflow_provider_mysqlcdc.engine.snapshot.read_errors import (
+    COLUMNS_CHANGED,
+    ChunkKeyChanged,
+    TableChangedDuringRead,
+)
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
@@ -68,7 +74,6 @@ DEFAULT_BATCH_ROWS = 4096
 TABLE_DEF_CHANGED = 1412  # "Table definition has changed, please retry transaction"
 BAD_FIELD = 1054  # "Unknown column": a column the SELECT names was dropped or renamed since the schema loaded
 DDL_REREADS = 3  # how often a chunk is read again in a fresh read view after DDL changed its table
-COLUMNS_CHANGED = "after its schema was loaded (its columns differ at the chunk's high watermark)"
 # lost connection, server gone away, connection KILLed, server shutting down
 
 
@@ -155,17 +160,6 @@ class ChunkReadResult:
         }
 
 
-class TableChangedDuringRead(CdcError):
-    """DDL changed the table during the chunk's read, over every read view the reread budget allows: it
-    rebuilt the table after a view opened (the server refuses that view), or changed its columns after the
-    schema the read uses was loaded."""
-
-
-class ChunkKeyChanged(CdcError):
-    """DDL changed the primary key or the chunk key of a planned table: the plan's boundaries no
-    longer apply."""
-
-
 def _column_signature(name: Any, column_type: Any, nullable: bool, collation: Any, key: bool) -> tuple:
     return (str(name), str(column_type), bool(nullable), None if collation is None else str(collation), key)
 
@@ -217,6 +211,79 @@ class ChunkRead:
         self.result = ChunkReadResult(str(schema.table), plan.generation, chunk.chunk_id,
                                       mode=self.options.mode)
         self._used = False
+        self._key_order: KeyOrder | None = None
+        self._locator: ChunkLocator | None = None
+
+    # -- what every way of reading a chunk shares (``gtid_window_read.py`` and the modes below) --------------
+
+    @property
+    def what(self) -> str:
+        return f"{self.schema.table} chunk {self.chunk.chunk_id}"
+
+    def adopt(self, conn: Any) -> bool:
+        """Read with the table's columns as they are now if DDL changed them (True), failing if its keys
+        changed (``_adopt``)."""
+        return self._adopt(schema_changed(conn, self.schema))
+
+    def plan_native(self) -> tuple[list[native_columns.NativeColumn], None] | tuple[None, str]:
+        return self._plan_native()
+
+    def count_reread(self, attempt: int, why: str) -> None:
+        self._reread(attempt, why)
+
+    @staticmethod
+    def end_view(conn: Any) -> None:
+        _end_read_view(conn)
+
+    def select_rows(self, conn: Any) -> Iterator[list[tuple]]:
+        """The chunk's rows in the session's read view, in batches of Python rows."""
+        return self._select(conn)
+
+    def select_native_whole(self, conn: Any, info: Any,
+                            planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:
+        return self._select_native_whole(conn, info, planned)
+
+    def snapshot_rows(self, rows: list[tuple], hw: BinlogPosition) -> pa.RecordBatch:
+        return snapshot_batch(self.schema, rows, hw, self.chunk.chunk_id, self.plan.generation)
+
+    def locator(self) -> ChunkLocator:
+        """Which chunk holds a key, in the server's order (one per read, closed with it)."""
+        if self._locator is None:
+            self._key_order = KeyOrder(lambda: connect(self.settings), self.schema, self.plan.key_columns)
+            self._locator = ChunkLocator(self.plan, self._key_order)
+        return self._locator
+
+    def scan_window(self, start: BinlogPosition, end: BinlogPosition) -> list[RowChange]:
+        """The row changes of the chunk's table in the binlog between two transaction ends, in order."""
+        from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
+
+        with contextlib.ExitStack() as stack:
+            server_id = self.options.server_id or stack.enter_context(
+                claimed_server_id(self.settings, prefer=self.options.marker_slot))
+            table = self.schema.table
+            reader = BinlogReader(self.settings, server_id, {table}, {table: self.schema})
+            return [change for change in reader.read(BinlogOffset.at(start), end=end, blocking=True,
+                                                     timeout=self.options.backfill_timeout)
+                    if change.table == self.schema.table]
+
+    def emit_buffer(self, buffer: ChunkBuffer | ArrowChunkBuffer,
+                    hw_position: BinlogPosition) -> Iterator[pa.RecordBatch]:
+        """A corrected chunk's rows as snapshot batches at its HW (at least one batch, maybe empty)."""
+        if isinstance(buffer, ArrowChunkBuffer):
+            self.result.reader = "native"
+            data = buffer.batches() or [values.to_arrow_batch(self.schema, [])]
+            self.result.rows = sum(b.num_rows for b in data)
+            for batch in data:
+                yield snapshot_data_batch(self.schema, batch, hw_position, self.chunk.chunk_id,
+                                          self.plan.generation)
+            return
+        self.result.reader = "python"
+        rows = buffer.rows()
+        self.result.rows = len(rows)
+        for start in range(0, max(len(rows), 1), self.options.batch_rows):
+            part = rows[start : start + self.options.batch_rows]
+            if part or start == 0:
+                yield self.snapshot_rows(part, hw_position)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         if self._used:
@@ -235,7 +302,9 @@ class ChunkRead:
                 self.result.timings["slot_wait_s"] = waited - started
                 session.query_timeout(self.options.limits.query_timeout_s)
                 native = self._native_columns(info, mode)
-                if mode != "consistent_snapshot":
+                if mode == "gtid_executed":
+                    yield from GtidWindowRead(self).batches(conn, info, waited, native is not None)
+                elif mode != "consistent_snapshot":
                     yield from self._read_with_watermarks(conn, info, waited, native is not None)
                 elif native is not None:
                     yield from self._read_native(conn, info, waited, native, session.binlog_file())
@@ -246,6 +315,9 @@ class ChunkRead:
                 self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
             ended = True
         finally:
+            if self._key_order is not None:
+                self._key_order.close()
+                self._key_order = self._locator = None
             if self.session is None or not ended:  # a shared session is reused only after a read that ended
                 session.close()
         self.result.timings["total_s"] = time.monotonic() - started
@@ -258,7 +330,7 @@ class ChunkRead:
         rate_limited = bool(self.options.limits.per_read_rows_per_second)
         why = reader_choice.why_not_native(self.settings, mode, info.flavor, rate_limited)
         if why is None and mode != "consistent_snapshot" and not self.schema.primary_key:
-            why = ("watermark-table mode corrects a chunk without a primary key as a multiset of whole rows, "
+            why = (f"{mode} mode corrects a chunk without a primary key as a multiset of whole rows, "
                    "which only the pure-Python reader does")
         planned = None
         if why is None:
@@ -581,22 +653,7 @@ class ChunkRead:
             break
         hw_position = self.result.high_watermark
         assert hw_position is not None
-        if isinstance(buffer, ArrowChunkBuffer):
-            self.result.reader = "native"
-            data = buffer.batches() or [values.to_arrow_batch(self.schema, [])]
-            self.result.rows = sum(b.num_rows for b in data)
-            for batch in data:
-                yield snapshot_data_batch(self.schema, batch, hw_position, self.chunk.chunk_id,
-                                          self.plan.generation)
-            return
-        self.result.reader = "python"
-        rows = buffer.rows()
-        self.result.rows = len(rows)
-        for start in range(0, max(len(rows), 1), self.options.batch_rows):
-            part = rows[start : start + self.options.batch_rows]
-            if part or start == 0:
-                yield snapshot_batch(self.schema, part, hw_position, self.chunk.chunk_id,
-                                     self.plan.generation)
+        yield from self.emit_buffer(buffer, hw_position)
 
     def _select_native_whole(self, conn: Any, info: Any,
                              planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:

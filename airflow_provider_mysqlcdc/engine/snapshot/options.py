@@ -20,10 +20,9 @@ from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, 
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import DEFAULT_BATCH_ROWS, ChunkReadOptions
-from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
+from airflow_provider_mysqlcdc.engine.source.connection import READ_VIEW_MODES, MySQLSettings
 from airflow_provider_mysqlcdc.engine.source.limits import SourceLimits
 
-READ_VIEW_MODES = ("auto", "consistent_snapshot", "watermark_table")
 DEFAULT_ROWS_PER_FILE = 1_000_000
 DEFAULT_READER_SLOT_BASE = 1  # slot 0 (marker row id and binlog server_id) is left to the stream
 

@@ -6,7 +6,10 @@ transaction before a naive LW can still be invisible to the chunk's SELECT (and 
 - ``consistent_snapshot`` (MariaDB, Percona): ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and then the
   status variables ``Binlog_snapshot_file``/``Binlog_snapshot_position`` are the binlog point of that very
   read view. Exact: LW = HW, no binlog backfill.
-- ``watermark_table`` (any server, required on Oracle MySQL): the DBLog method. Commit a marker row with a
+- ``gtid_executed`` (Oracle MySQL with ``gtid_mode=ON``): read-only and exact. The binlog end and the executed
+  GTID set read around the view's opening tell which transactions it holds (``gtid_window.py``); the chunk is
+  corrected with the few events between them.
+- ``watermark_table`` (any server; Oracle MySQL without GTIDs): the DBLog method. Commit a marker row with a
   unique token into a small table the user grants (INSERT, UPDATE), then open the read view. With
   ``binlog_order_commits=ON`` (the default) every transaction before the marker in the binlog committed in the
   engine before it, so the fresh read view contains it. LW and HW are the end positions of the two marker
@@ -23,10 +26,11 @@ import pymysql
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ServerNotReady
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from airflow_provider_mysqlcdc.engine.snapshot.gtid_window import check_gtid_mode
 from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
 from airflow_provider_mysqlcdc.engine.source.watermark_table import WATERMARK_DDL
 
-ReadViewMode = Literal["auto", "consistent_snapshot", "watermark_table"]
+ReadViewMode = Literal["auto", "consistent_snapshot", "gtid_executed", "watermark_table"]
 
 
 
@@ -40,12 +44,16 @@ def resolve_mode(
     conn: pymysql.connections.Connection, info: ServerInfo, mode: ReadViewMode,
     watermark_table: TableId | None,
 ) -> ReadViewMode:
-    """``auto`` picks the exact snapshot where the server has it, else the watermark table (if configured)."""
+    """``auto`` picks the exact read-only view the server has: MariaDB's consistent snapshot, else Oracle
+    MySQL's executed GTID set (``gtid_mode=ON``), else the watermark table (if configured)."""
     if mode == "consistent_snapshot" and not has_snapshot_status(conn):
         raise ConfigurationError(
             f"read view mode consistent_snapshot needs Binlog_snapshot_position, which {info.label} does not "
-            "have (MariaDB and Percona do): use read_view_mode=watermark_table with a watermark table"
+            "have (MariaDB and Percona do): use read_view_mode=auto (gtid_executed where gtid_mode=ON) or "
+            "watermark_table with a watermark table"
         )
+    if mode == "gtid_executed":
+        check_gtid_mode(info)
     if mode == "watermark_table" and watermark_table is None:
         raise ConfigurationError(
             "read view mode watermark_table needs the option watermark_table=db.table: create it with "
@@ -56,12 +64,16 @@ def resolve_mode(
         return mode
     if has_snapshot_status(conn):
         return "consistent_snapshot"
+    if info.flavor == "mysql" and info.gtid_mode.upper() == "ON":
+        return "gtid_executed"
     if watermark_table is not None:
         return "watermark_table"
     raise ConfigurationError(
-        f"{info.label} has no Binlog_snapshot_position, so an exact chunk read needs a watermark table: "
-        "set watermark_table=db.mysqlcdc_watermark, create it with "
-        + WATERMARK_DDL.format(table="db.mysqlcdc_watermark")
+        f"{info.label} has no Binlog_snapshot_position and runs with gtid_mode={info.gtid_mode}, so an "
+        "exact chunk read needs GTIDs or a watermark table: turn GTIDs on (gtid_mode=ON, "
+        "enforce_gtid_consistency=ON: chunk reads then write nothing to the source), or set "
+        "watermark_table=db.mysqlcdc_watermark, create "
+        "it with " + WATERMARK_DDL.format(table="db.mysqlcdc_watermark")
         + " and GRANT INSERT, UPDATE on it to the CDC user (or use skip_backfill for at-least-once)"
     )
 

@@ -41,7 +41,7 @@ _KNOWN_QUERY_KEYS = set(_SSL_KEYS) | {"ssl", "ssl_verify", "charset", "server_id
                                      "read_timeout", "read_view_mode", "watermark_table"}
 # how a chunk read opens its read view (engine/snapshot/read_view.py): a property of the source, so the
 # snapshot's chunk reads and the stream's re-snapshots of the same server read alike
-READ_VIEW_MODES = ("auto", "consistent_snapshot", "watermark_table")
+READ_VIEW_MODES = ("auto", "consistent_snapshot", "gtid_executed", "watermark_table")
 
 
 @dataclass(frozen=True)
