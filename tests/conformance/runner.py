@@ -508,8 +508,12 @@ def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path
             sessions.run(op.spec.sql_mode, op.transaction(rng))
 
     reading: list[Ops] = []  # the table whose chunk is being read: the in-read writes go to it
+    in_read_budget: list[int] = []  # how many more of a chunk read's helpers write (2 a view: before, after)
 
     def write_reading(n: int) -> None:
+        if not in_read_budget or in_read_budget[0] <= 0:
+            return  # a chunk read's first view gets the writes, not a view it opens again (DDL, a conflict)
+        in_read_budget[0] -= 1
         for _ in range(n):
             op = reading[0] if reading else rng.choice(ordered)
             sessions.run(op.spec.sql_mode, op.transaction(rng))
@@ -524,6 +528,7 @@ def _pipeline(server, database, specs, runs, ops, sessions, settings, store_path
                 reading[:] = [ops[plan.table.table]]
                 runs[plan.table.table].chunks = len(plan.chunks)
                 for chunk in plan.chunks:
+                    in_read_budget[:] = [2]
                     write(rng.randint(1, interleaved))
                     results.setdefault(plan.table, []).append(pipe.snapshot_result(plan, chunk.chunk_id))
         pipe.open_stream([p.table for p in plans])
@@ -589,15 +594,19 @@ def digest_mismatches(run: TableRun, column: str | None = None) -> list[str]:
 def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
     """Seeded writes at the most delicate moments of every chunk read, deterministically: in the watermark
     mode after the LW marker and before the read view opens (the view sees them, the backfill replays them),
-    and after the view opened (only the backfill brings them); in the consistent-snapshot mode right after
-    the view opened (after HW: only the stream brings them; the native reader's view: once its first rows
-    arrived). Wraps the read-view helpers as ``chunk_reader`` calls them; if those names are gone, the reads
-    just run without the extra writes."""
-    from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
+    and after the view opened (only the backfill brings them); in Oracle MySQL's executed-GTID window after
+    its executed set was read and before the view opens (the view holds them, the window cannot tell: a
+    chunk with a key is corrected by them, one without is read again in a fresh view, which gets no writes of
+    its own), and after the view opened (after HW: only the stream brings them); in the consistent-snapshot
+    mode right after the view opened (after HW; the native reader's view: once its first rows arrived). Wraps
+    the read-view helpers (``read_view``'s, and the native reader's named step); if those names are gone, the
+    reads just run without the extra writes."""
+    from airflow_provider_mysqlcdc.engine.snapshot import read_view
+    from airflow_provider_mysqlcdc.engine.snapshot.read_modes import consistent_snapshot_native
 
-    saved = {}
-    plain = getattr(chunk_reader, "open_plain_snapshot", None)
-    consistent = getattr(chunk_reader, "open_consistent_snapshot", None)
+    saved: list[tuple[Any, str, Any]] = []
+    plain = getattr(read_view, "open_plain_snapshot", None)
+    consistent = getattr(read_view, "open_consistent_snapshot", None)
     if plain is not None:
         def open_plain(conn: Any, _original: Callable = plain) -> Any:
             write(2)
@@ -605,17 +614,17 @@ def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
             write(3)
             return result
 
-        saved["open_plain_snapshot"] = plain
-        chunk_reader.open_plain_snapshot = open_plain
+        saved.append((read_view, "open_plain_snapshot", plain))
+        read_view.open_plain_snapshot = open_plain
     if consistent is not None:
         def open_consistent(conn: Any, _original: Callable = consistent) -> Any:
             result = _original(conn)
             write(3)
             return result
 
-        saved["open_consistent_snapshot"] = consistent
-        chunk_reader.open_consistent_snapshot = open_consistent
-    native = getattr(chunk_reader, "native_view_opened", None)
+        saved.append((read_view, "open_consistent_snapshot", consistent))
+        read_view.open_consistent_snapshot = open_consistent
+    native = getattr(consistent_snapshot_native, "native_view_opened", None)
     if native is not None:
         def native_opened(position: Any, _original: Callable = native) -> Any:
             result = _original(position)
@@ -623,13 +632,13 @@ def writes_inside_chunk_reads(write: Callable[[int], None]) -> Iterator[None]:
             write(3)
             return result
 
-        saved["native_view_opened"] = native
-        chunk_reader.native_view_opened = native_opened
+        saved.append((consistent_snapshot_native, "native_view_opened", native))
+        consistent_snapshot_native.native_view_opened = native_opened
     try:
         yield
     finally:
-        for name, original in saved.items():
-            setattr(chunk_reader, name, original)
+        for module, name, original in saved:
+            setattr(module, name, original)
 
 
 # --- per-column verdicts ------------------------------------------------------------------------------------

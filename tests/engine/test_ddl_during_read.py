@@ -27,7 +27,7 @@ from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
+from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader, read_view
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import (
     ChunkKeyChanged,
     ChunkRead,
@@ -97,7 +97,7 @@ def _inject(monkeypatch, mysql_server, table: TableId, where: str, ddl: list[str
             with mysql_server.admin(table.database) as admin, admin.cursor() as cur:
                 cur.execute(ddl[i])
 
-    real_open = chunk_reader.open_consistent_snapshot
+    real_open = read_view.open_consistent_snapshot
 
     def open_view(conn):
         if where == "before_open":
@@ -116,7 +116,7 @@ def _inject(monkeypatch, mysql_server, table: TableId, where: str, ddl: list[str
             run(len(selects) - 1)
         yield from real_select(self, conn)
 
-    monkeypatch.setattr(chunk_reader, "open_consistent_snapshot", open_view)
+    monkeypatch.setattr(read_view, "open_consistent_snapshot", open_view)
     monkeypatch.setattr(ChunkRead, "_select", select)
     return opened
 
@@ -286,7 +286,7 @@ def test_watermark_mode_reads_again_when_columns_changed_before_the_high_marker(
 ):
     wm = _watermark_table(mysql_server, table)
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
-    real_open = chunk_reader.open_plain_snapshot
+    real_open = read_view.open_plain_snapshot
     views: list = []
 
     def open_then_add(conn):  # the view has the old columns; the DDL commits before the HW marker
@@ -296,7 +296,7 @@ def test_watermark_mode_reads_again_when_columns_changed_before_the_high_marker(
             with mysql_server.admin(table.database) as admin, admin.cursor() as cur:
                 cur.execute(ADD_C)
 
-    monkeypatch.setattr(chunk_reader, "open_plain_snapshot", open_then_add)
+    monkeypatch.setattr(read_view, "open_plain_snapshot", open_then_add)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460,
                                backfill_timeout=30)
     read, rows = _read(settings, schema, plan, options)
@@ -313,7 +313,7 @@ def test_watermark_mode_reads_again_after_a_truncate_between_its_watermarks(
     events), so the chunk is read again after it, and holds what the table holds (the writer refills it)."""
     wm = _watermark_table(mysql_server, table)
     settings, plan, schema = _plan(mysql_server, table, str(tmp_path / "chunks.db"))
-    real_marker = chunk_reader.write_marker
+    real_marker = read_view.write_marker
     markers: list = []
 
     def truncate_before_the_high_marker(conn, info, wm_table, slot):
@@ -325,7 +325,7 @@ def test_watermark_mode_reads_again_after_a_truncate_between_its_watermarks(
                             "VALUES (150, 1, 'after'), (151, 2, 'truncate')")
         return real_marker(conn, info, wm_table, slot)
 
-    monkeypatch.setattr(chunk_reader, "write_marker", truncate_before_the_high_marker)
+    monkeypatch.setattr(read_view, "write_marker", truncate_before_the_high_marker)
     options = ChunkReadOptions(mode="watermark_table", watermark_table=wm, server_id=5460,
                                backfill_timeout=30)
     read, rows = _read(settings, schema, plan, options)

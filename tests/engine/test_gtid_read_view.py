@@ -15,8 +15,9 @@ from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.snapshot import gtid_window, gtid_window_read
+from airflow_provider_mysqlcdc.engine.snapshot import gtid_window
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, ChunkReadOptions
+from airflow_provider_mysqlcdc.engine.snapshot.read_modes import gtid_executed
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.testing.server_process import CDC_GRANTS
@@ -123,7 +124,7 @@ def _commit_as_the_view_opens(server, monkeypatch, sql: str, times: int) -> list
             done.append(1)
         return start
 
-    monkeypatch.setattr(gtid_window_read.gtid_window, "start_window", start_then_commit)
+    monkeypatch.setattr(gtid_executed.gtid_window, "start_window", start_then_commit)
     return done
 
 
@@ -141,7 +142,7 @@ def test_a_chunk_without_primary_key_is_read_again_when_the_view_may_hold_it_twi
     """Rows without a key are a multiset: a transaction the view may or may not hold cannot be applied, so the
     chunk is read in a fresh view (here the second one is clean), and never holds a row twice."""
     committed = _commit_as_the_view_opens(server, monkeypatch, "INSERT INTO g.bag VALUES (3, 7)", 2)
-    with caplog.at_level(logging.INFO, logger=gtid_window_read.__name__):
+    with caplog.at_level(logging.INFO, logger=gtid_executed.__name__):
         read, rows = _read(reader_url, "bag", "ck", 0)
     assert len(committed) == 2
     assert sum("reading it again in a fresh view" in r.message for r in caplog.records) == 2
@@ -154,8 +155,8 @@ def test_a_chunk_without_primary_key_is_read_again_when_the_view_may_hold_it_twi
 def test_a_chunk_without_primary_key_that_never_gets_a_quiet_view_fails_clearly(server, reader_url,
                                                                                  monkeypatch):
     _commit_as_the_view_opens(server, monkeypatch, "INSERT INTO g.bag VALUES (4, 8)", 100)
-    monkeypatch.setattr(gtid_window_read.time, "sleep", lambda s: None)
-    with pytest.raises(gtid_window_read.KeylessChunkKeptChanging,
+    monkeypatch.setattr(gtid_executed.time, "sleep", lambda s: None)
+    with pytest.raises(gtid_executed.KeylessChunkKeptChanging,
                        match=r"g\.bag chunk 0: the table has no primary key.*or read it at-least"):
         _read(reader_url, "bag", "ck", 0)
 

@@ -32,11 +32,11 @@ def test_version_one_as_stored_today_is_read_forever():
 
 
 def test_newer_version_is_rejected_with_a_clear_error():
-    future = '{"version":3,"file":"mysql-bin.000007","pos":4,"skip_events":0,"skip_rows":0,"extra":"?"}'
+    future = '{"version":4,"file":"mysql-bin.000007","pos":4,"skip_events":0,"skip_rows":0,"extra":"?"}'
     with pytest.raises(OffsetFormatError, match="newer mysqlcdc release.*upgrade"):
         BinlogOffset.from_json(future)
     with pytest.raises(OffsetFormatError):
-        BinlogOffset("mysql-bin.000001", 4, version=3)
+        BinlogOffset("mysql-bin.000001", 4, version=4)
 
 
 def test_failover_fields_round_trip_and_only_a_file_number_base_needs_version_two():
@@ -55,6 +55,25 @@ def test_failover_fields_round_trip_and_only_a_file_number_base_needs_version_tw
     # version 1 never carries a base: a stray key is not read as one
     stray = '{"version":1,"file":"mysql-bin.000001","pos":4,"file_number_base":9}'
     assert BinlogOffset.from_json(stray).file_number_base == 0
+
+
+def test_a_mysql_gtid_set_needs_version_three():
+    """An Oracle MySQL GTID set as the GTID state makes an offset version 3: a release that knows MariaDB GTID
+    positions only refuses it (upgrade) instead of taking it for a binlog that does not match. Versions 1 and
+    2 as stored before read as they did."""
+    gtid_set = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-57,9180c4c1-eb2e-11f1-b384-02fc00000001:1-3"
+    on_mysql = BinlogOffset("binlog.000003", 1234, server="mysql:11:3e11fa47-71ca-11e1-9e33-c80aa9429562",
+                            gtid_position=gtid_set)
+    assert on_mysql.to_dict()["version"] == 3
+    assert BinlogOffset.from_json(on_mysql.to_json()) == on_mysql
+    moved = BinlogOffset("binlog.000001", 400, gtid_position=gtid_set, file_number_base=4)
+    assert moved.to_dict()["version"] == 3 and BinlogOffset.from_json(moved.to_json()) == moved
+    stored = [('{"version":1,"file":"binlog.000002","pos":4,"skip_events":0,"skip_rows":0,"gtid":null,'
+               '"server":"mysql:11:3e11fa47-71ca-11e1-9e33-c80aa9429562"}'),
+              '{"version":2,"file":"mysql-bin.000001","pos":4,"file_number_base":3,"gtid_position":"0-11-5"}']
+    for text in stored:
+        offset = BinlogOffset.from_json(text)
+        assert offset.to_dict()["version"] == json.loads(text)["version"]
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,12 @@
-"""Failover, on real servers: a primary and a replica (a second MariaDB replicating from the first by GTID,
-both started here).
+"""Failover, on real servers: a primary and a replica (a second server replicating from the first by GTID,
+both started here: MariaDB, and Oracle MySQL where a test says so).
 
 * capture from a replica: writers on the primary, the whole pipeline (plan, Spark snapshot, Spark stream)
   against the replica; the mirror equals the source;
-* failover with GTIDs: the stream reads the primary, the replica is promoted (writes go to it now), the stream
-  is pointed at it and continues from its GTID position under writes; the mirror equals the source, and every
-  position the stream reports from the new server orders after the old server's;
+* failover with GTIDs (both flavors: MariaDB's GTID position, MySQL's executed GTID set): the stream reads the
+  primary under writes, the replica is promoted (writes go to it now), the stream is pointed at it and
+  continues from its GTID state under writes; the mirror equals the source row by row, and every position the
+  stream reports from the new server orders after the old server's;
 * a server that is not of the topology, on the same checkpoint: the stream stops with the error that says so,
   and writes nothing; without a GTID position (or with the same server_id but another binlog) likewise;
 * a failover in the middle of a parallel catch-up batch (the URL reaches the promoted replica through a proxy
@@ -19,10 +20,15 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
-from airflow_provider_mysqlcdc.engine.binlog.gtid import GtidNotFound, GtidPosition, position_after_gtid_set
+from airflow_provider_mysqlcdc.engine.binlog.gtid import (
+    GtidNotFound,
+    parse_gtid_state,
+    position_after_gtid_set,
+)
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, GenerationView, StreamChunk, TableView
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
@@ -41,77 +47,54 @@ from airflow_provider_mysqlcdc.engine.stream.failover import (
 from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import StreamFailed, mirror_refresh, run_stream
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer, find_mariadbd
 from tests.support.engine_harness import assert_mirror_equals_source, password_file
+from tests.support.servers import binlog_end, start_server
 from tests.support.tcp_proxy import CuttableProxy
+from tests.support.topology import caught_up, promote, replicate, require_flavor, start_member
 from tests.support.workload import TABLE_SPECS, Workload, create_tables, seed_rows
 
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_ci", "t_comp")]
-TOPOLOGY_OPTIONS = {"log-slave-updates": None, "gtid-strict-mode": "ON"}
 SEED = 61
+BOTH_FLAVORS = pytest.mark.parametrize("topology", ["mariadb", "mysql"], indirect=True)
+
+
+class Topology(NamedTuple):
+    primary: Any
+    replica: Any
+    flavor: str
 
 
 @pytest.fixture
-def topology() -> Iterator[tuple[MariaDBServer, MariaDBServer]]:
-    """A primary (server_id 11) and a replica (server_id 12) replicating from it by GTID."""
+def topology(request) -> Iterator[Topology]:
+    """A primary (server_id 11) and a replica (server_id 12) replicating from it by GTID; MariaDB unless the
+    test asks for a flavor (``BOTH_FLAVORS``)."""
+    flavor = getattr(request, "param", "mariadb")
+    require_flavor(flavor)
+    primary = start_member(flavor, 11)
+    replica = start_member(flavor, 12)
     try:
-        find_mariadbd()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    primary = MariaDBServer(options={"server-id": "11", **TOPOLOGY_OPTIONS}).start()
-    replica = MariaDBServer(options={"server-id": "12", **TOPOLOGY_OPTIONS}).start()
-    try:
-        _replicate(replica, primary)
-        yield primary, replica
+        replicate(replica, primary, flavor)
+        yield Topology(primary, replica, flavor)
     finally:
         replica.stop()
         primary.stop()
 
 
-def _replicate(replica: MariaDBServer, primary: MariaDBServer) -> None:
-    """Start replication at the primary's current GTID position. Each server made its CDC user at start
-    (so the replica's binlog is reset, and those transactions of the primary are not replayed on it)."""
-    with primary.admin() as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
-        (position,) = cur.fetchone()
-    with replica.admin() as conn, conn.cursor() as cur:
-        cur.execute("RESET MASTER")
-        cur.execute("SET GLOBAL gtid_slave_pos = %s", (position,))
-        cur.execute(
-            "CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = %s, MASTER_USER = 'root', "
-            "MASTER_USE_GTID = slave_pos",
-            (primary.port,),
-        )
-        cur.execute("START SLAVE")
+def _caught_up(topology: Topology) -> str:
+    return caught_up(topology.replica, topology.primary, topology.flavor)
 
 
-def _caught_up(replica: MariaDBServer, primary: MariaDBServer, timeout: float = 60.0) -> str:
-    """Wait until the replica applied everything the primary logged; returns that GTID position."""
-    with primary.admin() as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.gtid_binlog_pos")
-        (position,) = cur.fetchone()
-    with replica.admin() as conn, conn.cursor() as cur:
-        cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
-        (waited,) = cur.fetchone()
-        if waited != 0:
-            cur.execute("SHOW SLAVE STATUS")
-            status = dict(zip([d[0] for d in cur.description], cur.fetchone() or ()))
-            raise AssertionError(f"the replica did not reach {position}: {status.get('Last_Error')!r}")
-    return str(position)
+def _token(server: Any) -> str:
+    with connect(MySQLSettings.from_url(server.cdc_url).with_database(None)) as conn:
+        return server_identity(conn).token
 
 
-def _promote(replica: MariaDBServer) -> None:
-    with replica.admin() as conn, conn.cursor() as cur:
-        cur.execute("STOP SLAVE")
-        cur.execute("RESET SLAVE ALL")
-
-
-def _writers(server: MariaDBServer, db: str, seed: int) -> Workload:
+def _writers(server: Any, db: str, seed: int) -> Workload:
     return Workload(lambda: server.admin(), db, seed=seed, writers=2, specs=SPECS, rotate_every=25,
                     pace=0.01).start()
 
 
-def _create(server: MariaDBServer, db: str) -> None:
+def _create(server: Any, db: str) -> None:
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{db}`")
         create_tables(conn, db, SPECS)
@@ -152,10 +135,10 @@ def _committed_batches(output: str) -> list[str]:
 
 
 def test_capture_from_a_replica(topology, spark, tmp_path):
-    primary, replica = topology
+    primary, replica, _flavor = topology
     db = "fo_replica"
     _create(primary, db)
-    _caught_up(replica, primary)
+    _caught_up(topology)
     settings = MySQLSettings.from_url(replica.cdc_url)  # the whole pipeline reads the replica
     secret = password_file(tmp_path, settings)
     store, output = str(tmp_path / "chunks.db"), str(tmp_path / "lake")
@@ -170,7 +153,7 @@ def test_capture_from_a_replica(topology, spark, tmp_path):
     finally:
         stats = workload.stop()
     assert stats.transactions > 20, stats
-    _caught_up(replica, primary)
+    _caught_up(topology)
     _stream(spark, config)
 
     ledgers = _ledgers(config.checkpoint)
@@ -185,8 +168,9 @@ def test_capture_from_a_replica(topology, spark, tmp_path):
     assert_mirror_equals_source(primary_settings, output, tables, min_rows=100)  # = the primary
 
 
+@BOTH_FLAVORS
 def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topology, spark, tmp_path):
-    primary, replica = topology
+    primary, replica, flavor = topology
     db = "fo_promote"
     _create(primary, db)
     old = MySQLSettings.from_url(primary.cdc_url)
@@ -208,13 +192,15 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
         before = workload.stop()
     _stream(spark, config(old))  # the primary's last transactions
     on_primary = _committed_offset(checkpoint)
-    assert on_primary["server"] == "mariadb:11", on_primary
+    assert on_primary["server"] == _token(primary), on_primary
     positions_before = _positions(output, tables, old)
 
     # the failover: the replica applied everything, is promoted and takes the writes from now on
-    gtid_position = _caught_up(replica, primary)
-    assert GtidPosition.parse(on_primary["gtid_position"]) == GtidPosition.parse(gtid_position)
-    _promote(replica)
+    gtid_position = _caught_up(topology)
+    # the offset's GTID state is everything the primary executed (MySQL: a set, stored as offset version 3)
+    assert parse_gtid_state(on_primary["gtid_position"], flavor) == parse_gtid_state(gtid_position, flavor)
+    assert on_primary["version"] == (3 if flavor == "mysql" else 1), on_primary
+    promote(replica, flavor)
     workload = _writers(replica, db, SEED + 1)
     try:
         workload.wait_for_transactions(20)  # the new primary's own transactions exist before the stream moves
@@ -225,7 +211,7 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
     assert before.transactions > 20 and after.transactions > 20 and after.rotations >= 1, (before, after)
 
     moved = _committed_offset(checkpoint)
-    assert moved["server"] == "mariadb:12", moved
+    assert moved["server"] == _token(replica), moved
     assert moved["file_number_base"] > int(on_primary["file"].rsplit(".", 1)[1]), moved
     positions_after = _positions(output, tables, new)
     assert len(positions_after) > len(positions_before)
@@ -238,7 +224,7 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
         assert manifest.consistent and manifest.stream_position > failover_point, manifest.describe()
 
     # a server of another topology on the same checkpoint: a clear error, nothing written
-    stranger = MariaDBServer(options={"server-id": "13"}).start()
+    stranger = start_server(flavor, **{"server-id": "13"})
     try:
         _create(stranger, db)
         settings = MySQLSettings.from_url(stranger.cdc_url)
@@ -247,7 +233,8 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
             _stream(spark, config(settings))
         message = str(info.value)
         assert f"127.0.0.1:{stranger.port} is not the one this checkpoint streamed from" in message, message
-        assert "server_id 12 -> server_id 13" in message and "not comparable" in message, message
+        assert "server_id 12" in message and "-> server_id 13" in message, message
+        assert "not comparable" in message and "has not applied GTID" in message, message
         assert settings.password not in message
         assert _committed_batches(output) == written, "nothing may be written"
         assert _committed_offset(checkpoint) == moved
@@ -255,7 +242,7 @@ def test_failover_to_a_promoted_replica_continues_from_its_gtid_position(topolog
         stranger.stop()
 
 
-def _binlog_bytes(server: MariaDBServer) -> int:
+def _binlog_bytes(server: Any) -> int:
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         return sum(int(row[1]) for row in cur.fetchall())
@@ -269,7 +256,7 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
     stream stops with the error that says so (not a GTID-position error), nothing of the batch is written,
     and the restart replays the batch on the new server from its GTID position: the mirror equals the source
     row by row, no change twice."""
-    primary, replica = topology
+    primary, replica, _flavor = topology
     db = "fo_partition"
     _create(primary, db)
     proxy = CuttableProxy(("127.0.0.1", primary.port))
@@ -300,8 +287,8 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
                 time.sleep(0.2)
         finally:
             workload.stop()
-        _caught_up(replica, primary)
-        _promote(replica)
+        _caught_up(topology)
+        promote(replica, topology.flavor)
         written = _committed_batches(output)
 
         # the virtual IP moves to the replica while the first batch's partitions read
@@ -356,36 +343,55 @@ def _positions(output: str, tables: list[TableId], settings: MySQLSettings) -> l
     return sorted(r.position for schema in schemas for r in changelog_records(output, schema))
 
 
+@BOTH_FLAVORS
 def test_offsets_move_only_within_the_topology(topology, tmp_path):
-    """The engine side of failover without Spark: GTID positions found again on the replica; a server with
-    the same server_id but another binlog, and an offset without a GTID position, stop with the error."""
-    primary, replica = topology
+    """The engine side of failover without Spark: GTID states found again on the replica; a server whose
+    binlog is not the one the offset names although it has the same identity (MariaDB: the same server_id;
+    MySQL: the same server_uuid, a restore), and an offset without a GTID state, stop with the error."""
+    primary, replica, flavor = topology
     with primary.admin() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE fo_engine")
         cur.execute("CREATE TABLE fo_engine.t (id INT PRIMARY KEY, v INT)")
         for i in range(5):
             cur.execute("INSERT INTO fo_engine.t VALUES (%s, %s)", (i, i))
-    position = _caught_up(replica, primary)
-    _promote(replica)
+    position = _caught_up(topology)
+    promote(replica, flavor)
     with replica.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_uuid" if flavor == "mysql" else "SELECT '0-12-'")
+        (mine,) = cur.fetchone()
         cur.execute("INSERT INTO fo_engine.t VALUES (100, 100)")  # the new primary's first own transaction
         cur.execute("SHOW BINLOG EVENTS")
-        own = [(row[0], row[1]) for row in cur.fetchall() if row[2] == "Gtid" and "0-12-" in row[5]]
+        events = cur.fetchall()
+    own = [(row[0], row[1]) for row in events if row[2] == "Gtid" and str(mine) in row[5]]
     with connect(MySQLSettings.from_url(replica.cdc_url).with_database(None)) as conn:
         found = position_after_gtid_set(conn, position)
-        assert (found.file, found.pos) == own[0] and found.gtid_position == position
+        assert (found.file, found.pos) == own[0]
+        assert parse_gtid_state(found.gtid_position, flavor) == parse_gtid_state(position, flavor)
+        ahead = "0-12-999" if flavor == "mariadb" else f"{mine}:1-999"
         with pytest.raises(GtidNotFound, match="has not applied GTID"):  # ahead of this server
-            position_after_gtid_set(conn, "0-12-999")
-        with pytest.raises(GtidNotFound, match="does not hold GTID 0-99-3: it has 0-11-3 in its place"):
-            position_after_gtid_set(conn, "0-99-3")  # same seq, another origin
+            position_after_gtid_set(conn, ahead)
+        if flavor == "mariadb":
+            with pytest.raises(GtidNotFound, match="does not hold GTID 0-99-3: it has 0-11-3 in its place"):
+                position_after_gtid_set(conn, "0-99-3")  # same seq, another origin
+        else:
+            stranger = "5ca1ab1e-0000-4000-8000-000000000001:1-3"  # a source this topology never had
+            with pytest.raises(GtidNotFound, match=f"has not applied GTID {stranger}"):
+                position_after_gtid_set(conn, f"{position},{stranger}")
+            # a hole in the set, followed by transactions it contains: another history, not a position
+            uuid, _, interval = position.partition(":")
+            last = int(interval.rpartition("-")[2])
+            holed = f"{uuid}:1-{last - 3}:{last - 1}-{last}"
+            follows = rf"{uuid}:{last - 1} \(contained in the GTID set\) follows"
+            with pytest.raises(GtidNotFound, match=follows):
+                position_after_gtid_set(conn, holed)
 
     with connect(MySQLSettings.from_url(primary.cdc_url).with_database(None)) as conn:
-        cur = conn.cursor()
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
+        end = binlog_end(conn)
+        file, pos = end.file, end.pos
         identity = server_identity(conn)
         on_primary = resolve_offset(conn, BinlogOffset(file, pos), identity, dict)
-    assert on_primary.server == "mariadb:11" and on_primary.gtid_position == position
+    assert on_primary.server == identity.token and on_primary.gtid_position is not None
+    assert parse_gtid_state(on_primary.gtid_position, flavor) == parse_gtid_state(position, flavor)
 
     # on the promoted replica: moved by GTID once the stream is past every chunk HW, else stopped
     table = "fo_engine.t"
@@ -394,22 +400,33 @@ def test_offsets_move_only_within_the_topology(topology, tmp_path):
         identity = server_identity(conn)
         past = {table: _view(table, [hw_before, hw_before])}
         moved = resolve_offset(conn, on_primary, identity, lambda: past)
-        assert (moved.file, moved.pos) == own[0] and moved.server == "mariadb:12"
-        assert moved.key > on_primary.key and moved.gtid_position == position
+        assert (moved.file, moved.pos) == own[0] and moved.server == identity.token
+        assert moved.key > on_primary.key and moved.gtid_position == on_primary.gtid_position
+        assert resolve_offset(conn, moved, identity, dict) == moved  # its binlog holds it: used as it is
         for hws in ([hw_before, hw_after], [hw_before, None]):  # a chunk HW after the stream; one uncommitted
             with pytest.raises(ServerChanged, match=rf"not past the snapshot of {table}.*redone on the new"):
                 resolve_offset(conn, on_primary, identity, lambda hws=hws: {table: _view(table, hws)})
 
-    # another server configured with the same server_id: its binlog at that position is not the stream's
-    twin = MariaDBServer(options={"server-id": "11"}).start()
+    # MariaDB: another server configured with the same server_id; MySQL: a server with the primary's
+    # server_uuid (restored from a backup) whose binlog is not the one the stream read
+    twin = start_member(flavor, 11)
     try:
+        if flavor == "mysql":
+            with primary.admin() as conn, conn.cursor() as cur:
+                cur.execute("SELECT @@server_uuid")
+                (primary_uuid,) = cur.fetchone()
+            (twin.basedir / "data" / "auto.cnf").write_text(f"[auto]\nserver-uuid={primary_uuid}\n")
+            twin.restart()
         with connect(MySQLSettings.from_url(twin.cdc_url).with_database(None)) as conn:
             identity = server_identity(conn)
-            with pytest.raises(ServerChanged, match=r"server_id 11 as before, but its binlog"):
+            assert identity.same_server(on_primary.server or "")
+            restored = (r"server_id 11(, server_uuid \S+)? as before, but its binlog.*cannot continue from "
+                        r"the stream's GTID position.*has not applied GTID")
+            with pytest.raises(ServerChanged, match=restored):
                 resolve_offset(conn, on_primary, identity, dict)
-            # an offset without a GTID position cannot move at all
-            bare = BinlogOffset(file, pos, server="mariadb:12")
-            with pytest.raises(ServerChanged, match=r"server_id 12 -> server_id 11.*not comparable.*no GTID"):
+            # an offset without a GTID state cannot move at all
+            bare = BinlogOffset(file, pos, server=moved.server)
+            with pytest.raises(ServerChanged, match=r"server_id 12.* -> server_id 11.*not comparable.*no GT"):
                 resolve_offset(conn, bare, identity, dict)
     finally:
         twin.stop()

@@ -37,7 +37,7 @@ from airflow_provider_mysqlcdc.engine.common.keepalive import (
     KEEPALIVE_PROBES,
 )
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
-from airflow_provider_mysqlcdc.engine.snapshot import chunk_reader
+from airflow_provider_mysqlcdc.engine.snapshot import read_view
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables, snapshot_chunk
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
@@ -143,8 +143,8 @@ def test_a_chunk_read_on_a_silent_path_fails_within_its_read_timeout_and_commits
     # pure-Python reader's per-read timeout is what catches a proxy that forwards nothing; the native reader
     # has none (docs/operations.md: behind such a proxy, MYSQLCDC_CHUNK_READER=python)
     monkeypatch.setenv(CHUNK_READER_ENV, "python")
-    opened = chunk_reader.open_consistent_snapshot
-    monkeypatch.setattr(chunk_reader, "open_consistent_snapshot", black_holing(proxy, opened))
+    opened = read_view.open_consistent_snapshot
+    monkeypatch.setattr(read_view, "open_consistent_snapshot", black_holing(proxy, opened))
     settings = through(direct, proxy)
     _, error, seconds = timed(lambda: snapshot_chunk(settings, store, plan, 0, write, schema=schema),
                               BUDGET_S + MARGIN_S, proxy)
@@ -156,7 +156,7 @@ def test_a_chunk_read_on_a_silent_path_fails_within_its_read_timeout_and_commits
     assert chunk.status == "failed" and chunk.hw is None and "read_timeout" in (chunk.error or ""), chunk
 
     # the rerun (a fresh session; the path works again) commits the chunk once, read by the same reader
-    monkeypatch.setattr(chunk_reader, "open_consistent_snapshot", opened)
+    monkeypatch.setattr(read_view, "open_consistent_snapshot", opened)
     result = snapshot_chunk(settings, store, plan, 0, write, schema=schema)
     assert result.rows == 50 and written == [50]
     assert [c.status for c in store.chunks(str(table))] == ["committed"]

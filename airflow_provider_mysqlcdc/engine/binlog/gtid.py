@@ -1,15 +1,17 @@
 """GTID positions: the name of a binlog point that every server of a replication topology shares.
 
 A binlog position (file, pos) means something on one server only. A GTID names a transaction on every server
-that applied it (MariaDB ``domain-server-seq``), and a GTID *position*, the last GTID of each replication
-domain, names the point right after those transactions. So the stream records the GTID position of every
-batch end (``gtid_position_at``), and on another server finds the same point again
-(``position_after_gtid_set``): the start of the first transaction the position does not contain.
+that applied it, so the GTID state at a point names that point on every server of the topology. The stream
+records it at every batch end (``gtid_position_at``), and on another server finds the same point again
+(``position_after_gtid_set``): the start of the first transaction the state does not contain. One type per
+flavor (``GtidState``), parsed by ``parse_gtid_state``:
 
-MariaDB only so far. Oracle MySQL's GTID sets (``uuid:1-57,uuid2:1-9``) need interval arithmetic and the
-``Previous_gtids`` events; asking for a position there raises ``GtidUnsupported`` with a clear message, and
-``gtid_position_at`` records nothing (a MySQL stream then cannot move to another server: it stops with an
-error instead, see ``engine/stream/failover.py``).
+* MariaDB (``GtidPosition``, here): ``domain-server-seq``; the GTID *position*, the last GTID of each
+  replication domain (``0-11-57,1-12-3``), read at a point with ``BINLOG_GTID_POS``;
+* Oracle MySQL (``MysqlGtidSet``, ``engine/binlog/mysql_gtid.py``): ``uuid:gno``; the executed GTID *set* at
+  a point (``uuid:1-57,uuid2:1-9``), read from the file's ``Previous_gtids`` event and the GTID events before
+  the point. It needs ``gtid_mode=ON``; without it there is none (None: the stream cannot move to another
+  server, and stops with an error saying so, see ``engine/stream/failover.py``).
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from dataclasses import dataclass
 
 import pymysql
 
+from airflow_provider_mysqlcdc.engine.binlog import mysql_gtid
 from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs, first_events, iter_events
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.binlog.gtid_errors import GtidError, GtidNotFound, GtidUnsupported
+from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import MysqlGtid, MysqlGtidSet
 from airflow_provider_mysqlcdc.engine.common.text import split_commas
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -28,18 +32,6 @@ from airflow_provider_mysqlcdc.engine.source.server import server_info
 
 _GTID = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 _GTID_IN_INFO = re.compile(r"\bGTID (\d+)-(\d+)-(\d+)\b")
-
-
-class GtidError(CdcError):
-    """A GTID position cannot be used on this server."""
-
-
-class GtidUnsupported(GtidError):
-    """The server's flavor (Oracle MySQL) or the text's form is not supported yet."""
-
-
-class GtidNotFound(GtidError):
-    """This server's binlog does not hold the point a GTID position names (purged, behind, other history)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -54,9 +46,9 @@ class Gtid:
     def parse(cls, text: str) -> Gtid:
         match = _GTID.match(text.strip())
         if not match:
+            hint = " (it looks like an Oracle MySQL GTID set: for a MySQL server)" if ":" in text else ""
             raise GtidUnsupported(
-                f"GTID {text.strip()!r} is not a MariaDB GTID (domain-server-seq, e.g. 0-1-57); Oracle MySQL "
-                "GTID sets (uuid:1-57) are not supported yet"
+                f"GTID {text.strip()!r} is not a MariaDB GTID (domain-server-seq, e.g. 0-1-57){hint}"
             )
         domain, server_id, seq = (int(g) for g in match.groups())
         return cls(domain, server_id, seq)
@@ -98,16 +90,29 @@ class GtidPosition:
         return ",".join(str(g) for g in self.gtids)
 
 
+GtidState = GtidPosition | MysqlGtidSet  # the GTID state at a binlog point, per flavor
+__all__ = ["Gtid", "GtidError", "GtidNotFound", "GtidPosition", "GtidState", "GtidUnsupported", "MysqlGtid",
+           "MysqlGtidSet", "gtid_position_at", "parse_gtid_state", "position_after_gtid_set"]
+
+
+def parse_gtid_state(text: str | None, flavor: str) -> GtidState:
+    """A stored or given GTID state as the type of ``flavor`` (``GtidUnsupported`` if it is not of it)."""
+    if flavor == "mariadb":
+        return GtidPosition.parse(text)
+    return MysqlGtidSet.parse(text)
+
+
 def gtid_position_at(
     conn: pymysql.connections.Connection, position: BinlogPosition, flavor: str
-) -> GtidPosition | None:
-    """The GTID position at a transaction boundary of this server's binlog; None where it cannot be known
-    (Oracle MySQL, not supported yet; a file this server does not have; not an event start).
+) -> GtidState | None:
+    """The GTID state at a transaction boundary of this server's binlog; None where it cannot be known (a file
+    this server does not have; not an event start; Oracle MySQL without ``gtid_mode=ON``).
 
-    ``BINLOG_GTID_POS`` reads the file's ``Gtid_list`` and the event headers up to ``pos``: ~15 ms for a
-    160 MB file here, cheap enough for every batch end."""
+    MariaDB: ``BINLOG_GTID_POS`` reads the file's ``Gtid_list`` and the event headers up to ``pos``: ~15 ms
+    for a 160 MB file here, cheap enough for every batch end. Oracle MySQL: ``mysql_gtid.set_at``, which
+    scans the event headers since the last point this process asked for in the same file."""
     if flavor != "mariadb":
-        return None
+        return mysql_gtid.set_at(conn, position)
     with conn.cursor() as cur:
         cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
         row = cur.fetchone()
@@ -118,10 +123,11 @@ def gtid_position_at(
 
 
 def position_after_gtid_set(
-    conn: pymysql.connections.Connection, gtid_set: str | GtidPosition
+    conn: pymysql.connections.Connection, gtid_set: str | GtidState
 ) -> BinlogOffset:
     """The start of the first transaction of this server's binlog that ``gtid_set`` does not contain (the
     current end of the binlog if there is none yet), as an offset carrying ``gtid_set`` as its GTID position.
+    Oracle MySQL: ``mysql_gtid.position_after``; MariaDB below.
 
     The scan starts in the newest binlog file whose ``Gtid_list`` (the GTID position at the file's start) the
     set covers, and checks that this server's history holds the set: the set's last GTID of every domain
@@ -131,12 +137,15 @@ def position_after_gtid_set(
     from: a resume there would repeat them)."""
     where = f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
     info = server_info(conn)
-    if info.flavor != "mariadb":
-        raise GtidUnsupported(
-            f"resuming from a GTID set on {info.label} at {where} is not supported yet (MariaDB only): "
-            "give a binlog file and position instead"
-        )
-    wanted = gtid_set if isinstance(gtid_set, GtidPosition) else GtidPosition.parse(gtid_set)
+    if isinstance(gtid_set, str):
+        parsed = parse_gtid_state(gtid_set, info.flavor)
+    elif isinstance(gtid_set, GtidPosition) == (info.flavor == "mariadb"):
+        parsed = gtid_set
+    else:
+        raise GtidUnsupported(f"GTID state {gtid_set} is not one of {info.label} at {where}")
+    if isinstance(parsed, MysqlGtidSet):
+        return mysql_gtid.position_after(conn, parsed, where)
+    wanted = parsed
     names = [name for name, _ in binary_logs(conn)]
     if not names:
         raise GtidError(f"the server at {where} lists no binary logs: binary logging must be on")

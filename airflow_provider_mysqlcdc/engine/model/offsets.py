@@ -17,16 +17,19 @@ Positions are only comparable within one server's binlog, so the stream's offset
 (``engine/stream/failover.py``):
 
 * ``server``: the identity of the server whose binlog ``file``/``pos`` name (``ServerIdentity.token``);
-* ``gtid_position``: the GTID position at ``pos`` (MariaDB: the last GTID of every domain), which names the
-  same point on every server of the replication topology: a stream resumes on another server from it;
+* ``gtid_position``: the GTID state at ``pos`` (MariaDB: the GTID position, the last GTID of every domain;
+  Oracle MySQL: the executed GTID set), which names the same point on every server of the replication
+  topology: a stream resumes on another server from it;
 * ``file_number_base``: added to the binlog file *number* of every position the stream reports (changelog
   ``_position``, filter and mirror comparisons). 0 on the server the snapshot read; after a failover it makes
   every position of the new server order after every position of the old one (and after every chunk HW).
 
-Offsets are stored as versioned JSON. Every later release reads versions 1 and 2; a release rejects versions
-newer than it knows, with a message saying so. An offset is written as version 1 unless it has a
-``file_number_base`` (version 2): a release that does not know the base would report positions that order
-before the old server's, so it must refuse such an offset instead.
+Offsets are stored as versioned JSON. Every later release reads versions 1, 2 and 3; a release rejects
+versions newer than it knows, with a message saying so. An offset is written in the oldest version that holds
+it: version 1, unless it has a ``file_number_base`` (version 2: a release that does not know the base would
+report positions that order before the old server's, so it must refuse such an offset instead) or an Oracle
+MySQL GTID set as its ``gtid_position`` (version 3: a release that knows MariaDB GTID positions only would
+take the set for a binlog that does not match, and refuse to resume with a misleading message).
 """
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ from typing import Any
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 
-OFFSET_VERSION = 2
-SUPPORTED_VERSIONS = frozenset({1, 2})
+OFFSET_VERSION = 3
+SUPPORTED_VERSIONS = frozenset({1, 2, 3})
 
 
 class OffsetFormatError(CdcError):
@@ -56,7 +59,7 @@ class BinlogOffset:
     gtid: str | None = None
     version: int = field(default=OFFSET_VERSION, compare=False)  # as read; written: ``format_version``
     server: str | None = None  # the server whose binlog file/pos name (None: the one the stream talks to)
-    gtid_position: str | None = None  # the GTID position at ``pos``: this point on every topology member
+    gtid_position: str | None = None  # the GTID state at ``pos``: this point on every topology member
     file_number_base: int = 0  # added to the file number of every position the stream reports
 
     def __post_init__(self) -> None:
@@ -109,6 +112,8 @@ class BinlogOffset:
     @property
     def format_version(self) -> int:
         """The oldest version that holds this offset (older releases keep reading what they can)."""
+        if self.gtid_position and ":" in self.gtid_position:  # an Oracle MySQL GTID set (uuid:1-57)
+            return 3
         return 2 if self.file_number_base else 1
 
     def to_dict(self) -> dict[str, Any]:

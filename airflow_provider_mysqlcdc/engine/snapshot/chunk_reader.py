@@ -1,10 +1,11 @@
 """Reading one chunk: low watermark, a fresh read view, the rows in Arrow batches, high watermark, backfill.
 
 The result reflects the table exactly as of the chunk's high watermark (HW), and is emitted as snapshot
-records (``+I``) at HW. In ``consistent_snapshot`` mode LW == HW and no binlog is read, so rows stream out in
-bounded memory. In ``watermark_table`` mode the chunk is buffered (bounded by the chunk size) and corrected
-with the binlog events (LW, HW] of this table whose row images fall in the chunk. ``skip_backfill`` gives an
-at-least-once chunk filtered at its LW instead.
+records (``+I``) at HW. ``ChunkRead`` takes the session and the read slot, picks the way of reading by the
+source's read view mode and the reader (one file each in ``read_modes/``: MariaDB's consistent snapshot, LW ==
+HW, no binlog read; Oracle MySQL's executed-GTID window, a few events applied; the watermark table, the events
+between two markers applied), and gives them what they share. ``skip_backfill`` gives an at-least-once chunk
+filtered at its LW instead.
 
 DDL during a chunk read makes the chunk be read again in a fresh read view (at most ``DDL_REREADS`` times):
 DDL that rebuilt the table after the view opened (the server refuses the view), and DDL that changed the
@@ -27,7 +28,6 @@ import pyarrow as pa
 import pymysql.cursors
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
-from airflow_provider_mysqlcdc.engine.binlog.errors import ResnapshotRequired
 from airflow_provider_mysqlcdc.engine.binlog.reader import BinlogReader
 from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.key_sql import plan_predicate
@@ -39,26 +39,27 @@ from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import snapshot_batch, snapshot_data_batch
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.model.records import INSERT, UPDATE_AFTER
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_buffer import ArrowChunkBuffer, ChunkBuffer
-from airflow_provider_mysqlcdc.engine.snapshot.gtid_window_read import GtidWindowRead
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import columns as native_columns
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import date_guard
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import session as native_session
 from airflow_provider_mysqlcdc.engine.snapshot.native_read.select import NativeReadFailed, NativeSelect
 from airflow_provider_mysqlcdc.engine.snapshot.read_errors import (
-    COLUMNS_CHANGED,
+    DDL_REREADS,
     ChunkKeyChanged,
     TableChangedDuringRead,
 )
+from airflow_provider_mysqlcdc.engine.snapshot.read_modes.consistent_snapshot import ConsistentSnapshotRead
+from airflow_provider_mysqlcdc.engine.snapshot.read_modes.consistent_snapshot_native import (
+    NativeConsistentRead,
+)
+from airflow_provider_mysqlcdc.engine.snapshot.read_modes.gtid_executed import GtidExecutedRead
+from airflow_provider_mysqlcdc.engine.snapshot.read_modes.watermark_table import WatermarkTableRead
 from airflow_provider_mysqlcdc.engine.snapshot.read_session import ReadSession
 from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
     ReadViewMode,
-    open_consistent_snapshot,
-    open_plain_snapshot,
-    write_marker,
 )
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
@@ -73,7 +74,6 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_ROWS = 4096
 TABLE_DEF_CHANGED = 1412  # "Table definition has changed, please retry transaction"
 BAD_FIELD = 1054  # "Unknown column": a column the SELECT names was dropped or renamed since the schema loaded
-DDL_REREADS = 3  # how often a chunk is read again in a fresh read view after DDL changed its table
 # lost connection, server gone away, connection KILLed, server shutting down
 
 
@@ -95,12 +95,6 @@ def _end_read_view(conn: Any) -> None:
         conn.rollback()
 
 
-def native_view_opened(position: BinlogPosition) -> BinlogPosition:
-    """The native read's view is open at ``position`` (its first rows arrived). A named step, as
-    ``open_consistent_snapshot`` is for the pure-Python reader: the conformance suite writes here."""
-    return position
-
-
 def source_read_view(options: ChunkReadOptions, settings: MySQLSettings) -> ChunkReadOptions:
     """The read view the source's settings ask for (``read_view_mode``/``watermark_table`` of its URL or
     connection) where the read's own options leave it open (``auto``, no table)."""
@@ -110,10 +104,6 @@ def source_read_view(options: ChunkReadOptions, settings: MySQLSettings) -> Chun
     if (mode, table) == (options.mode, options.watermark_table):
         return options
     return dataclasses.replace(options, mode=cast(ReadViewMode, mode), watermark_table=table)
-
-
-class WatermarkNotFound(CdcError):
-    """The marker row never showed up in the binlog (binlog off for that table, or filtered by the server)."""
 
 
 @dataclass
@@ -214,7 +204,7 @@ class ChunkRead:
         self._key_order: KeyOrder | None = None
         self._locator: ChunkLocator | None = None
 
-    # -- what every way of reading a chunk shares (``gtid_window_read.py`` and the modes below) --------------
+    # -- what every way of reading a chunk shares (``read_modes/``) ------------------------------------------
 
     @property
     def what(self) -> str:
@@ -303,13 +293,14 @@ class ChunkRead:
                 session.query_timeout(self.options.limits.query_timeout_s)
                 native = self._native_columns(info, mode)
                 if mode == "gtid_executed":
-                    yield from GtidWindowRead(self).batches(conn, info, waited, native is not None)
-                elif mode != "consistent_snapshot":
-                    yield from self._read_with_watermarks(conn, info, waited, native is not None)
+                    yield from GtidExecutedRead(self).batches(conn, info, waited, native is not None)
+                elif mode == "watermark_table":
+                    yield from WatermarkTableRead(self).batches(conn, info, waited, native is not None)
                 elif native is not None:
-                    yield from self._read_native(conn, info, waited, native, session.binlog_file())
+                    yield from NativeConsistentRead(self).batches(conn, info, waited, native,
+                                                                  session.binlog_file())
                 else:
-                    yield from self._read_consistent(conn, waited)
+                    yield from ConsistentSnapshotRead(self).batches(conn, waited)
                 assert self.result.high_watermark is not None
                 server = session.hw_server(self.result.high_watermark)  # the session that fixed the HW
                 self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
@@ -322,7 +313,7 @@ class ChunkRead:
                 session.close()
         self.result.timings["total_s"] = time.monotonic() - started
 
-    # -- native reader: consistent snapshot in connectorx's session, Arrow from the wire ---------------------
+    # -- the native reader's columns, the SELECT, its errors ------------------------------------------------
 
     def _native_columns(self, info: Any, mode: str) -> list[native_columns.NativeColumn] | None:
         """The native reader's column plan for this read, or None: the pure-Python reader reads
@@ -344,113 +335,7 @@ class ChunkRead:
         guard_dates = date_guard.guarded(str(self.schema.table))
         return native_columns.plan_columns(self.schema, guard_dates=guard_dates)
 
-    def _read_native(self, conn: Any, info: Any, started: float, planned: list[native_columns.NativeColumn],
-                     binlog_file: str) -> Iterator[pa.RecordBatch]:
-        """``_read_native_views``; if its dates were read as they are and one is unfit for connectorx, the
-        table's dates are guarded from now on, and the chunk read again with the guard when nothing was handed
-        out yet (else ``ZeroDateSeen``: the consumer reads it again,
-        ``date_guard.read_again_if_zero_date``)."""
-        try:
-            yield from self._read_native_views(conn, info, started, planned, binlog_file)
-        except date_guard.UnfitDate as unfit:
-            what = f"{self.schema.table} chunk {self.chunk.chunk_id}"
-            date_guard.guard(str(self.schema.table), str(unfit))
-            if self.result.rows:
-                raise date_guard.ZeroDateSeen(
-                    f"{what}: {unfit} after {self.result.rows} rows were handed out; the table's dates are "
-                    "guarded from now on: read the chunk again") from None
-            guarded, why = self._plan_native()
-            if guarded is None:
-                reader_choice.say_once(self.schema.table, why or "")
-                yield from self._read_consistent(conn, started)
-                return
-            yield from self._read_native_views(conn, info, started, guarded, binlog_file)
-
-    def _read_native_views(self, conn: Any, info: Any, started: float,
-                           planned: list[native_columns.NativeColumn],
-                           binlog_file: str) -> Iterator[pa.RecordBatch]:
-        """As ``_read_consistent``, with connectorx reading the rows in a read view it opens itself. The
-        view's point (HW) is known when the first rows arrive: the columns are checked then, before anything
-        is yielded (the running SELECT holds DDL off from there on). An empty chunk carries no point: it is
-        read again by the pure-Python reader in a fresh view. ``binlog_file``: any binlog file name of the
-        server (the base of the names the view's point is unpacked into)."""
-        stale = False
-        for attempt in range(DDL_REREADS + 1):
-            if stale:
-                self._adopt(schema_changed(conn, self.schema))
-                stale = False
-                replanned, why = self._plan_native()
-                if replanned is None:
-                    reader_choice.say_once(self.schema.table, why or "")
-                    yield from self._read_consistent(conn, started)
-                    return
-                planned = replanned
-            select = self._native_select(conn, info, planned, binlog_file)
-            unguarded = any(c.unguarded_date for c in planned)
-            try:
-                first = self._native_open(select, unguarded)
-                if first is None:
-                    select.close(conn)
-                    yield from self._read_consistent(conn, started)
-                    return
-                position = native_view_opened(first.position)
-                self.result.reader = "native"
-                self.result.low_watermark = self.result.high_watermark = position
-                if self._adopt(schema_changed(conn, self.schema)):
-                    select.close(conn)
-                    self._reread(attempt, COLUMNS_CHANGED)
-                    replanned, why = self._plan_native()
-                    if replanned is None:
-                        reader_choice.say_once(self.schema.table, why or "")
-                        yield from self._read_consistent(conn, started)
-                        return
-                    planned = replanned
-                    continue
-                limiter = RateLimiter(self.options.limits.per_read_rows_per_second)
-                batch: pa.RecordBatch | None = first.batch
-                rest = select.rest()
-                while batch is not None:
-                    data = native_columns.to_canonical(self.schema, planned, batch, 0)
-                    self.result.rows += data.num_rows
-                    yield snapshot_data_batch(self.schema, data, position, self.chunk.chunk_id,
-                                              self.plan.generation)
-                    limiter.take(data.num_rows)
-                    batch = self._native_next(rest, unguarded)
-                break
-            except TableChangedDuringRead:
-                if self.result.rows or attempt == DDL_REREADS:
-                    raise
-                self._reread(attempt, "after the read view opened")
-                stale = True
-            finally:
-                select.close(conn)
-        self.result.timings["read_s"] = time.monotonic() - started
-
-    def _native_select(self, conn: Any, info: Any, planned: list[native_columns.NativeColumn],
-                       binlog_file: str) -> NativeSelect:
-        where, params = plan_predicate(self.plan, self.schema, self.chunk)
-        # the predicate's values escaped by pymysql, exactly as the Python reader sends them
-        with conn.cursor() as cur:
-            where_sql = cur.mogrify(where, params)
-        sql = (f"SELECT {native_session.hw_column()}, {native_columns.select_list(planned)} "
-               f"FROM {self.schema.table.quoted} WHERE {where_sql}")
-        statements = native_session.read_view_statements(info.flavor, info.server_id,
-                                                         self.options.limits.query_timeout_s)
-        return NativeSelect(self.settings, sql, statements, self.options.batch_rows, binlog_file)
-
-    def _native_open(self, select: NativeSelect, unguarded: bool) -> Any:
-        try:
-            return select.open()
-        except NativeReadFailed as exc:
-            raise self._native_error(exc, unguarded) from None
-
-    def _native_next(self, rest: Iterator[pa.RecordBatch], unguarded: bool) -> pa.RecordBatch | None:
-        try:
-            return next(rest, None)
-        except NativeReadFailed as exc:
-            raise self._native_error(exc, unguarded) from None
-
-    def _native_error(self, exc: NativeReadFailed, unguarded: bool) -> Exception:
+    def native_error(self, exc: NativeReadFailed, unguarded: bool) -> Exception:
         """connectorx's failure; with unguarded dates, one that is no MySQL error and no lost connection is
         taken for a date it cannot return (``date_guard``: the read goes again with the guard, which also
         shows whether it was)."""
@@ -459,44 +344,6 @@ class ChunkRead:
         error = self._select_error(exc.code, exc.text, exc.lost, native=True)
         assert error is not None
         return error
-
-    # -- consistent snapshot: exact read view, LW == HW, rows stream out -----------------------------------
-
-    def _read_consistent(self, conn: Any, started: float) -> Iterator[pa.RecordBatch]:
-        self.result.reader = "python"
-        stale = False  # the previous view was refused after DDL: reload the schema before the next one
-        for attempt in range(DDL_REREADS + 1):
-            if stale:
-                self._adopt(schema_changed(conn, self.schema))
-                stale = False
-            position = open_consistent_snapshot(conn)
-            self.result.low_watermark = self.result.high_watermark = position
-            try:
-                # HW is fixed now: it is this view's binlog point. DDL that committed after the schema was
-                # loaded and before HW changed the columns of the table as of HW, without invalidating the
-                # view (instant ADD/DROP/RENAME COLUMN, widening MODIFY): read again with the new columns. DDL
-                # after HW but before the SELECT is seen here too (a harmless extra reread) or, if it dropped
-                # or renamed a column, fails the SELECT (BAD_FIELD); once the SELECT runs, its metadata lock
-                # holds DDL off until the view ends. Nothing is yielded before this check.
-                if self._adopt(schema_changed(conn, self.schema)):
-                    self._reread(attempt, COLUMNS_CHANGED)
-                    continue
-                for rows in self._select(conn):
-                    self.result.rows += len(rows)
-                    yield snapshot_batch(self.schema, rows, position, self.chunk.chunk_id,
-                                         self.plan.generation)
-                break
-            except TableChangedDuringRead:
-                # DDL that rebuilt the table (or dropped a column the SELECT names) committed after the read
-                # view opened: the server refuses the SELECT before any row is sent, so the chunk is read
-                # again in a fresh view (a later HW).
-                if self.result.rows or attempt == DDL_REREADS:
-                    raise
-                self._reread(attempt, "after the read view opened")
-                stale = True
-            finally:
-                _end_read_view(conn)
-        self.result.timings["read_s"] = time.monotonic() - started
 
     def _adopt(self, current: TableSchema | None) -> bool:
         """Read with ``current`` from now on (if the table changed); fail if its keys changed (re-plan)."""
@@ -590,71 +437,6 @@ class ChunkRead:
             )
         return None
 
-    # -- watermark table (DBLog): buffered chunk corrected by the events between the markers --------------
-
-    def _read_with_watermarks(self, conn: Any, info: Any, started: float,
-                              native: bool) -> Iterator[pa.RecordBatch]:
-        """DBLog: a LW marker, the chunk's SELECT (``native``: by connectorx, into Arrow), a HW marker, then
-        the binlog events between the markers applied to what was read. Nothing is yielded before the end."""
-        table = self.options.watermark_table
-        assert table is not None
-        stale = False  # the previous view was refused after DDL: reload the schema before the next one
-        for attempt in range(DDL_REREADS + 1):
-            if stale:
-                self._adopt(schema_changed(conn, self.schema))
-                stale = False
-            planned, why = self._plan_native() if native else (None, "")  # the schema may have changed since
-            if planned is None:  # the table took a column the native reader cannot read exactly
-                reader_choice.say_once(self.schema.table, why or "")
-            low = write_marker(conn, info, table, self.options.marker_slot)
-            try:
-                if planned is not None:
-                    buffer: ChunkBuffer | ArrowChunkBuffer = self._select_native_whole(conn, info, planned)
-                else:
-                    open_plain_snapshot(conn)
-                    buffer = ChunkBuffer(self.schema)
-                    for rows in self._select(conn):
-                        buffer.load(rows)
-            except TableChangedDuringRead:
-                if attempt == DDL_REREADS:
-                    raise
-                self._reread(attempt, "after the read view opened")
-                stale = True
-                continue
-            finally:
-                _end_read_view(conn)
-            high = write_marker(conn, info, table, self.options.marker_slot)
-            # HW is fixed now (the high marker committed): DDL that committed after the schema was loaded and
-            # before HW changed the table's columns as of HW without invalidating the view. Read again, from a
-            # new LW marker, with the new columns (nothing has been yielded yet).
-            if self._adopt(schema_changed(conn, self.schema)):
-                self._reread(attempt, COLUMNS_CHANGED)
-                continue
-            read_done = time.monotonic()
-            self.result.timings["read_s"] = read_done - started
-            try:
-                if self.options.skip_backfill:
-                    # At-least-once: no binlog correction; the chunk counts as of its LW
-                    # (found from the marker).
-                    lw, _hw, _events = self._locate_markers(low, high, table, apply_to=None)
-                    self.result.low_watermark = self.result.high_watermark = lw
-                else:
-                    lw, hw, events = self._locate_markers(low, high, table, apply_to=buffer)
-                    self.result.low_watermark, self.result.high_watermark = lw, hw
-                    self.result.backfill_events = events
-            except ResnapshotRequired:
-                # DDL between the watermarks changed rows without row events (TRUNCATE, a partition DROP):
-                # the buffer cannot be corrected, so the chunk is read again after it
-                if attempt == DDL_REREADS:
-                    raise
-                self._reread(attempt, "between its watermarks (TRUNCATE or a partition operation)")
-                continue
-            self.result.timings["backfill_s"] = time.monotonic() - read_done
-            break
-        hw_position = self.result.high_watermark
-        assert hw_position is not None
-        yield from self.emit_buffer(buffer, hw_position)
-
     def _select_native_whole(self, conn: Any, info: Any,
                              planned: list[native_columns.NativeColumn]) -> ArrowChunkBuffer:
         """The chunk's SELECT between the markers by connectorx, whole, in canonical Arrow. Dates unfit for
@@ -681,59 +463,8 @@ class ChunkRead:
         try:
             batches = select.read_all()
         except NativeReadFailed as exc:
-            raise self._native_error(exc, any(c.unguarded_date for c in planned)) from None
+            raise self.native_error(exc, any(c.unguarded_date for c in planned)) from None
         finally:
             select.close(conn)
         return ArrowChunkBuffer(self.schema, [native_columns.to_canonical(self.schema, planned, b, 0)
                                               for b in batches])
-
-    def _locate_markers(
-        self, low: Any, high: Any, table: TableId, apply_to: ChunkBuffer | ArrowChunkBuffer | None
-    ) -> tuple[BinlogPosition, BinlogPosition, int]:
-        """Scan the binlog from before the LW marker to the HW marker; apply chunk events in between."""
-        from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
-
-        with connect(self.settings) as conn:
-            schemas = {self.schema.table: self.schema, table: load_schema(conn, table)}
-        with contextlib.ExitStack() as stack:
-            server_id = self.options.server_id or stack.enter_context(
-                claimed_server_id(self.settings, prefer=self.options.marker_slot)
-            )
-            reader = BinlogReader(self.settings, server_id, {self.schema.table, table}, schemas)
-            key_order = KeyOrder(lambda: connect(self.settings), self.schema, self.plan.key_columns)
-            stack.callback(key_order.close)
-            return self._scan_markers(reader, ChunkLocator(self.plan, key_order), low, high, table, apply_to)
-
-    def _scan_markers(
-        self, reader: BinlogReader, locator: ChunkLocator, low: Any, high: Any, table: TableId,
-        apply_to: ChunkBuffer | ArrowChunkBuffer | None,
-    ) -> tuple[BinlogPosition, BinlogPosition, int]:
-        lw: BinlogPosition | None = None
-        events = 0
-        pending: list[RowChange] = []
-        deadline = time.monotonic() + self.options.backfill_timeout
-        for change in reader.read(BinlogOffset.at(low.written_after), end=None, blocking=True,
-                                  timeout=self.options.backfill_timeout, sync_to_transaction=True):
-            if time.monotonic() > deadline:
-                break
-            if not isinstance(change, RowChange):
-                continue
-            if change.table == table:
-                # A marker is a one-row transaction: the row's offset_after is its commit's end, a transaction
-                # boundary the stream can start from.
-                end = change.offset_after.position
-                token = change.values.get("token")
-                if lw is None and token == low.token and change.op in (INSERT, UPDATE_AFTER):
-                    lw = end
-                elif lw is not None and token == high.token and change.op in (INSERT, UPDATE_AFTER):
-                    if apply_to is not None:
-                        events = apply_to.apply(pending, locator, self.chunk.chunk_id, self.plan.key_columns)
-                    return lw, end, events
-                continue
-            if lw is not None and apply_to is not None:
-                pending.append(change)
-        raise WatermarkNotFound(
-            f"the watermark markers for chunk {self.chunk.chunk_id} of {self.schema.table} did not appear in "
-            f"the binlog within {self.options.backfill_timeout:.0f}s: check that the watermark table {table} "
-            "is not excluded by binlog-ignore-db/replicate filters and that binlog_format=ROW"
-        )

@@ -15,9 +15,10 @@ from airflow_provider_mysqlcdc.engine.source.server import ServerInfo
 
 @dataclass(frozen=True)
 class HwServer:
-    """The identity token of the server whose binlog the HW names, and the GTID position at the HW there
-    (MariaDB; None elsewhere): the token tells servers apart by id, the GTID position tells apart two servers
-    with one id (every MariaDB starts with server_id 1)."""
+    """The identity token of the server whose binlog the HW names, and the GTID state at the HW there
+    (MariaDB's GTID position, Oracle MySQL's executed GTID set with gtid_mode=ON; else None): the token tells
+    servers apart by id, the GTID state tells apart two servers with one id (every MariaDB starts with
+    server_id 1) and a restored server with the same server_uuid."""
 
     server: str
     gtid_position: str | None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 
+DDL_REREADS = 3  # how often a chunk is read again in a fresh read view after DDL changed its table
 COLUMNS_CHANGED = "after its schema was loaded (its columns differ at the chunk's high watermark)"
 
 

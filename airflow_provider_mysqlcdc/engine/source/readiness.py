@@ -100,9 +100,12 @@ def check_server(
             "binlog_order_commits",
             "binlog_expire_logs_seconds",
             "expire_logs_days",
+            "gtid_mode",
+            "enforce_gtid_consistency",
         ]
         variables = global_variables(conn, names)
         report.results.extend(_check_binlog_settings(info, variables))
+        report.results.extend(_check_gtids(info, variables, settings))
         report.results.append(_check_retention(variables, min_retention_hours))
         report.retention_s = _retention_seconds(variables)
         client = _check_replication_client(conn, info)
@@ -215,6 +218,47 @@ def _check_binlog_settings(info: ServerInfo, v: dict[str, str | None]) -> list[C
         results.append(order)
     else:
         results.append(_expect_off("log_bin_compress", v["log_bin_compress"]))
+    return results
+
+
+GTID_FIX = (
+    "set gtid_mode=ON and enforce_gtid_consistency=ON in the server configuration ([mysqld] gtid_mode=ON, "
+    "enforce_gtid_consistency=ON) and restart; online: SET PERSIST enforce_gtid_consistency=ON, then SET "
+    "PERSIST gtid_mode to OFF_PERMISSIVE, ON_PERMISSIVE and ON, one step at a time (MySQL manual: enabling "
+    "GTID transactions online)"
+)
+
+
+def _check_gtids(info: ServerInfo, v: dict[str, str | None], settings: MySQLSettings) -> list[CheckResult]:
+    """Oracle MySQL: the read view mode ``gtid_executed`` (also what ``auto`` picks where gtid_mode=ON) takes
+    its watermarks from the executed GTID set, and a stream fails over to another server of the topology by
+    the GTID set its offsets record: both need gtid_mode=ON and enforce_gtid_consistency=ON. Without them, a
+    mode that needs them fails; otherwise a warning says that failover is off."""
+    if info.flavor != "mysql":
+        return []
+    mode, enforce = (v["gtid_mode"] or "OFF").upper(), (v["enforce_gtid_consistency"] or "OFF").upper()
+    read_view = settings.read_view_mode
+    needs_gtids = read_view == "gtid_executed"
+    uses = ("read_view_mode=gtid_executed (chunk watermarks from the executed GTID set) and GTID failover"
+            if needs_gtids or (read_view == "auto" and mode == "ON") else "GTID failover")
+    results = []
+    if mode == "ON":
+        results.append(CheckResult("gtid_mode", "ok", f"gtid_mode = ON: {uses} available"))
+    elif needs_gtids:
+        results.append(CheckResult(
+            "gtid_mode", "fail", f"gtid_mode = {mode}, read_view_mode=gtid_executed needs ON: its chunk "
+            "watermarks are executed GTID sets", GTID_FIX + "; or choose read_view_mode=watermark_table"))
+    else:
+        results.append(CheckResult(
+            "gtid_mode", "warn", f"gtid_mode = {mode}: offsets and chunk HWs record no GTID set, so the "
+            "stream cannot fail over to another server of the topology (a promoted replica, a restore): it "
+            "stops instead", GTID_FIX))
+    if enforce == "ON":
+        results.append(CheckResult("enforce_gtid_consistency", "ok", "enforce_gtid_consistency = ON"))
+    elif needs_gtids or mode == "ON":
+        results.append(CheckResult(
+            "enforce_gtid_consistency", "fail", f"enforce_gtid_consistency = {enforce}, {uses} needs ON: "
+            "every transaction must be loggable with its own GTID", GTID_FIX))
     return results
 
 

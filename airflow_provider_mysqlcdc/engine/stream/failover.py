@@ -1,22 +1,26 @@
 """Failover: which server an offset belongs to, and how a stream's offset moves to another server.
 
 Binlog positions are comparable within one server's binlog only. So every offset of the stream says whose
-binlog it names (``BinlogOffset.server``, a ``ServerIdentity.token``) and the GTID position at that point
-(``BinlogOffset.gtid_position``). Before an offset is used, ``resolve_offset`` compares it with the server
-the stream talks to now:
+binlog it names (``BinlogOffset.server``, a ``ServerIdentity.token``) and the GTID state at that point
+(``BinlogOffset.gtid_position``: MariaDB's GTID position, Oracle MySQL's executed GTID set; one code path,
+the type per flavor in ``engine/binlog/gtid.py``). Before an offset is used, ``resolve_offset`` compares it
+with the server the stream talks to now:
 
-* the same server (same ``server_id``, and on MySQL the same ``server_uuid``; on MariaDB its binlog also
-  holds the recorded GTID position at that file and position): the offset is used as it is;
-* another server with a GTID position recorded (MariaDB: a promoted replica, or capture moved to a replica of
-  the same topology): the offset moves to the first transaction that position does not contain on the new
-  server (``gtid.position_after_gtid_set``). Chunk HWs are positions of the server the snapshot read, so this
-  is safe only once the stream is past every chunk's HW (then the stream filter emits every change, whatever
-  the positions); before that, or while a chunk's snapshot is not committed, it stops with an error that
-  names the tables whose snapshot must be redone on the new server. The moved offset gets a larger
-  ``file_number_base``, so every position the stream reports from the new server orders after every
-  position of the old one (changelog ``_position``, mirror and filter comparisons against chunk HWs);
-* another server without a GTID position (Oracle MySQL, not supported yet; an offset from before this was
-  recorded): it stops with an error, instead of reading the wrong positions.
+* the same server (same ``server_id``, and on MySQL the same ``server_uuid``), whose binlog also holds the
+  recorded GTID state at that file and position: the offset is used as it is;
+* another server with a GTID state recorded (a promoted replica, or capture moved to a replica of the same
+  topology), or the same one whose binlog no longer matches (a restore with the same ``server_uuid``, a
+  binlog reset, another MariaDB with the same ``server_id``): the offset moves to the first transaction that
+  state does not contain on the server at hand (``gtid.position_after_gtid_set``), or stops with an error
+  naming what to do when that server has not applied it (behind, lost transactions) or its history differs.
+  Chunk HWs are positions of the server the snapshot read, so this is safe only once the stream is past
+  every chunk's HW (then the stream filter emits every change, whatever the positions); before that, or while
+  a chunk's snapshot is not committed, it stops with an error that names the tables whose snapshot must be
+  redone on the new server. The moved offset gets a larger ``file_number_base``, so every position the
+  stream reports from the new server orders after every position of the old one (changelog ``_position``,
+  mirror and filter comparisons against chunk HWs);
+* another server without a GTID state (Oracle MySQL with ``gtid_mode`` OFF; an offset of an earlier release
+  that recorded none): it stops with an error, instead of reading the wrong positions.
 """
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ import pymysql
 from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs
 from airflow_provider_mysqlcdc.engine.binlog.gtid import (
     GtidError,
-    GtidPosition,
     gtid_position_at,
+    parse_gtid_state,
     position_after_gtid_set,
 )
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
@@ -109,12 +113,11 @@ def move_offset(
         "point the stream back at that server, or re-snapshot the tables on this one and start a new stream "
         "(new checkpoint and output)"
     )
-    if offset.gtid_position is None or identity.flavor != "mariadb":
-        why = (
-            "GTID failover is implemented for MariaDB only so far"
-            if identity.flavor != "mariadb"
-            else "the checkpoint recorded no GTID position at its offset"
-        )
+    if offset.gtid_position is None:
+        why = "the checkpoint recorded no GTID position at its offset"
+        if identity.flavor == "mysql":
+            why += (" (Oracle MySQL records its GTID set only with gtid_mode=ON and "
+                    "enforce_gtid_consistency=ON: turn them on for the next checkpoint, see mysqlcdc check)")
         raise ServerChanged(
             f"{not_ours}: positions are not comparable between servers, and the stream cannot move by GTID "
             f"({why}); {way_out}"
@@ -129,7 +132,7 @@ def move_offset(
             "output), or point the stream back at the old server until it is past every HW"
         )
     try:
-        found = position_after_gtid_set(conn, GtidPosition.parse(offset.gtid_position))
+        found = position_after_gtid_set(conn, parse_gtid_state(offset.gtid_position, identity.flavor))
     except GtidError as exc:
         raise ServerChanged(
             f"{not_ours}, and it cannot continue from the stream's GTID position {offset.gtid_position}: "
@@ -181,7 +184,10 @@ def history_mismatch(
         if newest is not None and file_number(offset.file) > file_number(newest):
             return f"its binlog ends in {newest}, before {offset.file}"
         return None  # purged: reported as such where the binlog is read
-    recorded = GtidPosition.parse(offset.gtid_position)
+    try:
+        recorded = parse_gtid_state(offset.gtid_position, identity.flavor)
+    except GtidError:
+        return f"the stream recorded GTID position {offset.gtid_position}, not one of {identity.flavor}"
     if here == recorded:
         return None
     return (

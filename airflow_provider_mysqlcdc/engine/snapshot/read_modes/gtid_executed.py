@@ -1,5 +1,5 @@
-"""A chunk read in Oracle MySQL's read-only exact read view (``read_view_mode=gtid_executed``, the window and
-why it is exact: ``gtid_window.py``). No write to the source; the chunk's HW is the binlog end read right
+"""Oracle MySQL's read-only exact read view (``read_view_mode=gtid_executed``; the window and why it is exact:
+``snapshot/gtid_window.py``). No write to the source; the chunk's HW is the binlog end read right
 after its read view opened.
 
 The pure-Python reader reads the window's events before the chunk's rows (the view is open, its SELECT not yet
@@ -23,11 +23,10 @@ import pyarrow as pa
 from airflow_provider_mysqlcdc.engine.binlog.errors import ResnapshotRequired
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
-from airflow_provider_mysqlcdc.engine.snapshot import gtid_window
+from airflow_provider_mysqlcdc.engine.snapshot import gtid_window, read_view
 from airflow_provider_mysqlcdc.engine.snapshot.chunk_buffer import ArrowChunkBuffer, ChunkBuffer, chunk_images
 from airflow_provider_mysqlcdc.engine.snapshot.native_read import choice as reader_choice
 from airflow_provider_mysqlcdc.engine.snapshot.read_errors import COLUMNS_CHANGED, TableChangedDuringRead
-from airflow_provider_mysqlcdc.engine.snapshot.read_view import open_plain_snapshot
 
 if TYPE_CHECKING:
     from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead
@@ -41,7 +40,7 @@ class KeylessChunkKeptChanging(CdcError):
     """Every read view of a chunk without a primary key opened while a transaction touching it committed."""
 
 
-class GtidWindowRead:
+class GtidExecutedRead:
     """The ``gtid_executed`` way of reading one chunk (``ChunkRead``: the session, slot and columns)."""
 
     def __init__(self, read: ChunkRead) -> None:
@@ -102,7 +101,7 @@ class GtidWindowRead:
         """What the view gives: the batches to hand out, or ``"columns changed"``/``"conflict"``."""
         read = self.read
         read.result.reader = "python"
-        open_plain_snapshot(conn)
+        read_view.open_plain_snapshot(conn)
         try:
             view_at = gtid_window.view_end(conn, info)
             read.result.low_watermark, read.result.high_watermark = start.scan_from, view_at
