@@ -191,3 +191,59 @@ def test_the_watermark_table_is_checked(mysql_server, server_flavor, mysql_db, l
         assert "?watermark_table=" in unnamed.stdout
     else:
         assert "watermark table" not in unnamed.stdout
+
+
+# (read_view_mode, gtid_mode, enforce_gtid_consistency) -> the statuses of the gtid_mode and
+# enforce_gtid_consistency lines (None: no line)
+GTID_CASES = [
+    ("gtid_executed", "ON", "ON", "ok", "ok"),
+    ("gtid_executed", "OFF", "OFF", "fail", "fail"),
+    ("gtid_executed", "ON_PERMISSIVE", "ON", "fail", "ok"),
+    ("auto", "ON", "ON", "ok", "ok"),
+    ("auto", "ON", "WARN", "ok", "fail"),  # auto picks gtid_executed where gtid_mode=ON
+    ("auto", "OFF", "OFF", "warn", None),  # auto picks the watermark table: only failover is off
+    ("watermark_table", "OFF", "OFF", "warn", None),
+]
+
+
+@pytest.mark.parametrize("mode, gtid_mode, enforce, gtid_status, enforce_status", GTID_CASES)
+def test_gtid_settings_are_checked_where_the_mode_needs_them(mode, gtid_mode, enforce, gtid_status,
+                                                             enforce_status):
+    from types import SimpleNamespace
+
+    from airflow_provider_mysqlcdc.engine.source.readiness import _check_gtids
+
+    info = ServerInfo("mysql", (9, 7, 4), "9.7.4", 1, "3e11fa47-71ca-11e1-9e33-c80aa9429562", gtid_mode)
+    results = {r.name: r for r in _check_gtids(
+        info, {"gtid_mode": gtid_mode, "enforce_gtid_consistency": enforce},
+        SimpleNamespace(read_view_mode=mode))}  # type: ignore[arg-type]
+    assert results["gtid_mode"].status == gtid_status, results
+    assert (results["enforce_gtid_consistency"].status if "enforce_gtid_consistency" in results
+            else None) == enforce_status, results
+    for result in results.values():
+        if result.status != "ok":
+            assert "gtid_mode=ON and enforce_gtid_consistency=ON" in result.fix, result
+    if gtid_status == "fail":
+        assert "read_view_mode=gtid_executed needs ON" in results["gtid_mode"].detail
+    if gtid_status == "warn":
+        assert "cannot fail over" in results["gtid_mode"].detail
+    mariadb = ServerInfo("mariadb", (10, 11, 6), "10.11.6", 1, None, "ON")
+    assert _check_gtids(mariadb, {"gtid_mode": None, "enforce_gtid_consistency": None},
+                        SimpleNamespace(read_view_mode=mode)) == []  # type: ignore[arg-type]
+
+
+def test_gtid_mode_on_the_server(mysql_server, server_flavor):
+    """The test servers run with GTIDs on: ok. Oracle MySQL one step away from it (ON_PERMISSIVE): the
+    check warns that the stream cannot fail over, and says how to turn GTIDs on."""
+    result = run_check(mysql_server.cdc_url)
+    if server_flavor != "mysql":
+        assert "gtid_mode:" not in result.stdout, result.stdout
+        return
+    assert "[ok  ] gtid_mode: gtid_mode = ON" in result.stdout, result.stdout
+    assert "[ok  ] enforce_gtid_consistency" in result.stdout, result.stdout
+    with global_variable(mysql_server, "gtid_mode", "ON_PERMISSIVE"):
+        permissive = run_check(with_query(mysql_server.cdc_url, read_view_mode="watermark_table"))
+    assert permissive.returncode == 0, permissive.stdout
+    assert "[WARN] gtid_mode: gtid_mode = ON_PERMISSIVE: offsets and chunk HWs record no GTID set" in (
+        permissive.stdout), permissive.stdout
+    assert "fix: set gtid_mode=ON and enforce_gtid_consistency=ON" in permissive.stdout

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_mysqlcdc.engine.binlog.gtid import parse_gtid_state
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
@@ -23,6 +24,7 @@ from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.status.report import collect_status
+from airflow_provider_mysqlcdc.engine.stream.failover import server_identity, stamp_offset
 from airflow_provider_mysqlcdc.engine.stream.startup import StartupError, StartupMode, resolve_start
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import run_stream
@@ -42,6 +44,12 @@ pytestmark = pytest.mark.both_flavors  # on MariaDB and on Oracle MySQL in every
 
 def _status(cur) -> BinlogPosition:
     return binlog_end(cur.connection)
+
+
+def _executed(cur, flavor: str) -> str:
+    """What the server applied so far (an idle server: the GTID state at the end of its binlog)."""
+    cur.execute("SELECT @@GLOBAL.gtid_binlog_pos" if flavor == "mariadb" else "SELECT @@GLOBAL.gtid_executed")
+    return "".join(str(cur.fetchone()[0] or "").split())
 
 
 def _into_next_second() -> None:
@@ -72,11 +80,13 @@ def test_each_mode_begins_at_a_transaction_start(private_server, server_flavor, 
         between = datetime.now(UTC)
         _into_next_second()
         before_b = _status(cur)
+        gtid_before_b = _executed(cur, server_flavor)
         conn.begin()  # transaction B: several rows events
         cur.execute("INSERT INTO t VALUES (3, 3), (4, 4)")
         cur.execute("UPDATE t SET v = v + 10")
         conn.commit()
         end = _status(cur)
+        gtid_at_end = _executed(cur, server_flavor)
         events = _events(cur, end.file)
         cur.execute("SHOW BINARY LOGS")
         oldest = cur.fetchall()[0][0]
@@ -96,13 +106,25 @@ def test_each_mode_begins_at_a_transaction_start(private_server, server_flavor, 
     assert at_time.position == before_b, "the first transaction that began at or after the time"
     future = resolve_start(settings, StartupMode.parse("timestamp:2999-01-01T00:00:00Z"))
     assert future.position == end
-    if server_flavor != "mariadb":
-        return  # GTID starts on Oracle MySQL: issue 36
-    with private_server.admin() as conn, conn.cursor() as cur:  # the GTID position just before B
-        cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (before_b.file, before_b.pos))
-        gtid_before_b = cur.fetchone()[0]
+    # the GTID state just before B, as the server says it: MariaDB's GTID position there, MySQL's
+    # gtid_executed read before B began
+    if server_flavor == "mariadb":
+        with private_server.admin() as conn, conn.cursor() as cur:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (before_b.file, before_b.pos))
+            gtid_before_b = cur.fetchone()[0]
     by_gtid = resolve_start(settings, StartupMode.parse(f"specific-offset:gtid={gtid_before_b}"))
     assert by_gtid.position == before_b, "the first transaction the GTID set does not contain"
+    # every start carries (once stamped, as the stream does) the GTID state at its position
+    with connect(settings.with_database(None)) as conn:
+        identity = server_identity(conn)
+        for start, state in ((by_gtid, gtid_before_b), (latest, gtid_at_end)):
+            stamped = stamp_offset(conn, start, identity)
+            assert stamped.server == identity.token and stamped.gtid_position is not None, stamped
+            assert parse_gtid_state(stamped.gtid_position, server_flavor) == parse_gtid_state(
+                state, server_flavor), (start, state)
+    with pytest.raises(CdcError, match="has not applied GTID"):  # ahead of this server
+        ahead = "0-1-999999" if server_flavor == "mariadb" else f"{gtid_at_end.split(':')[0]}:1-999999"
+        resolve_start(settings, StartupMode.parse(f"specific-offset:gtid={ahead}"))
 
 
 def test_starts_that_cannot_be_found_are_named(private_server, settings):
