@@ -20,6 +20,8 @@ from typing import Self
 
 import pymysql.cursors
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.support.servers.numbers
+
 from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.chunks.plan import Chunk, ChunkPlan
@@ -33,6 +35,7 @@ from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, co
 from airflow_provider_mysqlcdc.engine.source.server import current_binlog_status, server_info
 from airflow_provider_mysqlcdc.engine.stream.change_stream import ChangeStream
 from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
+from airflow_provider_mysqlcdc.testing.server_process import ThrowawayServer
 
 
 def cpu_seconds() -> float:
@@ -63,7 +66,19 @@ class Timer:
         return f"client {self.cpu / self.wall:.0%} / server {self.db / self.wall:.0%} of a core"
 
 
-def load_table(server: MariaDBServer, rows: int) -> None:
+def sequence(server: ThrowawayServer, low: int, high: int, database: str = "bench") -> str:
+    """A table of ``seq`` = ``low``..``high`` for ``INSERT ... SELECT`` on either flavor: MariaDB's Sequence
+    engine table ``seq_LOW_to_HIGH``, or on Oracle MySQL, which has no such engine, a derived table of digits
+    (``tests/support/servers.numbers``, at most 10^6 rows)."""
+    if server.FLAVOR != "mysql":
+        return f"{database}.seq_{low}_to_{high}"
+    from tests.support.servers import numbers
+
+    return f"(SELECT seq + {low - 1} AS seq FROM {numbers(high - low + 1)}) AS seq_{low}_to_{high}"
+
+
+def load_table(server: ThrowawayServer, rows: int) -> None:
+    """``bench.t``: ``rows`` rows of 6 columns (BIGINT key 1..rows), on either flavor."""
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE bench")
         cur.execute(
@@ -76,7 +91,7 @@ def load_table(server: MariaDBServer, rows: int) -> None:
             cur.execute(
                 "INSERT INTO bench.t SELECT seq, seq % 1000, CONCAT('name-', seq), seq / 100, "
                 "'2024-01-01' + INTERVAL seq SECOND, '2024-06-01' + INTERVAL seq SECOND "
-                f"FROM bench.seq_{low}_to_{high}"
+                f"FROM {sequence(server, low, high)}"
             )
 
 

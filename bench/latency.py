@@ -151,12 +151,14 @@ def tail_child(cfg: dict[str, Any]) -> int:
 # --- the section --------------------------------------------------------------------------------------------
 
 
-def spawn(flag: str, cfg: dict[str, Any], run_dir: Path,
-          name: str) -> tuple[subprocess.Popen, dict[str, Any]]:
+def spawn(flag: str, cfg: dict[str, Any], run_dir: Path, name: str,
+          script: Path = Path(__file__)) -> tuple[subprocess.Popen, dict[str, Any]]:
+    """Start ``script flag config.json`` (default: this module's children); the config names its ready and
+    result files."""
     cfg = {**cfg, "ready": str(run_dir / f"{name}.ready"), "result": str(run_dir / f"{name}.json")}
     path = run_dir / f"{name}.config.json"
     path.write_text(json.dumps(cfg))
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), flag, str(path)]), cfg
+    return subprocess.Popen([sys.executable, str(script.resolve()), flag, str(path)]), cfg
 
 
 def wait_for(path: str, proc: subprocess.Popen, timeout: float, what: str) -> None:

@@ -51,8 +51,10 @@ def dir_mb(path: Path) -> float:
 # --- baseline: connectorx, one connection -------------------------------------------------------------------
 
 
-def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Measure, str]:
-    """``SELECT *`` through connectorx into one Parquet file; ``exact`` keeps DECIMAL and TIMESTAMP exact."""
+def raw_read(url: str, out: Path, server_pid: int, exact: bool,
+             load: dict[str, int] | None = None) -> tuple[int, Measure, str]:
+    """``SELECT *`` through connectorx into one Parquet file; ``exact`` keeps DECIMAL and TIMESTAMP exact;
+    ``load``: the pids of load generators running meanwhile (counted apart, by name)."""
     import connectorx as cx
 
     if exact:
@@ -67,7 +69,7 @@ def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Me
         query, pre, target = "SELECT * FROM t", None, None
     n = 0
     writer: pq.ParquetWriter | None = None
-    with Timer(server_pid) as t:
+    with Timer(server_pid, extra=load) as t:
         reader = cx.read_sql(url, query, return_type="arrow_stream", protocol="binary",
                              pre_execution_query=pre, batch_size=CX_BATCH_ROWS)
         for batch in reader:
@@ -82,6 +84,47 @@ def raw_read(url: str, out: Path, server_pid: int, exact: bool) -> tuple[int, Me
         assert writer is not None
         writer.close()
     return n, t.m, str(pq.read_schema(out)).replace("\n", ", ")
+
+
+def cx_url(server: Any) -> str:
+    """connectorx's URL of the ``bench`` database as the CDC user (an Oracle MySQL test server's CDC URL
+    carries options connectorx does not take)."""
+    from airflow_provider_mysqlcdc.testing.server_process import CDC_PASSWORD, CDC_USER
+
+    return f"mysql://{CDC_USER}:{CDC_PASSWORD}@127.0.0.1:{server.port}/bench"
+
+
+def load_with_baseline(server: Any, rows: int, work: Path) -> tuple[int, Measure, float]:
+    """Load ``bench.t`` (``rows`` rows) on a started server of either flavor, wait for it to settle, and
+    take the type-exact connectorx baseline: (server pid, the baseline's measurement, the table's MB as
+    Arrow)."""
+    assert server.process is not None
+    pid = server.process.pid
+    load_table(server, rows)
+    settle(pid)
+    n, raw, mb = baseline_read(server, work)
+    assert n == rows, (n, rows)
+    return pid, raw, mb
+
+
+def baseline_read(server: Any, work: Path, load: dict[str, int] | None = None) -> tuple[int, Measure, float]:
+    """One type-exact connectorx read of ``bench.t`` into Parquet (deleted after): rows, measurement, MB as
+    Arrow in memory (one MB for both sides of a ratio)."""
+    assert server.process is not None
+    exact = work / "exact.parquet"
+    n, raw, _ = raw_read(cx_url(server), exact, server.process.pid, exact=True, load=load)
+    mb = pq.read_table(exact).nbytes / 2**20
+    exact.unlink()
+    return n, raw, mb
+
+
+BASELINE_WHAT = "raw read: connectorx, 1 connection, `SELECT *` -> Parquet, type-exact"
+
+
+def baseline_fields(rows: int, raw: Measure, data_mb: float, what: str = BASELINE_WHAT) -> dict[str, Any]:
+    """A ``report.Figure``'s baseline fields for a read of ``rows`` rows (``data_mb`` as Arrow)."""
+    return {"baseline_what": what, "baseline": rows / raw.wall,
+            "baseline_detail": f"{data_mb / raw.wall:,.1f} MB/s", "baseline_cpu": raw}
 
 
 # --- the engine's per-chunk work without Spark --------------------------------------------------------------
@@ -119,6 +162,8 @@ def spark_child(cfg_path: str) -> int:
     from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables
 
     p, server_pid, rows = cfg["parallelism"], cfg["server_pid"], cfg["rows"]
+    # load generators (a concurrent writer): their CPU is counted apart, not as the client's
+    load = {name: int(pid) for name, pid in cfg.get("load_pids", {}).items()}
     # The suite runs the job on a standalone cluster it started: its executors are not this process's
     # descendants, so the client tree is rooted at the suite process (``client_root``).
     master, root = cfg.get("master") or f"local[{p}]", cfg.get("client_root")
@@ -132,12 +177,12 @@ def spark_child(cfg_path: str) -> int:
         from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
         password = Path(cfg["password_file"]).read_text().strip()
         settings = MySQLSettings.from_url(cfg["mysql_url"], password=password)
-        with Timer(server_pid, root) as t_plan:
+        with Timer(server_pid, root, extra=load) as t_plan:
             plan = plan_tables(settings, store, [TABLE], chunk_size=cfg["chunk_size"])[0]
         out["chunks"] = len(plan.chunks)
         say(f"planned {len(plan.chunks)} chunks in {t_plan.m.wall:.1f}s")
 
-    with Timer(server_pid, root) as t_start:
+    with Timer(server_pid, root, extra=load) as t_start:
         from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
         from airflow_provider_mysqlcdc.spark.session import build_session
         from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
@@ -151,7 +196,7 @@ def spark_child(cfg_path: str) -> int:
     try:
         options = SnapshotOptions(mysql_url=cfg["mysql_url"], password_file=cfg["password_file"], table=TABLE,
                                   output=cfg["output"], chunk_store=cfg["store"])
-        with Timer(server_pid, root) as t_job:
+        with Timer(server_pid, root, extra=load) as t_job:
             result = run_chunk_group(spark, options, progress=say, raise_on_failure=True)
         out["spark_reported_seconds"] = result.seconds
         out["spark_version"] = spark.version
@@ -169,6 +214,13 @@ def spark_child(cfg_path: str) -> int:
     files = [f for fs in manifest.chunk_files().values() for f in fs]
     parquet_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     assert result.rows == committed == parquet_rows == rows, (result.rows, committed, parquet_rows, rows)
+    # what each chunk's read did: its read view mode and the binlog events its backfill applied
+    out["read_view_modes"] = sorted({str(s.extra.get("read_view_mode")) for s in states})
+    out["backfill_events"] = sum(int(s.extra.get("backfill_events") or 0) for s in states)
+    out["chunks_with_backfill"] = sum(1 for s in states if s.extra.get("backfill_events"))
+    out["chunk_seconds"] = {k: sum(float(s.timings.get(k) or 0.0) for s in states)  # read_s, backfill_s, ...
+                            for k in sorted({k for s in states for k, v in s.timings.items()
+                                             if isinstance(v, int | float)})}
     out.update(rows=committed, files=len(files), output_mb=dir_mb(Path(cfg["output"])),
                output_schema=str(pq.read_schema(files[0])).replace("\n", ", "),
                plan=asdict(t_plan.m), startup=asdict(t_start.m), job=asdict(t_job.m))

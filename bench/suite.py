@@ -1,12 +1,16 @@
 """The benchmark suite: one markdown table of figures measured side by side in one run, each next to its
 baseline measured in the same run, with the CPU share each side used (client tree / MySQL server / other).
 
-Sections (``--only`` picks some; each starts its own throwaway MariaDB with the binlog on):
+Sections (``--only`` picks some; each starts its own throwaway MariaDB with the binlog on, and the snapshot
+section an Oracle MySQL too):
 
 1. ``snapshot``: the snapshot phase on Spark (plan + one job over every chunk) at 1 and 2 executors vs one
    connectorx connection reading the table into Parquet (``bench/snapshot_bench.py``); then every column
    type (the conformance suite's wide tables) and many small tables, each vs connectorx reading the same
-   tables one after another (``bench/snapshot_cases.py``);
+   tables one after another (``bench/snapshot_cases.py``); then on Oracle MySQL the same table per read view
+   mode (``watermark_table``, ``gtid_executed``), quiet and under a single-row write load, each vs connectorx
+   on the same server under the same load (``bench/snapshot_mysql.py``); ``--snapshot-servers`` picks the
+   servers;
 2. ``planning``: even and uneven (string key) chunk planning vs one full ordered key scan
    (``bench/planning.py``);
 3. ``catchup``: the stream job, ``available-now``, at 1 and 2 partitions per batch vs raw mysql-replication
@@ -58,6 +62,7 @@ import mirror_refresh
 import planning
 import snapshot_bench
 import snapshot_cases
+import snapshot_mysql
 import verify_bench
 from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
@@ -70,6 +75,7 @@ MiB = 2**20
 # name: (full default, --quick default)
 SIZES: dict[str, tuple[Any, Any]] = {
     "snapshot_rows": (5_000_000, 200_000),
+    "snapshot_write_rate": (1000, 1000),
     "types_rows": (100_000, 5_000),
     "many_tables": (500, 40),
     "many_rows": (2_000, 2_000),
@@ -112,7 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results", type=Path, default=Path(__file__).resolve().parent / "results",
                         help="where latest.md, latest.png and latest.json go")
     sizes = parser.add_argument_group("sizes (defaults: the full run; --quick: small)")
-    sizes.add_argument("--snapshot-rows", type=int)
+    sizes.add_argument("--snapshot-rows", type=int,
+                       help="rows of the snapshot table, on MariaDB and on Oracle MySQL (5000000)")
+    sizes.add_argument("--snapshot-servers", default="mariadb,mysql",
+                       help="the snapshot section's servers, comma-separated: mariadb (the 5M-row table, "
+                       "every column type, many tables), mysql (the same table per read view mode) (both)")
+    sizes.add_argument("--snapshot-write-rate", type=int,
+                       help="single-row UPDATE transactions/s of the write load on Oracle MySQL (1000)")
     sizes.add_argument("--types-rows", type=int,
                        help="rows of each of the six wide tables of every type (100000)")
     sizes.add_argument("--many-tables", type=int, help="tables of the many-tables case (500)")
@@ -165,6 +177,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     args.sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    args.snapshot_servers = [s.strip() for s in str(args.snapshot_servers).split(",") if s.strip()]
+    if not args.snapshot_servers or set(args.snapshot_servers) - {"mariadb", "mysql"}:
+        parser.error(f"--snapshot-servers takes mariadb and/or mysql, got {args.snapshot_servers}")
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; choose from {','.join(SECTIONS)}")
@@ -174,24 +189,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- sections that reuse the older scripts ------------------------------------------------------------------
 
 
-def snapshot_section(args: argparse.Namespace, setup: SparkSetup, work: Path) -> list[Figure]:
-    import pyarrow.parquet as pq
+def snapshot_section(args: argparse.Namespace, setup: SparkSetup,
+                     work: Path) -> tuple[list[Figure], list[str], list[str]]:
+    """MariaDB's (the 5M-row table, every column type, many tables), then Oracle MySQL's per read view mode
+    (``bench/snapshot_mysql.py``), as ``--snapshot-servers`` asks."""
+    figures: list[Figure] = []
+    notes: list[str] = []
+    failures: list[str] = []
+    if "mariadb" in args.snapshot_servers:
+        figures += mariadb_snapshot_figures(args, setup, work)
+    if "mysql" in args.snapshot_servers:
+        mysql = snapshot_mysql.run_section(setup, work / "mysql", rows=args.snapshot_rows,
+                                           chunk_size=args.chunk_size, rate=args.snapshot_write_rate,
+                                           seed=args.seed)
+        figures += mysql.figures
+        notes += mysql.notes
+        failures += mysql.failures
+    return figures, notes, failures
 
+
+def mariadb_snapshot_figures(args: argparse.Namespace, setup: SparkSetup, work: Path) -> list[Figure]:
     from airflow_provider_mysqlcdc.testing.mariadb import CDC_PASSWORD, MariaDBServer
 
     rows, figures = args.snapshot_rows, []
     with MariaDBServer(options={"innodb-buffer-pool-size": "1G"}) as server:
-        assert server.process is not None
-        pid = server.process.pid
-        say(f"snapshot: loading {rows:,} rows ...")
-        snapshot_bench.load_table(server, rows)
-        settle(pid)
-        say("snapshot: baseline, connectorx ...")
-        exact = work / "exact.parquet"
-        n, raw, _ = snapshot_bench.raw_read(server.cdc_url.rstrip("/") + "/bench", exact, pid, exact=True)
-        assert n == rows, (n, rows)
-        data_mb = pq.read_table(exact).nbytes / MiB  # the table as Arrow in memory: one MB for both sides
-        exact.unlink()
+        say(f"snapshot: loading {rows:,} rows, then the baseline, connectorx ...")
+        pid, raw, data_mb = snapshot_bench.load_with_baseline(server, rows, work)
         pw = catchup.password_file(work, CDC_PASSWORD)
         cfg = {"mysql_url": f"mysql://cdc@127.0.0.1:{server.port}/", "password_file": str(pw),
                "server_pid": pid, "rows": rows, "chunk_size": args.chunk_size}
@@ -199,10 +222,7 @@ def snapshot_section(args: argparse.Namespace, setup: SparkSetup, work: Path) ->
         for p in (1, 2):
             say(f"snapshot: Spark, {setup.label(p)} ...")
             runs.append((p, snapshot_bench.run_spark(work, {**cfg, **setup.child_config(p)}, p)))
-    base: dict[str, Any] = {
-        "baseline_what": "raw read: connectorx, 1 connection, `SELECT *` -> Parquet, type-exact",
-        "baseline": rows / raw.wall, "baseline_detail": f"{data_mb / raw.wall:,.1f} MB/s",
-        "baseline_cpu": raw}
+    base = snapshot_bench.baseline_fields(rows, raw, data_mb)
     for p, run in runs:
         phase: Measure = run["plan"] + run["job"]
         figures.append(Figure(
@@ -296,6 +316,12 @@ def versions() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError, RuntimeError):
         mariadb = "unknown"
     out = {"mariadb": mariadb, "spark": pyspark.__version__, "python": platform.python_version()}
+    try:
+        from airflow_provider_mysqlcdc.testing.mysql import mysql_version
+
+        out["mysql"] = mysql_version().split("Ver ", 1)[-1].split(" for ")[0]
+    except (OSError, subprocess.CalledProcessError, RuntimeError):
+        out["mysql"] = "unknown"
     for name in ("connectorx", "mysql-replication", "pyarrow", "pymysql"):
         try:
             out[name] = version(name)
@@ -319,11 +345,14 @@ def header(args: argparse.Namespace, setup: SparkSetup | None, started: datetime
          f"pyarrow {v['pyarrow']}"),
         f"- date: {started:%Y-%m-%d %H:%M} UTC; sections: {', '.join(args.sections)}; seed {args.seed}",
     ]
+    if "snapshot" in args.sections and "mysql" in args.snapshot_servers:
+        lines.insert(3, f"- Oracle MySQL {v['mysql']} (throwaway, gtid_mode=ON, binlog ROW/FULL, on the same "
+                        "cores): the snapshot section's MySQL rows")
     if setup is not None:
         lines.append(f"- Spark: {setup.describe()}")
     lines.append("- CPU shares: 100% = one core; client = the benchmark process tree (Spark driver, JVMs, "
-                 "executors, Python workers), server = mariadbd, (other) = the rest of the machine; ratio = "
-                 "figure / baseline")
+                 "executors, Python workers), server = mariadbd (mysqld), (other) = the rest of the machine; "
+                 "ratio = figure / baseline")
     return lines
 
 
@@ -342,8 +371,10 @@ def run(args: argparse.Namespace) -> Report:
         t0 = time.perf_counter()
         work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            result = fn()  # figures, or (figures, note lines)
-            by_section[section], notes[section] = result if isinstance(result, tuple) else (result, [])
+            result = fn()  # figures, or (figures, note lines), or (figures, note lines, failures)
+            figures, section_notes, *failures = result if isinstance(result, tuple) else (result, [])
+            by_section[section], notes[section] = figures, section_notes
+            report.failures += [f"{section}: {failure}" for failure in (failures[0] if failures else [])]
         except Exception as exc:  # noqa: BLE001 - one failed section must not hide the others' figures
             traceback.print_exc()
             first = (str(exc).splitlines() or [""])[0]  # an assertion without a message has no line
