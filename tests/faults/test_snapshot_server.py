@@ -1,9 +1,12 @@
 """A stream never starts from chunk HWs of another server, on real servers.
 
-The snapshot (on Spark) reads the session's MariaDB; a second MariaDB, started here from its own datadir,
-stands for "another server behind the stream's URL": a restored backup or a replica configured with the same
-server_id (every MariaDB starts with 1), then (``SET GLOBAL server_id``) a server with another id. Its
-databases and tables are the same, so everything but the binlog looks right. ``start_stream`` against it
+The snapshot (on Spark) reads the session's server; a second server of the same flavor, started here from its
+own datadir, stands for "another server behind the stream's URL": on MariaDB a restored backup or a replica
+configured with the same server_id (every MariaDB starts with 1), then (``SET GLOBAL server_id``) a server
+with another id; on Oracle MySQL a server with another server_uuid, then (its ``auto.cnf`` rewritten) one
+restored with the snapshot server's server_uuid. Its databases and tables are the same, so everything but the
+binlog looks right (told apart by the GTID state recorded at the HWs: MariaDB's GTID position, MySQL's
+executed GTID set). ``start_stream`` against it
 refuses before anything is written, naming the tables to re-snapshot and what to do; against the snapshot's
 own server the stream's first offset records that server (so a later restart against another one is caught
 by failover).
@@ -29,8 +32,8 @@ from airflow_provider_mysqlcdc.spark.snapshot.chunk_group import run_chunk_group
 from airflow_provider_mysqlcdc.spark.stream.checkpoint import startup_offset
 from airflow_provider_mysqlcdc.spark.stream.config import StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import start_stream
-from airflow_provider_mysqlcdc.testing.mariadb import MariaDBServer
 from tests.support.engine_harness import password_file
+from tests.support.servers import start_server
 from tests.support.workload import TABLE_SPECS, create_tables, seed_rows
 
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_comp")]
@@ -55,16 +58,14 @@ def _snapshot(spark, mysql_server, db: str, store: str, tmp_path) -> tuple[MySQL
     return settings, sorted(p.table for p in plans)
 
 
-# A twin with the same server_id is told apart by MariaDB's GTID position at the HWs; Oracle MySQL's GTID
-# positions and server identity are issue 36's
-@pytest.mark.mariadb_only
-def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, mysql_db, tmp_path, spark):
+@pytest.mark.both_flavors
+def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, server_flavor, mysql_db, tmp_path,
+                                                            spark):
     store = str(tmp_path / "chunks.db")
     settings, tables = _snapshot(spark, mysql_server, mysql_db, store, tmp_path)
-    with mysql_server.admin() as conn, conn.cursor() as cur:
-        cur.execute("SELECT @@server_id")
-        (server_id,) = cur.fetchone()
-    token = f"mariadb:{server_id}"
+    server_id, uuid = _identity(mysql_server, server_flavor)
+    token = f"mysql:{server_id}:{uuid}" if uuid else f"mariadb:{server_id}"
+    named = f"server_id {server_id}" + (f", server_uuid {uuid}" if uuid else "")
     with ChunkStore(store) as chunk_store:  # every HW and plan says whose binlog it names
         for table in tables:
             chunks = chunk_store.chunks(table)
@@ -72,7 +73,7 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, mysql_
                                             for c in chunks), chunks
             assert chunk_store.plan(table).plan["planned_on"] == token
 
-    other = MariaDBServer(options={"server-id": str(server_id)}).start()
+    other = start_server(server_flavor, **{"server-id": str(server_id)})
     try:
         with other.admin() as conn, conn.cursor() as cur:
             cur.execute(f"CREATE DATABASE `{mysql_db}`")
@@ -83,15 +84,18 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, mysql_
                               checkpoint=str(tmp_path / "ckpt"),
                               password_file=password_file(tmp_path, elsewhere))
         names = ", ".join(map(str, tables))
+        if server_flavor == "mysql":  # another server_uuid first, then the snapshot server's restored
+            _refused_by_id(spark, config, other, names, named)
+            (other.basedir / "data" / "auto.cnf").write_text(f"[auto]\nserver-uuid={uuid}\n")
+            other.restart()
 
-        # the same server_id (a restored backup, a twin): told apart by the GTID position at the HWs
+        # the same identity (a restored backup, a twin): told apart by the GTID state at the HWs
         with pytest.raises(SnapshotOnAnotherServer) as refused:
             start_stream(spark, config)
         message = str(refused.value)
-        assert (f"the stream would start on the server at 127.0.0.1:{other.port} "
-                f"(server_id {server_id})") in message
+        assert f"the stream would start on the server at 127.0.0.1:{other.port} ({named})" in message, message
         assert f"but the snapshot of {names} was read on another server" in message, message
-        assert f"server_id {server_id} as its snapshot's, but its binlog" in message, message
+        assert f"{named} as its snapshot's, but its binlog" in message, message
         assert f"Tables to re-snapshot: {names}. Re-plan and snapshot them on this server" in message, (
             message)
         assert f"mysqlcdc plan --tables {names.replace(', ', ',')}, then mysqlcdc snapshot" in message, (
@@ -99,15 +103,10 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, mysql_
         assert "or point the stream at the server the snapshot read" in message, message
         _assert_nothing_started(config, other)
 
-        # another server_id
-        with other.admin() as conn, conn.cursor() as cur:
-            cur.execute("SET GLOBAL server_id = %s", (server_id + 1,))
-        with pytest.raises(SnapshotOnAnotherServer) as refused:
-            start_stream(spark, config)
-        message = str(refused.value)
-        assert f"(server_id {server_id + 1}), but the snapshot of {names}" in message, message
-        assert f"({names}: its chunk HWs are positions of server_id {server_id})" in message, message
-        _assert_nothing_started(config, other)
+        if server_flavor == "mariadb":  # another server_id
+            with other.admin() as conn, conn.cursor() as cur:
+                cur.execute("SET GLOBAL server_id = %s", (server_id + 1,))
+            _refused_by_id(spark, config, other, names, named)
     finally:
         other.stop()
 
@@ -123,7 +122,27 @@ def test_a_stream_refuses_a_snapshot_read_on_another_server(mysql_server, mysql_
     assert recorded["start"]["server"] == token, recorded
 
 
-def _assert_nothing_started(config: StreamConfig, server: MariaDBServer) -> None:
+def _identity(server, flavor: str) -> tuple[int, str]:
+    """server_id and server_uuid (MariaDB: none, "")."""
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_id, @@server_uuid" if flavor == "mysql" else "SELECT @@server_id, ''")
+        server_id, uuid = cur.fetchone()
+    return int(server_id), str(uuid)
+
+
+def _refused_by_id(spark, config: StreamConfig, other, names: str, named: str) -> None:
+    """``other`` has another server_id (MariaDB) or server_uuid (MySQL) than the snapshot's server."""
+    other_id, other_uuid = _identity(other, "mysql" if "server_uuid" in named else "mariadb")
+    other_named = f"server_id {other_id}" + (f", server_uuid {other_uuid}" if other_uuid else "")
+    with pytest.raises(SnapshotOnAnotherServer) as refused:
+        start_stream(spark, config)
+    message = str(refused.value)
+    assert f"({other_named}), but the snapshot of {names}" in message, message
+    assert f"({names}: its chunk HWs are positions of {named})" in message, message
+    _assert_nothing_started(config, other)
+
+
+def _assert_nothing_started(config: StreamConfig, server) -> None:
     checkpoint = Path(config.checkpoint)
     assert not (checkpoint / "mysqlcdc" / "startup.json").exists(), "a refused start must not record a start"
     assert not (checkpoint / "offsets").exists() and not any(Path(config.output).iterdir()), "nothing written"
