@@ -34,8 +34,8 @@ class MySqlCdcHook(BaseHook):
     ``ssl`` (``true`` or ``{"ca", "cert", "key", "verify"}``), ``ssl_ca``/``ssl_cert``/``ssl_key``,
     ``ssl_verify``, ``server_id`` (the range binlog readers take their ids from, e.g. ``"5400-5499"``),
     ``charset``, ``connect_timeout``, ``read_timeout``, ``read_view_mode`` (``auto``, ``consistent_snapshot``,
-    ``watermark_table``) and ``watermark_table`` (``db.table`` the CDC user may write: Oracle MySQL's exact
-    mode).
+    ``gtid_executed``, ``watermark_table``) and ``watermark_table`` (``db.table`` the CDC user may write:
+    Oracle MySQL's exact mode without GTIDs).
 
     :param mysql_conn_id: the Airflow connection id of the source server.
     """

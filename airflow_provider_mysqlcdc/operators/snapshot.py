@@ -116,7 +116,8 @@ class MySqlCdcSnapshotOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperato
     :param mysql_conn_id: the source connection.
     :param exclude_columns: ``{"db.table": ["col", ...]}`` (or ``"col,col"``): columns never written; give
         the stream the same.
-    :param read_view_mode: ``auto``, ``consistent_snapshot`` (MariaDB/Percona) or ``watermark_table``.
+    :param read_view_mode: ``auto``, ``consistent_snapshot`` (MariaDB/Percona), ``gtid_executed`` (Oracle
+        MySQL with ``gtid_mode=ON``: read-only) or ``watermark_table``.
     :param watermark_table: ``db.table`` the CDC user may write, for the ``watermark_table`` mode.
     :param max_concurrent_reads: chunk reads the source serves at once, over all groups and runs (default 4;
         0: no cap).

@@ -161,6 +161,20 @@ def test_a_chunk_without_primary_key_that_never_gets_a_quiet_view_fails_clearly(
         _read(reader_url, "bag", "ck", 0)
 
 
+def test_a_truncate_in_the_window_makes_the_chunk_be_read_again(server, reader_url, monkeypatch, caplog):
+    """TRUNCATE changes rows without row events: a window holding one cannot be applied, so the chunk is read
+    again in a fresh view (after it)."""
+    with server.admin() as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE g.tr (id INT PRIMARY KEY, v INT NOT NULL)")
+        cur.executemany("INSERT INTO g.tr VALUES (%s, 1)", [(i,) for i in range(1, 61)])
+        conn.commit()
+    _commit_as_the_view_opens(server, monkeypatch, "TRUNCATE TABLE g.tr", 1)
+    with caplog.at_level(logging.WARNING):
+        read, rows = _read(reader_url, "tr", None, 0, backfill_timeout=30)
+    assert rows == [] == _source(server, "SELECT id, v FROM g.tr")
+    assert "in its read view's window (TRUNCATE or a partition operation)" in caplog.text
+
+
 def test_without_gtids_auto_takes_the_watermark_table_and_gtid_executed_says_what_to_turn_on(server):
     """Runs last: takes the module's server down to gtid_mode=OFF, one step at a time as MySQL asks."""
     with server.admin() as conn, conn.cursor() as cur:

@@ -347,8 +347,9 @@ def _primary_key_notes(pk: tuple[str, ...] | None) -> list[str]:
         return []
     return [
         (
-            "no primary key: the mirror is a multiset of rows, exact only for chunks read with the "
-            "consistent-snapshot read view (MariaDB); at-least-once otherwise"
+            "no primary key: the mirror is a multiset of rows, exact for chunks read in an exact read-only "
+            "view (MariaDB's consistent snapshot, Oracle MySQL's executed GTIDs); at-least-once for chunks "
+            "read with the watermark table or skip_backfill"
         )
     ]
 

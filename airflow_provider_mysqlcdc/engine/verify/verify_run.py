@@ -214,7 +214,8 @@ class VerifyRun:
             info = server_info(conn)
             with read_slot(conn, limits, f"verify {plan.table}"):
                 set_query_timeout(conn, info.flavor, limits.query_timeout_s)
-                digester = SourceDigester(conn, info, schema, plan, columns, kept)
+                digester = SourceDigester(conn, info, schema, plan, columns, kept,
+                                          read_view_mode=self.settings.read_view_mode)
                 for cid in chunk_ids:
                     digest = digester.digest(plan.chunk(cid))
                     out.append(digest)

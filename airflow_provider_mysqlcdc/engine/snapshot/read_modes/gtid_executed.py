@@ -91,14 +91,17 @@ class GtidExecutedRead:
                 continue
             break
         assert first is not None and not isinstance(outcome, str)
-        yield first
-        yield from outcome
+        try:
+            yield first
+            yield from outcome
+        finally:
+            outcome.close()  # a consumer that stops early ends the view now, not when it is collected
         read.result.timings["read_s"] = time.monotonic() - started
 
     # -- pure-Python reader: the window first, then the rows ------------------------------------------------
 
     def _python(self, conn: Any, info: Any, start: gtid_window.WindowStart) -> Any:
-        """What the view gives: the batches to hand out, or ``"columns changed"``/``"conflict"``."""
+        """What the view gives: the batches to hand out, or ``COLUMNS_CHANGED``/``CONFLICT``."""
         read = self.read
         read.result.reader = "python"
         read_view.open_plain_snapshot(conn)
