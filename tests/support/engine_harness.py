@@ -191,10 +191,14 @@ def _data_rows(batch: pa.RecordBatch, schema: TableSchema) -> list[dict]:
 
 def read_at_least_once(conn: Any, schema: TableSchema, mode: str = "auto") -> bool:
     """Whether the chunks of this table are read at-least-once: a table without a primary key read through
-    the watermark table (Oracle MySQL's only read view; docs/source-server.md), until issue 36's read view."""
+    the watermark table (Oracle MySQL without GTIDs; docs/source-server.md). ``auto`` reads it exactly on
+    MariaDB (consistent snapshot) and on Oracle MySQL with gtid_mode=ON (executed GTIDs)."""
     if schema.primary_key:
         return False
-    return mode == "watermark_table" or (mode == "auto" and server_info(conn).flavor != "mariadb")
+    if mode != "auto":
+        return mode == "watermark_table"
+    info = server_info(conn)
+    return info.flavor != "mariadb" and info.gtid_mode.upper() != "ON"
 
 
 def assert_same_rows(got: list[tuple], want: list[tuple], table: object, at_least_once: bool = False) -> None:
