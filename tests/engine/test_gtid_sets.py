@@ -1,5 +1,5 @@
-"""GTID states without a server: Oracle MySQL GTID sets (parsed as the server prints them, normalized,
-compared, tagged GTIDs) and the flavor's type chosen by ``parse_gtid_state``."""
+"""GTID states: Oracle MySQL GTID sets (parsed as the server prints them, normalized, compared, tagged GTIDs),
+the flavor's type chosen by ``parse_gtid_state``, and (on a server) the set at each position of a binlog."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +11,10 @@ from airflow_provider_mysqlcdc.engine.binlog.gtid import (
     MysqlGtidSet,
     parse_gtid_state,
 )
-from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import GtidSetBuilder
+from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import GtidSetBuilder, forget_scans, set_at
+from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from tests.support.servers import binlog_end
 
 A = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
 B = "9180c4c1-eb2e-11f1-b384-02fc00000001"
@@ -55,3 +58,32 @@ def test_each_flavor_reads_its_own_form():
         parse_gtid_state("0-11-57", "mysql")
     with pytest.raises(GtidUnsupported, match="looks like an Oracle MySQL GTID set"):
         parse_gtid_state(f"{A}:1-57", "mariadb")
+
+
+@pytest.mark.mysql_only
+def test_the_set_at_each_position_of_the_binlog(mysql_server, mysql_db):
+    """After each transaction of an idle server, the end of its binlog and gtid_executed are a reference pair:
+    the set at that position, scanned forwards (cold and from the process's checkpoints) and backwards, is
+    that gtid_executed, across a rotation; a position inside an event has none."""
+    references = []
+    with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+        for i in range(6):
+            if i == 3:
+                cur.execute("FLUSH BINARY LOGS")
+            cur.execute("INSERT INTO t VALUES (%s, %s)", (i, i))
+            cur.execute("SELECT @@GLOBAL.gtid_executed")
+            references.append((binlog_end(conn), MysqlGtidSet.parse(cur.fetchone()[0])))
+    with connect(MySQLSettings.from_url(mysql_server.cdc_url).with_database(None)) as conn:
+        forget_scans()
+        for position, executed in references:
+            assert set_at(conn, position, scan="forward") == executed, position  # from the last checkpoint
+            assert set_at(conn, position, scan="backward") == executed, position
+            assert set_at(conn, position) == executed, position
+        forget_scans()
+        for position, executed in reversed(references):  # cold: from the file's start
+            assert set_at(conn, position, scan="forward") == executed, position
+        inside = BinlogPosition(references[-1][0].file, references[-1][0].pos - 3)
+        assert set_at(conn, inside, scan="forward") is None
+        assert set_at(conn, inside, scan="backward") is None
+        assert set_at(conn, BinlogPosition("binlog.999999", 4)) is None

@@ -4,12 +4,13 @@ A MySQL GTID is ``source_uuid[:tag]:gno`` (tags since MySQL 8.3), unique in the 
 a GTID *set* (``uuid:1-57:60,uuid2:tag:1-9``) lists transactions by intervals. There is no order between
 sources, so the set at a point of one server's binlog is read from that binlog:
 
-* the set at a position: the file's ``Previous_gtids`` event (the executed set when the file began) plus
-  ``gtid_purged`` (transactions the server took as executed without logging them: a replica provisioned
-  with ``SET GLOBAL gtid_purged`` after ``RESET BINARY LOGS AND GTIDS``) plus the GTIDs of the transactions
-  before the position in that file. A scan of the event headers (``SHOW BINLOG EVENTS``); each process keeps
-  what it scanned per file (``_SCANS``), so the next position of the same file scans only what lies between:
-  a batch end costs the batch's events, a chunk HW the events since the previous chunk's;
+* the set at a position (``set_at``): the file's ``Previous_gtids`` event (the executed set when the file
+  began) plus ``gtid_purged`` (transactions the server took as executed without logging them: a replica
+  provisioned with ``SET GLOBAL gtid_purged`` after ``RESET BINARY LOGS AND GTIDS``) plus the GTIDs of the
+  transactions before the position in that file; or, the same set where the position is near the end of the
+  binlog, ``gtid_executed`` minus the GTIDs after the position. Scans of the event headers (``SHOW BINLOG
+  EVENTS``); each process keeps what it scanned forwards per file (``_SCANS``), so the next position of the
+  same file scans only what lies between;
 * the position after a set (``position_after``): the start of the first transaction of this server's binlog
   the set does not contain, once this server has executed all of the set, with no transaction the set
   contains after it (else the histories differ: errant transactions, another order).
@@ -234,16 +235,27 @@ _SCANS_LOCK = threading.Lock()
 _MAX_FILES, _MAX_CHECKPOINTS = 16, 32
 
 
-def set_at(conn: pymysql.connections.Connection, position: BinlogPosition) -> MysqlGtidSet | None:
+def set_at(
+    conn: pymysql.connections.Connection, position: BinlogPosition, *, scan: str | None = None
+) -> MysqlGtidSet | None:
     """The executed GTID set at an event boundary of this server's binlog (see the module docstring); None
     where it has none: ``gtid_mode`` not ON, a file it does not have, not an event boundary, an anonymous
-    transaction before the position in its file."""
+    transaction before the position in its file (forwards).
+
+    Two ways to the same set, the one with fewer binlog bytes to scan taken (``scan`` forces one, for tests):
+    forwards, the file's ``Previous_gtids`` and ``gtid_purged`` plus the GTIDs from the file's start (or the
+    nearest point scanned before) to the position; backwards, ``gtid_executed`` minus the GTIDs from the
+    position to the end of the binlog. ``gtid_executed`` is read before that scan: a transaction enters it
+    only after its events are in the binlog (MySQL's commit stage follows flush and sync), so every GTID of it
+    that lies after the position is seen and taken away. A chunk HW or a batch end, near the end of the
+    binlog, costs the few events after it; an older position, the events since the last one asked for."""
     with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_purged, @@server_uuid")
-        mode, purged, uuid = cur.fetchone()
+        cur.execute("SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_purged, @@server_uuid, @@GLOBAL.gtid_executed")
+        mode, purged, uuid, executed = cur.fetchone()
     if str(mode).upper() != "ON":
         return None
-    sizes = dict(binary_logs(conn))
+    logs = binary_logs(conn)
+    sizes = dict(logs)
     if position.file not in sizes or position.pos > sizes[position.file] or position.pos < 4:
         return None
     head = first_events(conn, position.file, 4)
@@ -251,10 +263,37 @@ def set_at(conn: pymysql.connections.Connection, position: BinlogPosition) -> My
     if previous is None:
         return None
     key = (str(uuid), position.file, "".join(str(previous.info or "").split()))
+    names = [name for name, _ in logs]
+    later = names[names.index(position.file) + 1:]
+    behind = sizes[position.file] - position.pos + sum(sizes[name] for name in later)
+    if scan == "backward" or (scan is None and behind < position.pos - _nearest(key, position.pos)):
+        return _backward(conn, names, position, MysqlGtidSet.parse(str(executed or "")))
     in_file = _in_file(conn, key, position.pos)
     if in_file is None:
         return None
     return MysqlGtidSet.parse(str(previous.info or "")).union(MysqlGtidSet.parse(str(purged or "")), in_file)
+
+
+def _nearest(key: tuple[str, str, str], pos: int) -> int:
+    """Where a forward scan to ``pos`` would start: the nearest point this process scanned to before."""
+    with _SCANS_LOCK:
+        return max((c.pos for c in _SCANS.get(key, ()) if c.pos <= pos), default=4)
+
+
+def _backward(
+    conn: pymysql.connections.Connection, names: list[str], position: BinlogPosition, executed: MysqlGtidSet
+) -> MysqlGtidSet | None:
+    """``executed`` (read before this) minus the GTIDs of the transactions from ``position`` on."""
+    after = GtidSetBuilder()
+    try:
+        for event in iter_events(conn, names, position.file, position.pos):
+            if event.file == position.file and event.pos < position.pos:
+                return None  # the server read from elsewhere: not an event boundary
+            if _kind(event.event_type) == "gtid":
+                after.add(_gtid_of(event.info, f"{event.file}:{event.pos}"))
+    except pymysql.err.MySQLError:
+        return None  # not an event boundary ("Wrong offset or I/O error")
+    return executed.minus(after.freeze())
 
 
 def _in_file(
