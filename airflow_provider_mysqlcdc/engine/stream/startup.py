@@ -8,7 +8,8 @@ the binlog, always a transaction start (a stream never begins inside a transacti
 * ``earliest-offset``: from the oldest binlog still on the server;
 * ``specific-offset:<file>:<pos>``: from that position, rounded down to the start of the transaction that
   holds it (so none of that transaction is lost), or ``specific-offset:gtid=<set>``: from the first
-  transaction the GTID set does not contain;
+  transaction the GTID set does not contain (MariaDB: a GTID position ``0-11-57,1-12-3``; Oracle MySQL: a
+  GTID set ``uuid:1-57,uuid2:1-9``, with ``gtid_mode=ON``), which the server must have applied in full;
 * ``timestamp:<ISO 8601 or epoch seconds>``: from the first transaction that began at or after that time.
 
 Without a snapshot there is no mirror of the whole table: consumers read the changelog.
