@@ -63,8 +63,8 @@ def test_each_flavor_reads_its_own_form():
 @pytest.mark.mysql_only
 def test_the_set_at_each_position_of_the_binlog(mysql_server, mysql_db):
     """After each transaction of an idle server, the end of its binlog and gtid_executed are a reference pair:
-    the set at that position, scanned forwards (cold and from the process's checkpoints) and backwards, is
-    that gtid_executed, across a rotation; a position inside an event has none."""
+    the set at that position, scanned forwards (cold, and from the checkpoints of earlier forward or backward
+    scans) and backwards, is that gtid_executed, across a rotation; a position inside an event has none."""
     references = []
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
@@ -82,6 +82,11 @@ def test_the_set_at_each_position_of_the_binlog(mysql_server, mysql_db):
             assert set_at(conn, position) == executed, position
         forget_scans()
         for position, executed in reversed(references):  # cold: from the file's start
+            assert set_at(conn, position, scan="forward") == executed, position
+        forget_scans()
+        for position, executed in references[::2]:  # checkpoints left by backward scans ...
+            assert set_at(conn, position, scan="backward") == executed, position
+        for position, executed in references:  # ... and forward scans from them
             assert set_at(conn, position, scan="forward") == executed, position
         inside = BinlogPosition(references[-1][0].file, references[-1][0].pos - 3)
         assert set_at(conn, inside, scan="forward") is None

@@ -227,7 +227,9 @@ def previous_gtids(conn: pymysql.connections.Connection, name: str) -> MysqlGtid
 class _Checkpoint:
     pos: int  # an event boundary of the file
     gtids: MysqlGtidSet  # the GTIDs of the file's transactions before ``pos``
-    anchor: tuple[int, str] | None  # (start, info) of the last GTID event before ``pos``: checked on reuse
+    # (start, info) of an event of the file (the last GTID event before ``pos``, or the event at ``pos``),
+    # checked on reuse: a binlog reset under the same name would not have it
+    anchor: tuple[int, str] | None
 
 
 _SCANS: OrderedDict[tuple[str, str, str], list[_Checkpoint]] = OrderedDict()  # (uuid, file, previous) ->
@@ -266,12 +268,19 @@ def set_at(
     names = [name for name, _ in logs]
     later = names[names.index(position.file) + 1:]
     behind = sizes[position.file] - position.pos + sum(sizes[name] for name in later)
+    before_file = MysqlGtidSet.parse(str(previous.info or "")).union(MysqlGtidSet.parse(str(purged or "")))
     if scan == "backward" or (scan is None and behind < position.pos - _nearest(key, position.pos)):
-        return _backward(conn, names, position, MysqlGtidSet.parse(str(executed or "")))
+        found = _backward(conn, names, position, MysqlGtidSet.parse(str(executed or "")))
+        if found is None:
+            return None
+        gtids, anchor = found
+        if anchor is not None:  # the next position of this file scans forwards from here
+            _remember(key, _Checkpoint(position.pos, gtids.minus(before_file), anchor))
+        return gtids
     in_file = _in_file(conn, key, position.pos)
     if in_file is None:
         return None
-    return MysqlGtidSet.parse(str(previous.info or "")).union(MysqlGtidSet.parse(str(purged or "")), in_file)
+    return before_file.union(in_file)
 
 
 def _nearest(key: tuple[str, str, str], pos: int) -> int:
@@ -282,18 +291,22 @@ def _nearest(key: tuple[str, str, str], pos: int) -> int:
 
 def _backward(
     conn: pymysql.connections.Connection, names: list[str], position: BinlogPosition, executed: MysqlGtidSet
-) -> MysqlGtidSet | None:
-    """``executed`` (read before this) minus the GTIDs of the transactions from ``position`` on."""
+) -> tuple[MysqlGtidSet, tuple[int, str] | None] | None:
+    """``executed`` (read before this) minus the GTIDs of the transactions from ``position`` on, and the event
+    at the position (its start and info, to check a checkpoint there later; None at the file's end)."""
     after = GtidSetBuilder()
+    anchor: tuple[int, str] | None = None
     try:
         for event in iter_events(conn, names, position.file, position.pos):
             if event.file == position.file and event.pos < position.pos:
                 return None  # the server read from elsewhere: not an event boundary
+            if event.file == position.file and event.pos == position.pos:
+                anchor = (event.pos, str(event.info or ""))
             if _kind(event.event_type) == "gtid":
                 after.add(_gtid_of(event.info, f"{event.file}:{event.pos}"))
     except pymysql.err.MySQLError:
         return None  # not an event boundary ("Wrong offset or I/O error")
-    return executed.minus(after.freeze())
+    return executed.minus(after.freeze()), anchor
 
 
 def _in_file(
@@ -326,18 +339,22 @@ def _in_file(
     if at != pos:
         return None  # not an event boundary
     found = builder.freeze()
-    with _SCANS_LOCK:
-        checkpoints = [c for c in _SCANS.pop(key, []) if c.pos != pos]
-        checkpoints.append(_Checkpoint(pos, found, anchor))
-        _SCANS[key] = sorted(checkpoints, key=lambda c: c.pos)[-_MAX_CHECKPOINTS:]
-        while len(_SCANS) > _MAX_FILES:
-            _SCANS.popitem(last=False)
+    _remember(key, _Checkpoint(pos, found, anchor))
     return found
 
 
+def _remember(key: tuple[str, str, str], checkpoint: _Checkpoint) -> None:
+    with _SCANS_LOCK:
+        checkpoints = [c for c in _SCANS.pop(key, []) if c.pos != checkpoint.pos]
+        checkpoints.append(checkpoint)
+        _SCANS[key] = sorted(checkpoints, key=lambda c: c.pos)[-_MAX_CHECKPOINTS:]
+        while len(_SCANS) > _MAX_FILES:
+            _SCANS.popitem(last=False)
+
+
 def _anchor_holds(conn: pymysql.connections.Connection, file: str, anchor: tuple[int, str] | None) -> bool:
-    """The file still has the GTID event a checkpoint was scanned after (a binlog reset under the same name
-    and server_uuid, a restore, would not)."""
+    """The file still has the event a checkpoint was anchored on (a binlog reset under the same name and
+    server_uuid, a restore, would not)."""
     if anchor is None:
         return True  # a checkpoint of no GTID at all: nothing to lose by reusing it
     with conn.cursor() as cur:
