@@ -89,6 +89,12 @@ def _token(server: Any) -> str:
         return server_identity(conn).token
 
 
+def _described(server: Any) -> str:
+    """As messages name a server: ``server_id 11`` (MariaDB), ``server_id 11, server_uuid ...`` (MySQL)."""
+    with connect(MySQLSettings.from_url(server.cdc_url).with_database(None)) as conn:
+        return server_identity(conn).describe()
+
+
 def _writers(server: Any, db: str, seed: int) -> Workload:
     return Workload(lambda: server.admin(), db, seed=seed, writers=2, specs=SPECS, rotate_every=25,
                     pace=0.01).start()
@@ -248,6 +254,9 @@ def _binlog_bytes(server: Any) -> int:
         return sum(int(row[1]) for row in cur.fetchall())
 
 
+# MariaDB only: on Oracle MySQL the redirect (after 30k bytes of binlog dumps) lands while the driver reads
+# the binlog end, so the whole batch moves by GTID before its partitions read (the failover between batches,
+# which the promotion test covers) instead of during a partition's read; tuning the moment per flavor is open
 def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replays_the_batch(
     topology, spark, tmp_path
 ):
@@ -304,7 +313,8 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
         resume_from = before[-1]["end_offset"]  # where the batch starts
         assert error.startswith(
             f"FailoverDuringBatch: failover during batch {failed_batch}: the server at "
-            f"127.0.0.1:{proxy.port} changed from server_id 11 to server_id 12 while partition "
+            f"127.0.0.1:{proxy.port} changed from {_described(primary)} to {_described(replica)} while "
+            "partition "
         ), message
         assert f"Nothing of batch {failed_batch} was committed: readers see none of it" in error, message
         assert f"Restart the stream (it does not retry by itself): it replays batch {failed_batch}" in error
@@ -320,9 +330,9 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
         replayed = [e for e in ledgers if e["batch_id"] == failed_batch]
         assert replayed and replayed[0]["replay"], ledgers
         start, end = replayed[0]["start_offset"], replayed[0]["end_offset"]
-        assert start["server"] == "mariadb:12", start
+        assert start["server"] == _token(replica), start
         assert start["gtid_position"] == resume_from["gtid_position"], start
-        assert start["file_number_base"] > 0 and end["server"] == "mariadb:12", replayed[0]
+        assert start["file_number_base"] > 0 and end["server"] == _token(replica), replayed[0]
         # the batches tile the binlog, across the failover
         for before_, after_ in itertools.pairwise(ledgers):
             assert BinlogOffset.from_dict(after_["start_offset"]).key >= BinlogOffset.from_dict(

@@ -261,7 +261,9 @@ def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Co
                 f"MySQL at {settings.host}:{settings.port} has no database {settings.database!r}: "
                 "fix the database in the URL"
             ) from None
-        if "[SSL" in _message(exc):  # pymysql reports a failed TLS handshake as "can't connect"
+        # pymysql reports a failed TLS handshake as "can't connect"; a connection cut in the middle of it (a
+        # failover behind a virtual IP, a restart) is an outage like any other cut, not a certificate problem
+        if "[SSL" in _message(exc) and not any(cut in _message(exc) for cut in _CUT_DURING_HANDSHAKE):
             raise ConnectionFailed(
                 f"the TLS handshake with MySQL at {settings.host}:{settings.port} failed ({_message(exc)}): "
                 "the server's certificate must be signed by the CA in ssl_ca and name the host you connect "
@@ -273,6 +275,11 @@ def connect(settings: MySQLSettings, **overrides: Any) -> pymysql.connections.Co
                 "check host, port, firewall and that the server is running"
             ) from None
         raise ConnectionFailed(f"cannot connect to MySQL as {where}: {_message(exc)}") from None
+
+
+_CUT_DURING_HANDSHAKE = (
+    "UNEXPECTED_EOF", "EOF occurred in violation of protocol", "Connection reset by peer", "Broken pipe",
+)
 
 
 def _message(exc: BaseException) -> str:
