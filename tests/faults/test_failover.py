@@ -140,8 +140,12 @@ def _committed_batches(output: str) -> list[str]:
     return sorted(str(p) for p in Path(output).rglob("changelog/_committed/*.json"))
 
 
-def test_capture_from_a_replica(topology, spark, tmp_path):
-    primary, replica, _flavor = topology
+@BOTH_FLAVORS
+def test_capture_from_a_read_only_replica_and_through_its_promotion(topology, spark, tmp_path):
+    """The whole pipeline reads a read-only replica (MySQL: ``super_read_only``, so the chunk reads write
+    nothing: ``gtid_executed``) while the application writes to the primary; then the replica is promoted,
+    the application writes to it, and the same stream goes on."""
+    primary, replica, flavor = topology
     db = "fo_replica"
     _create(primary, db)
     _caught_up(topology)
@@ -167,11 +171,27 @@ def test_capture_from_a_replica(topology, spark, tmp_path):
     for before, after in itertools.pairwise(ledgers):  # the batches tile the replica's binlog
         assert after["start_offset"] == before["end_offset"], (before, after)
     offset = ledgers[-1]["end_offset"]
-    assert offset["server"] == "mariadb:12" and offset.get("gtid_position"), offset
+    assert offset["server"] == _token(replica) and offset.get("gtid_position"), offset
     assert not offset.get("file_number_base"), offset
+    with ChunkStore(store) as chunk_store:
+        modes = {c.extra.get("read_view_mode") for t in tables for c in chunk_store.chunks(str(t))}
+    assert modes == {"consistent_snapshot" if flavor == "mariadb" else "gtid_executed"}, modes
     assert_mirror_equals_source(settings, output, tables, min_rows=100)  # the replica ...
     primary_settings = MySQLSettings.from_url(primary.cdc_url)
     assert_mirror_equals_source(primary_settings, output, tables, min_rows=100)  # = the primary
+
+    # the replica is promoted and takes the writes: the same stream, the same URL, goes on
+    primary.stop()
+    promote(replica, flavor)
+    workload = _writers(replica, db, SEED + 2)
+    try:
+        _stream(spark, config)
+    finally:
+        stats = workload.stop()
+    assert stats.transactions > 20, stats
+    _stream(spark, config)
+    assert _ledgers(config.checkpoint)[-1]["end_offset"]["server"] == _token(replica)
+    assert_mirror_equals_source(settings, output, tables, min_rows=100)
 
 
 @BOTH_FLAVORS

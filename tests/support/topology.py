@@ -1,6 +1,7 @@
-"""A replication topology of either flavor for the failover tests: a primary and a replica replicating from
-it by GTID (MariaDB: ``MASTER_USE_GTID``; Oracle MySQL: ``SOURCE_AUTO_POSITION``), waiting for the replica to
-catch up, promoting it."""
+"""A replication topology of either flavor for the failover tests: a primary and a read-only replica
+replicating from it by GTID (MariaDB: ``MASTER_USE_GTID``, ``read_only``; Oracle MySQL:
+``SOURCE_AUTO_POSITION``, ``super_read_only``, as teams run the replica they point CDC at), waiting for the
+replica to catch up, promoting it (writable again)."""
 from __future__ import annotations
 
 from typing import Any
@@ -59,6 +60,7 @@ def replicate(replica: Any, primary: Any, flavor: str) -> None:
                 (primary.port,),
             )
             cur.execute("START SLAVE")
+            cur.execute("SET GLOBAL read_only = ON")  # MariaDB's: no user without READ_ONLY ADMIN writes
             return
         cur.execute("RESET BINARY LOGS AND GTIDS")
         cur.execute("SET GLOBAL gtid_purged = %s", (position,))
@@ -68,6 +70,7 @@ def replicate(replica: Any, primary: Any, flavor: str) -> None:
             (primary.port,),
         )
         cur.execute("START REPLICA")
+        cur.execute("SET GLOBAL super_read_only = ON")  # not even root writes: only the applier
 
 
 def caught_up(replica: Any, primary: Any, flavor: str, timeout: float = 60.0) -> str:
@@ -91,6 +94,9 @@ def promote(replica: Any, flavor: str) -> None:
         if flavor == "mariadb":
             cur.execute("STOP SLAVE")
             cur.execute("RESET SLAVE ALL")
+            cur.execute("SET GLOBAL read_only = OFF")
         else:
             cur.execute("STOP REPLICA")
             cur.execute("RESET REPLICA ALL")
+            cur.execute("SET GLOBAL super_read_only = OFF")
+            cur.execute("SET GLOBAL read_only = OFF")
