@@ -163,10 +163,14 @@ def test_binlog_status_statement_by_flavor_and_version(flavor, version, statemen
 
 
 @pytest.mark.both_flavors
-def test_the_watermark_table_is_checked(mysql_server, server_flavor, mysql_db, limited_user):
-    """A named watermark table must exist and take the CDC user's marker row (written, rolled back); on
-    Oracle MySQL, a source without one is warned about (its chunk reads need one), with what to create."""
-    base = limited_user("cdc_wm", "SELECT, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT")
+def test_the_watermark_table_is_checked(mysql_server, mysql_db, limited_user):
+    """Where chunk reads use it (read_view_mode=watermark_table here), a named watermark table must exist and
+    take the CDC user's marker row (written, rolled back), and a source without one is warned about, with
+    what to create. Under ``auto`` both flavors read without it (MariaDB's consistent snapshot, MySQL's
+    executed GTIDs): a named one is never written (a read-only replica passes), a missing one not asked
+    for."""
+    user = limited_user("cdc_wm", "SELECT, SHOW DATABASES, REPLICATION SLAVE, REPLICATION CLIENT")
+    base = with_query(user, read_view_mode="watermark_table")
     missing = run_check(with_query(base, watermark_table=f"{mysql_db}.nowhere"))
     assert missing.returncode == 1, missing.stdout
     assert f"[FAIL] watermark table: {mysql_db}.nowhere does not exist" in missing.stdout
@@ -186,11 +190,12 @@ def test_the_watermark_table_is_checked(mysql_server, server_flavor, mysql_db, l
         assert cur.fetchone()[0] == 0  # rolled back
         assert binlog_end(conn) == before  # and nothing reached the binlog
     unnamed = run_check(base)
-    if server_flavor == "mysql":
-        assert unnamed.returncode == 0 and "[WARN] watermark table:" in unnamed.stdout
-        assert "?watermark_table=" in unnamed.stdout
-    else:
-        assert "watermark table" not in unnamed.stdout
+    assert unnamed.returncode == 0 and "[WARN] watermark table:" in unnamed.stdout
+    assert "?watermark_table=" in unnamed.stdout
+    assert "watermark table" not in run_check(user).stdout  # auto: not needed, not asked for
+    unused = run_check(with_query(user, watermark_table=f"{mysql_db}.nowhere"))
+    assert unused.returncode == 0, unused.stdout
+    assert f"[ok  ] watermark table: {mysql_db}.nowhere is named but not used" in unused.stdout
 
 
 # (read_view_mode, gtid_mode, enforce_gtid_consistency) -> the statuses of the gtid_mode and

@@ -27,17 +27,15 @@ from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, S
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.gtid_window import check_gtid_mode
-from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
+from airflow_provider_mysqlcdc.engine.source.server import (
+    ServerInfo,
+    current_binlog_status,
+    has_snapshot_status,
+)
 from airflow_provider_mysqlcdc.engine.source.watermark_table import WATERMARK_DDL
 
 ReadViewMode = Literal["auto", "consistent_snapshot", "gtid_executed", "watermark_table"]
 
-
-
-def has_snapshot_status(conn: pymysql.connections.Connection) -> bool:
-    with conn.cursor() as cur:
-        cur.execute("SHOW GLOBAL STATUS LIKE 'Binlog_snapshot_position'")
-        return cur.fetchone() is not None
 
 
 def resolve_mode(

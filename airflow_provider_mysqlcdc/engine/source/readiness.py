@@ -18,6 +18,7 @@ from airflow_provider_mysqlcdc.engine.source.server import (
     current_binlog_status,
     global_variables,
     server_info,
+    watermark_table_used,
 )
 from airflow_provider_mysqlcdc.engine.source.watermark_table import WATERMARK_DDL
 
@@ -322,19 +323,26 @@ def _check_replication_client(
 def _check_watermark_table(conn: pymysql.connections.Connection, info: ServerInfo,
                            settings: MySQLSettings) -> CheckResult | None:
     """The watermark table the source names (``watermark_table``): it exists and the CDC user may write it
-    (a marker row written and rolled back: nothing reaches the binlog). On Oracle MySQL without one, exact
-    chunk reads are impossible: a warning says what to create (a stream that never re-snapshots runs)."""
+    (a marker row written and rolled back: nothing reaches the binlog), where the read view mode uses it. On
+    Oracle MySQL without GTIDs and without one, exact chunk reads are impossible: a warning says what to
+    create (a stream that never re-snapshots runs). A table named but not used is never written: a read-only
+    replica passes."""
     name = "watermark table"
+    used = watermark_table_used(conn, info, settings.read_view_mode)
     if not settings.watermark_table:
-        if info.flavor != "mysql" or settings.read_view_mode not in ("auto", "watermark_table"):
+        if not used:
             return None
         return CheckResult(
-            name, "warn", f"{info.label} has no read view with its own binlog position: chunk reads (the "
-            "snapshot, a re-snapshot after TRUNCATE or RENAME) need a watermark table",
+            name, "warn", f"{info.label} has neither a read view with its own binlog position nor GTIDs "
+            "(gtid_mode=ON): chunk reads (the snapshot, a re-snapshot after TRUNCATE or RENAME) need a "
+            "watermark table",
             "create one (" + WATERMARK_DDL.format(table="db.mysqlcdc_watermark") + "), GRANT INSERT, "
             "UPDATE on it to the CDC user, and name it in the source: the connection extra watermark_table "
             "or ?watermark_table=db.mysqlcdc_watermark in the URL",
         )
+    if not used:
+        return CheckResult(name, "ok", f"{settings.watermark_table} is named but not used: chunk reads on "
+                           f"{info.label} write nothing (read_view_mode={settings.read_view_mode})")
     database, _, table = settings.watermark_table.partition(".")
     quoted = f"`{database.replace('`', '``')}`.`{table.replace('`', '``')}`"
     with conn.cursor() as cur:  # a user who may not write it is told "denied" even where it is missing

@@ -92,6 +92,22 @@ def server_info(conn: pymysql.connections.Connection) -> ServerInfo:
     )
 
 
+def has_snapshot_status(conn: pymysql.connections.Connection) -> bool:
+    """Whether a consistent snapshot tells its own binlog position (MariaDB, Percona)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Binlog_snapshot_position'")
+        return cur.fetchone() is not None
+
+
+def watermark_table_used(conn: pymysql.connections.Connection, info: ServerInfo, read_view_mode: str) -> bool:
+    """Whether chunk reads write watermark markers under ``read_view_mode`` on this server: asked for, or
+    ``auto`` on a server with neither an exact consistent snapshot nor GTIDs (``snapshot/read_view.py``)."""
+    if read_view_mode != "auto":
+        return read_view_mode == "watermark_table"
+    gtids = info.flavor == "mysql" and info.gtid_mode.upper() == "ON"
+    return not gtids and not has_snapshot_status(conn)
+
+
 def binlog_status_statement(info: ServerInfo) -> str:
     if info.flavor == "mysql" and info.version >= (8, 4, 0):
         return "SHOW BINARY LOG STATUS"
