@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchCommit, BatchHook
+from airflow_provider_mysqlcdc.engine.lake.changelog_commit import BatchCommit
+from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchHook
 from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig
 from airflow_provider_mysqlcdc.spark.stream.job import StreamRun, mirror_refresh, run_stream
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 
 log = logging.getLogger(__name__)

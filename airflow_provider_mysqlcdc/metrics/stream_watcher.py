@@ -20,8 +20,8 @@ from typing import Any
 
 from airflow_provider_mysqlcdc.engine.binlog.file_start import FileStarts
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.lake.changelog import StreamProgress, read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.stream_figures import StreamTotals
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import StreamProgress, read_stream_progress
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.status.server_binlog import server_binlog
 from airflow_provider_mysqlcdc.engine.status.stream_health import Needed, stream_health

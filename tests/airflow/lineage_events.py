@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schemas

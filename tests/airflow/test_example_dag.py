@@ -514,7 +514,7 @@ def _assert_metrics_received(statsd: StatsdListener, tables: list[TableId], reco
     """What the first run sent through Airflow's StatsD (issue 40): every table's chunk progress (snapshot
     tasks), the stream task's counters equal to its progress record's totals, the lag and headroom gauges, the
     batch timings; never the password."""
-    from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+    from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
     from airflow_provider_mysqlcdc.engine.source.connection import connect
     from airflow_provider_mysqlcdc.engine.status.binlog_expiry import read_binlog_expiry
 

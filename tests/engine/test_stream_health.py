@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import (
-    read_stream_progress,
-)
 from airflow_provider_mysqlcdc.engine.lake.layout import stream_progress_path, write_json_atomic
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.status.binlog_expiry import binlog_expiry

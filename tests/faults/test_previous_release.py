@@ -24,7 +24,10 @@ release itself writes, and this code goes on from there:
    at the old stream's end offset, the old batches are not written again, every record of the new batches
    lies after the old end, the changelog holds exactly the expected number of records with no position twice,
    and the mirror the new code refreshed equals the source row by row. What the new code writes (ledger
-   entries, markers, offsets, manifests, Parquet schemas) has the same shape as what the old code wrote.
+   entries, markers, offsets, manifests, Parquet schemas) has the same shape as what the old code wrote, but
+   for the ``format_version`` the lake's stored records carry now (``engine.lake.record_format``): the old
+   records, which have none, read through the same definitions (``BatchMarker``, ``LedgerEntry``,
+   ``StreamProgress``, the snapshot manifest) as version 0, and convert to the new form field for field.
 4. A new stream (new checkpoint and output) over the old chunk store, whose HWs record no server: it starts
    at min(HW), logs once that it takes those positions to be its own server's, and streams every change.
 """
@@ -51,13 +54,24 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.lake.batch_ledger import LEDGER_VERSION, LedgerEntry
+from airflow_provider_mysqlcdc.engine.lake.batch_marker import MARKER_VERSION, BatchMarker
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
-from airflow_provider_mysqlcdc.engine.lake.layout import LAYOUT_VERSION, changelog_marker, read_json
+from airflow_provider_mysqlcdc.engine.lake.layout import (
+    LAYOUT_VERSION,
+    changelog_marker,
+    read_json,
+    stream_progress_path,
+)
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import manifest_path as mirror_manifest_path
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import mirror_files, read_manifest
-from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.lake.record_format import FORMAT_VERSION
+from airflow_provider_mysqlcdc.engine.lake.snapshot_commit import SnapshotCommit
+from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import MANIFEST_VERSION, read_snapshot_manifest
+from airflow_provider_mysqlcdc.engine.lake.snapshot_manifest import manifest_path as snapshot_manifest_path
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import PROGRESS_VERSION, read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -261,6 +275,21 @@ def _shape(value, tables: list[str]) -> str:
     return json.dumps(shape(value), sort_keys=True)
 
 
+def _unversioned(record: dict) -> dict:
+    """A stored record less what every file and this release's records add: the versions."""
+    return {k: v for k, v in record.items() if k not in ("layout_version", FORMAT_VERSION)}
+
+
+def _assert_reads_as_version_0(old: dict, parsed, current: int) -> None:
+    """An earlier release's record (no ``format_version``) reads as version 0 through this release's one
+    definition, and converts to this release's form field for field (only ``format_version`` added)."""
+    assert FORMAT_VERSION not in old and parsed.version == 0, (old, parsed)
+    new, old = parsed.to_dict(), _unversioned(old)
+    assert new[FORMAT_VERSION] == current, new
+    assert {k: new.get(k) for k in old} == old, (old, new)  # every field kept, value for value
+    assert all(new[k] is None for k in set(_unversioned(new)) - set(old)), (old, new)  # later fields: unset
+
+
 def _chunk_fields(store: ChunkStore, table: str, names: list[str]) -> list[dict]:
     """The fields ``names`` (those the previous release's ChunkState has) of every chunk as text, the form the
     child dumped the previous release's view in."""
@@ -360,6 +389,12 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
         for entry in old_ledger:
             for name in ("start_offset", "end_offset"):
                 assert BinlogOffset.from_dict(entry[name]).to_dict() == entry[name], entry
+            _assert_reads_as_version_0(entry, LedgerEntry.from_dict(entry), LEDGER_VERSION)
+        old_progress = read_json(stream_progress_path(output))
+        progress = read_stream_progress(output)
+        assert old_progress is not None and progress is not None
+        _assert_reads_as_version_0(old_progress, progress, PROGRESS_VERSION)
+        assert progress.end_offset == BinlogOffset.from_dict(old_ledger[-1]["end_offset"])
         old_end = BinlogOffset.from_dict(old_ledger[-1]["end_offset"])
         old_last_batch = old_ledger[-1]["batch_id"]
         spark_offsets = _spark_offsets(checkpoint)
@@ -403,6 +438,11 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             batches = committed_batch_ids(output, table)
             assert batches and batches[-1] <= old_last_batch, (table, batches)
             old_markers.update({(table, b): read_json(changelog_marker(output, table, b)) for b in batches})
+            for b in batches:
+                old_marker = old_markers[table, b]
+                _assert_reads_as_version_0(old_marker, BatchMarker.from_dict(old_marker), MARKER_VERSION)
+            old_manifest = read_json(snapshot_manifest_path(output, table))
+            assert old_manifest is not None and FORMAT_VERSION not in old_manifest, table
             records = changelog_records(output, schemas[table])
             assert len(records) == expected_old[str(table)], (table, len(records))
             assert all((r.key[0], r.key[1]) <= old_end.position.key for r in records), table
@@ -416,6 +456,15 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             old_mirror[table] = (raw, pq.read_schema(mirror_files(output, table)[0]))
             assert not Path(changelog_table_uri(output, table), "_delta_log").exists()  # written before Delta
         assert_mirror_equals_source(settings, output, tables, min_rows=ROWS, delta=False)
+        # the lake's snapshot commit over the old output: the manifest it publishes names the same files
+        for table in tables:
+            before = read_snapshot_manifest(output, table)
+            assert before is not None and before.current is not None, table
+            SnapshotCommit(output, table, before.current.generation).republish(store)
+            published = read_json(snapshot_manifest_path(output, table))
+            assert published is not None and published[FORMAT_VERSION] == MANIFEST_VERSION, table
+            after = read_snapshot_manifest(output, table)
+            assert after is not None and after.chunk_files() == before.chunk_files(), table
 
     # 3. more writes, then this code's stream resumes from the old checkpoint
     expected_new = _write_changes(mysql_server, mysql_db, rng, fresh=2 * KEY_SPACE)
@@ -432,7 +481,13 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
     assert new[0]["start_offset"] == old_ledger[-1]["end_offset"], "the stream did not resume where it was"
     for before, after in itertools.pairwise(ledger):
         assert after["start_offset"] == before["end_offset"], (before, after)
-    assert {_shape(e, names) for e in new} <= {_shape(e, names) for e in old_ledger}, "ledger entries changed"
+    assert all(e[FORMAT_VERSION] == LEDGER_VERSION and LedgerEntry.from_dict(e).to_dict() == _unversioned(e)
+               | {FORMAT_VERSION: LEDGER_VERSION} for e in new), new
+    assert ({_shape(_unversioned(e), names) for e in new}
+            <= {_shape(_unversioned(e), names) for e in old_ledger}), "ledger entries changed"
+    new_progress = read_json(stream_progress_path(output))
+    assert new_progress is not None and new_progress[FORMAT_VERSION] == PROGRESS_VERSION
+    assert set(_unversioned(old_progress)) <= set(_unversioned(new_progress)), "progress record changed"
     for name, data in old_identity.items():  # the stream's identity and start, as the old run left them
         assert read_json(str(own / name)) == data, name
     # the old release's position file (a batch behind the sink; status reads the sink's) is gone
@@ -454,7 +509,9 @@ def test_previous_release_state_resumes_and_reads_as_before(mysql_server, mysql_
             last = committed_batch_ids(output, table)[-1]
             assert last > old_last_batch, table
             marker = read_json(changelog_marker(output, table, last))
-            assert _shape(marker, names) == _shape(old_markers[table, old_last], names), f"{table}: marker"
+            assert marker[FORMAT_VERSION] == MARKER_VERSION, marker
+            assert (_shape(_unversioned(marker), names)
+                    == _shape(_unversioned(old_markers[table, old_last]), names)), f"{table}: marker"
             new_schema = _without_zero_date_companions(
                 pq.read_schema(read_batch(output, table, last).files[0]))
             assert new_schema == pq.read_schema(read_batch(output, table, old_last).files[0]), table

@@ -6,12 +6,12 @@ import dataclasses
 from datetime import UTC, datetime
 from pathlib import Path
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import (
+from airflow_provider_mysqlcdc.engine.lake.stream_figures import BatchFigures, StreamTotals
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import (
     StreamProgress,
     read_stream_progress,
     write_stream_progress,
 )
-from airflow_provider_mysqlcdc.engine.lake.stream_figures import BatchFigures, StreamTotals
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.status.binlog_expiry import binlog_expiry

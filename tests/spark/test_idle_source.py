@@ -14,7 +14,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.cli import status as cli_status
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.snapshot.options import SnapshotOptions
 from airflow_provider_mysqlcdc.engine.snapshot.phase import plan_tables

@@ -19,7 +19,6 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import SchemaChange
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-from airflow_provider_mysqlcdc.engine.lake.changelog import StreamProgress, write_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     changelog_dir,
@@ -30,6 +29,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.lake.schema_history import record_schema_changes
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import StreamProgress, write_stream_progress
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema, records_batch
 from airflow_provider_mysqlcdc.engine.model.position_text import format_row_key

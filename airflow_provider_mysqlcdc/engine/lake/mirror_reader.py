@@ -25,7 +25,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import (
     AS_OF,
     STREAM_POSITION,
@@ -38,6 +38,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     read_manifest,
     read_manifest_files,
 )
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 

@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorView
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-from airflow_provider_mysqlcdc.engine.lake.changelog import BatchMarker, read_batch
+from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
 from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
@@ -40,7 +40,7 @@ def chunk_records(
     plan: ChunkPlan,
     view: MirrorView,
     data_schema: pa.Schema,
-    new_batches: list[BatchMarker],
+    new_batches: list[CommittedBatch],
     old_ids: list[int],
     rebuild: set[int],
     history: list[SchemaEvent],
@@ -66,7 +66,7 @@ def chunk_records(
     return ChunkRecords(per_chunk, read, latest)
 
 
-def after_watermark(batch: BatchMarker, watermark: BinlogPosition) -> tuple[str, ...]:
+def after_watermark(batch: CommittedBatch, watermark: BinlogPosition) -> tuple[str, ...]:
     """The files of ``batch`` unless the whole batch ended at or before ``watermark`` (its records are all
     covered then: a rebuild after a re-snapshot opens no file of the batches before the new HWs)."""
     end = batch.end_offset

@@ -55,7 +55,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, MirrorChunk
 from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.lake.changelog import BatchMarker, committed_batch_ids, read_batch
+from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import DeltaMirror
 from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema, same_type
@@ -549,7 +549,7 @@ def _describe_added(old: MirrorManifest, data_schema: pa.Schema) -> str:
 
 
 def _stream_position(
-    old: MirrorManifest | None, batches: list[BatchMarker], latest: str | None, view: MirrorView
+    old: MirrorManifest | None, batches: list[CommittedBatch], latest: str | None, view: MirrorView
 ) -> tuple[BinlogPosition | None, bool]:
     """How far the applied changelog reaches: the last batch's ``end_offset``; else the latest record read."""
     position = old.stream_position if old is not None else None

@@ -14,7 +14,9 @@ The file is a pure function of the store's rows (no timestamps of its own), so r
 leaves the same bytes.
 
 Readers: ``read_snapshot_manifest(root, table).current`` is the generation the mirror uses (the latest whose
-every chunk is committed); each chunk lists its directory, files, rows, LW and HW.
+every chunk is committed); each chunk lists its directory, files, rows, LW and HW. The manifest carries
+``format_version`` (``record_format``); one without it (version 0) was written by an earlier release, with
+the same fields. Where a snapshot run commits chunks with it: ``snapshot_commit``.
 """
 from __future__ import annotations
 
@@ -33,9 +35,11 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     table_dir,
     write_json_atomic,
 )
+from airflow_provider_mysqlcdc.engine.lake.record_format import FORMAT_VERSION, record_version
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
+MANIFEST_VERSION = 1  # 1: format_version added (version 0: the same fields without it)
 
 @dataclass(frozen=True)
 class ManifestChunk:
@@ -142,6 +146,7 @@ def read_snapshot_manifest(root: str, table: TableId) -> SnapshotManifest | None
     data = read_json(manifest_path(root, table))
     if data is None:
         return None
+    record_version(data, f"the snapshot manifest of {table}", MANIFEST_VERSION)
     return SnapshotManifest(
         table=str(data["table"]),
         root=table_dir(root, table),
@@ -174,6 +179,7 @@ def _manifest_chunk(row: Any, root_dir: str) -> ManifestChunk:
 def _to_json(manifest: SnapshotManifest) -> dict[str, Any]:
     current = manifest.current
     return {
+        FORMAT_VERSION: MANIFEST_VERSION,
         "table": manifest.table,
         "latest_generation": manifest.latest_generation,
         "current_generation": current.generation if current else None,

@@ -1,6 +1,6 @@
 """What the stream's batches did, as its progress record keeps them: the latest batch's figures and totals.
 
-The Spark driver records them with each batch (``StreamProgress`` in ``_mysqlcdc_stream_progress.json``) and
+The batch commit (``changelog_commit``) records them with each batch (``stream_progress``) and
 anything that watches the output root reads them back: ``status`` shows them, and the Airflow stream task
 turns them into metrics. Totals are cumulative over the stream of the output root (batch ids of one
 checkpoint), so a watcher that looks now and then derives exact counts from two looks; a replayed batch id is

@@ -27,9 +27,9 @@ import pymysql
 from airflow_provider_mysqlcdc.engine.binlog.file_start import FileStarts
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.lake.changelog import StreamProgress, read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.gc.report import GcReport, read_gc_report
 from airflow_provider_mysqlcdc.engine.lake.layout import read_json, stream_owner_path
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import StreamProgress, read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.catalog import primary_key_columns

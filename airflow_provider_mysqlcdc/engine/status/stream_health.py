@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import StreamProgress
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import StreamProgress
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.status.server_binlog import ServerBinlog
 

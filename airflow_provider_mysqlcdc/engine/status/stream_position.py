@@ -5,12 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import NamedTuple
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import (
-    committed_batch_ids,
-    read_batch,
-    read_stream_progress,
-)
+from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.position_text import position_of
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition, file_number
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect

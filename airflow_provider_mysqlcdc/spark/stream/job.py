@@ -10,7 +10,8 @@ Files the stream keeps besides Spark's own checkpoint (``offsets/``, ``commits/`
 * ``<checkpoint>/mysqlcdc/stream.lock``: one stream per checkpoint (``stream_lock``);
 * ``<checkpoint>/mysqlcdc/stream_id.json`` and ``<output>/_mysqlcdc_stream.json``: the output root belongs to
   one stream (batch ids restart at 0 in a new checkpoint, so two streams must never share an output);
-* ``<checkpoint>/mysqlcdc/batches/batch=<id>.json``: the sink's batch ledger (replay detection, rows);
+* ``<checkpoint>/mysqlcdc/batches/batch=<id>.json``: the batch ledger (``engine.lake.batch_ledger``: replay
+  detection, rows);
 * ``<checkpoint>/mysqlcdc/resnapshots.json``: re-snapshots after DDL not committed yet (``resnapshots``);
 * ``<checkpoint>/mysqlcdc/startup.json``: the startup mode and the start it resolved to (``checkpoint``);
 * ``<output>/_mysqlcdc_stream_progress.json`` and the changelog markers: what the sink committed, where
@@ -35,7 +36,7 @@ from airflow_provider_mysqlcdc.engine.binlog.ddl import ColumnChanges
 from airflow_provider_mysqlcdc.engine.binlog.pending_ddl import column_changes_since
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.changelog_commit import BatchCommit
 from airflow_provider_mysqlcdc.engine.lake.layout import ensure_writable, read_json
 from airflow_provider_mysqlcdc.engine.lake.schema_history import (
     columns_after,
@@ -43,6 +44,7 @@ from airflow_provider_mysqlcdc.engine.lake.schema_history import (
     read_schema_history,
 )
 from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.source.catalog import list_tables, load_schema
@@ -53,11 +55,7 @@ from airflow_provider_mysqlcdc.engine.stream.startup import StartupMode
 from airflow_provider_mysqlcdc.spark.errors import stream_failure_message
 from airflow_provider_mysqlcdc.spark.session import register_data_source
 from airflow_provider_mysqlcdc.spark.stream.binlog_source import BinlogSource, BinlogSourceOptions
-from airflow_provider_mysqlcdc.spark.stream.changelog_sink import (
-    BatchCommit,
-    BatchHook,
-    ChangelogSink,
-)
+from airflow_provider_mysqlcdc.spark.stream.changelog_sink import BatchHook, ChangelogSink
 from airflow_provider_mysqlcdc.spark.stream.checkpoint import STARTUP_FILE, claim_output, startup_offset
 from airflow_provider_mysqlcdc.spark.stream.config import (
     AVAILABLE_NOW,

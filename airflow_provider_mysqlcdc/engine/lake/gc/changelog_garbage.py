@@ -21,7 +21,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.batch_marker import BatchMarker, read_batch_marker
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.delta_log import DeltaLog
 from airflow_provider_mysqlcdc.engine.lake.gc.files import (
@@ -33,7 +33,8 @@ from airflow_provider_mysqlcdc.engine.lake.gc.files import (
 )
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG as CHANGELOG_DIR
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG_JSON as CHANGELOG_JSON_DIR
-from airflow_provider_mysqlcdc.engine.lake.layout import changelog_marker, read_json, table_dir
+from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 _BATCH = re.compile(r"^batch=(\d+)$")
@@ -58,8 +59,8 @@ def changelog_garbage(root: str, table: TableId, cutoff: float, after: int | Non
     held: set[str] | None = None
     out: list[Garbage] = []
     dirty: list[int] = []  # batches that keep an unnamed file (too young yet)
-    for kind, directory, listed in ((CHANGELOG, CHANGELOG_DIR, "files"),
-                                    (CHANGELOG_JSON, CHANGELOG_JSON_DIR, "changelog_json_files")):
+    for kind, directory, listed in ((CHANGELOG, CHANGELOG_DIR, _files),
+                                    (CHANGELOG_JSON, CHANGELOG_JSON_DIR, _json_files)):
         for name, batch_path in subdirs(posixpath.join(table_dir(root, table), directory)):
             match = _BATCH.match(name)
             if match is None:
@@ -67,10 +68,11 @@ def changelog_garbage(root: str, table: TableId, cutoff: float, after: int | Non
             batch_id = int(match.group(1))
             if batch_id >= progress.batch_id or (after is not None and batch_id <= after):
                 continue
-            marker = read_json(changelog_marker(root, table, batch_id))
-            if marker is not None and not isinstance(marker.get(listed), list):
+            marker = read_batch_marker(root, table, batch_id)
+            names = None if marker is None else listed(marker)
+            if marker is not None and names is None:
                 continue  # a marker without its file list names the whole directory
-            named = {posixpath.basename(str(f)) for f in (marker or {}).get(listed) or ()}
+            named = {posixpath.basename(f) for f in names or ()}
             for f in list_files(batch_path):
                 base = posixpath.basename(f.path)
                 if base in named or base.startswith(("_", ".")):
@@ -88,3 +90,11 @@ def changelog_garbage(root: str, table: TableId, cutoff: float, after: int | Non
     if clean < 0:
         return ChangelogGarbage(out, after)
     return ChangelogGarbage(out, clean if after is None or clean > after else after)
+
+
+def _files(marker: BatchMarker) -> tuple[str, ...] | None:
+    return marker.files
+
+
+def _json_files(marker: BatchMarker) -> tuple[str, ...] | None:
+    return marker.changelog_json_files

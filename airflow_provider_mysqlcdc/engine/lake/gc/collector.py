@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
-from airflow_provider_mysqlcdc.engine.lake.changelog import read_stream_progress
 from airflow_provider_mysqlcdc.engine.lake.gc.changelog_garbage import changelog_garbage
 from airflow_provider_mysqlcdc.engine.lake.gc.delta_garbage import RemoveLog, cleanup_logs, mirror_garbage
 from airflow_provider_mysqlcdc.engine.lake.gc.files import Garbage, delete, remove_if_empty
 from airflow_provider_mysqlcdc.engine.lake.gc.report import GcRun, read_gc_report, record_run
 from airflow_provider_mysqlcdc.engine.lake.gc.retention import Retention, utc_now
 from airflow_provider_mysqlcdc.engine.lake.gc.snapshot_garbage import retired_parents, snapshot_garbage
+from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 log = logging.getLogger(__name__)
