@@ -8,7 +8,7 @@ id and table:
 1. ``begin``: the batch ledger in the stream's checkpoint (``batch_ledger``) says whether this batch id was
    attempted before (the run was killed after planning it: a *replay*), and records this attempt before any
    file is written; the first batch of a run makes every table's changelog a Delta table (an output root of a
-   release before the Delta changelog: ``DeltaChangelog.adopt``);
+   release before the Delta changelog: ``ChangelogTable.adopt``, ``table_format``);
 2. the executors write ``changelog/batch=<id>/part-...parquet`` (and ``changelog-json/``):
    ``changelog_files``;
 3. ``commit``: the schema history first (a reader never sees data ahead of its DDL), then the batch marker
@@ -19,8 +19,8 @@ id and table:
    replayed batch overwrites, it never duplicates; but a table whose Delta changelog already holds the batch
    keeps that attempt's marker and files, and only the other attempts' files go;
 5. one Delta commit per table adds the batch's files to ``changelog/_delta_log`` with the application
-   transaction ``("mysqlcdc-changelog", batch id)`` (``delta_changelog``): what every reader that is not ours
-   sees;
+   transaction ``("mysqlcdc-changelog", batch id)`` (``table_format.changelog_table``: ``delta_changelog``):
+   what every reader that is not ours sees;
 6. the output's progress record (``stream_progress``), written after the markers: the end offset (idle
    tables' position advances with the stream), the batch's figures and the running totals
    (``stream_figures``); then the ledger entry ``committed``.
@@ -57,7 +57,6 @@ from airflow_provider_mysqlcdc.engine.lake.batch_marker import (
     write_batch_marker,
 )
 from airflow_provider_mysqlcdc.engine.lake.changelog_files import BatchFiles, Unwritten, WrittenFile
-from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, batch_files
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     CHANGELOG,
     CHANGELOG_JSON,
@@ -78,6 +77,7 @@ from airflow_provider_mysqlcdc.engine.lake.stream_progress import (
     read_stream_progress,
     write_stream_progress,
 )
+from airflow_provider_mysqlcdc.engine.lake.table_format import ChangelogTable, changelog_table
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 
@@ -129,7 +129,7 @@ class ChangelogCommit:
     schemas: dict[str, TableSchema]  # the captured tables by name ("database.table")
     changelog_json: bool = False
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)  # columns never written, by table
-    _deltas: dict[TableId, DeltaChangelog] = field(init=False, repr=False, default_factory=dict)
+    _tables: dict[TableId, ChangelogTable] = field(init=False, repr=False, default_factory=dict)
     _adopted: bool = field(init=False, repr=False, default=False)
     _progress: StreamProgress | None = field(init=False, repr=False, default=None)  # as last written
     _progress_read: bool = field(init=False, repr=False, default=False)
@@ -143,7 +143,7 @@ class ChangelogCommit:
         write_ledger_entry(self.checkpoint, LedgerEntry(batch_id, WRITING, attempt.attempt))
         if not self._adopted:  # an output root from before the Delta changelog: every table readable as Delta
             for table in sorted(self.schemas):
-                self._delta(TableId.parse(table)).adopt(batch_id)
+                self._table(TableId.parse(table)).adopt(batch_id)
             self._adopted = True
         return attempt
 
@@ -192,7 +192,7 @@ class ChangelogCommit:
         start_offset, end_offset = _batch_range(ranges)
         captured = {*self.schemas, *by_table}
         # on a replay, tables whose Delta changelog already holds this batch keep that attempt's files
-        settled = {t for t in captured if self._delta(TableId.parse(t)).holds(batch_id)} if replay else set()
+        settled = {t for t in captured if self._table(TableId.parse(t)).holds(batch_id)} if replay else set()
         rows: dict[str, int] = {}
         for table, kinds in sorted(by_table.items()):
             parquet = sorted(kinds.get(CHANGELOG, []), key=lambda f: f.name)
@@ -222,9 +222,8 @@ class ChangelogCommit:
         end_dict = None if end_offset is None else end_offset.to_dict()
         for table, kinds in sorted(by_table.items()):  # after the markers: Delta readers see whole batches
             if table not in settled:
-                tid = TableId.parse(table)
                 names = sorted(f.name for f in kinds.get(CHANGELOG, []))
-                self._delta(tid).commit(batch_id, batch_files(self.root, tid, batch_id, names), end_dict)
+                self._table(TableId.parse(table)).commit_batch(batch_id, names, end_dict)
         figures = _figures(batch_id, rows, by_table, ranges, replay)
         if end_offset is not None:  # after the markers: idle tables' position advances with the stream
             tables = sorted({*captured, *ddl})
@@ -245,10 +244,10 @@ class ChangelogCommit:
 
     # --- helpers ----------------------------------------------------------------------------------------
 
-    def _delta(self, table: TableId) -> DeltaChangelog:
-        found = self._deltas.get(table)
+    def _table(self, table: TableId) -> ChangelogTable:
+        found = self._tables.get(table)
         if found is None:
-            found = self._deltas[table] = DeltaChangelog(self.root, table)
+            found = self._tables[table] = changelog_table(self.root, table)
         return found
 
     def _previous_progress(self) -> StreamProgress | None:

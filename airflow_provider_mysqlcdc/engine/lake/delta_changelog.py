@@ -68,7 +68,8 @@ def committed_batches(root: str, table: TableId, before: int) -> list[tuple[int,
 
 
 class DeltaChangelog:
-    """The Delta table of one table's changelog: which batch it last holds, and appending a batch to it."""
+    """The Delta table of one table's changelog: which batch it last holds, and appending a batch to it (the
+    ``table_format.ChangelogTable`` of Delta)."""
 
     def __init__(self, root: str, table: TableId, storage_options: dict[str, str] | None = None) -> None:
         self.root, self.table = root, table
@@ -94,6 +95,10 @@ class DeltaChangelog:
             return False
         last, _ = earlier[-1]
         return self.commit(last, [])
+
+    def commit_batch(self, batch_id: int, names: list[str], end_offset: dict | None = None) -> bool:
+        """``table_format.ChangelogTable.commit_batch``: the batch's files by base name."""
+        return self.commit(batch_id, batch_files(self.root, self.table, batch_id, names), end_offset)
 
     def commit(self, batch_id: int, files: list[str], end_offset: dict | None = None) -> bool:
         """Append a batch's files (relative paths) in one Delta transaction, unless the log already holds this

@@ -57,7 +57,6 @@ from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
-from airflow_provider_mysqlcdc.engine.lake.delta_mirror import DeltaMirror
 from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
@@ -84,6 +83,7 @@ from airflow_provider_mysqlcdc.engine.lake.schema_history import (
     read_schema_history,
     schema_version,
 )
+from airflow_provider_mysqlcdc.engine.lake.table_format import MirrorTable, mirror_table
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.position_text import after_bound, position_of
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -129,7 +129,7 @@ class MirrorRefresher:
     _assigners: dict[tuple[TableId, int], ChunkAssigner] = field(default_factory=dict, repr=False)
     _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
     _snapshot_marks: dict[str, tuple[int, int, str]] = field(default_factory=dict, repr=False)
-    _deltas: dict[TableId, DeltaMirror] = field(default_factory=dict, repr=False)
+    _tables: dict[TableId, MirrorTable] = field(default_factory=dict, repr=False)
     outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
 
     def __post_init__(self) -> None:
@@ -274,10 +274,12 @@ class MirrorRefresher:
         """The chunk assigner of ``build``'s plan (collation-aware for string keys)."""
         return self._assigner(build.table, build.plan, build.schema)
 
-    def _delta(self, table: TableId) -> DeltaMirror:
-        found = self._deltas.get(table)
+    def _delta(self, table: TableId) -> MirrorTable:
+        """The table's mirror in the table format (``bench/mirror_refresh.py`` times its ``sync`` by this
+        method's name)."""
+        found = self._tables.get(table)
         if found is None:
-            found = self._deltas[table] = DeltaMirror(self.root, table)
+            found = self._tables[table] = mirror_table(self.root, table)
         return found
 
     def _build(self, table: TableId, view: MirrorView, old: MirrorManifest | None) -> MirrorBuild:

@@ -21,7 +21,6 @@ from airflow_provider_mysqlcdc.engine.chunk_store import (
     TableEntry,
     UnknownChunk,
 )
-from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorManifest,
     consistent_as_of,
@@ -30,6 +29,7 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_reader import latest_mirror_version
 from airflow_provider_mysqlcdc.engine.lake.schema_history import read_schema_history, schema_version
+from airflow_provider_mysqlcdc.engine.lake.table_format import changelog_table
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 from airflow_provider_mysqlcdc.engine.status.server_binlog import ServerBinlog
@@ -364,7 +364,7 @@ def _mirror_summary(manifest: MirrorManifest | None, root: str | None,
     return {
         "delta_version": None if delta is None else delta.version,
         "delta_as_of": None if delta is None or delta.as_of is None else str(delta.as_of),
-        "changelog_delta_batch": DeltaChangelog(root, table).last_batch(),
+        "changelog_delta_batch": changelog_table(root, table).last_batch(),
         "rows": manifest.rows,
         "through_batch": manifest.through_batch,
         "refreshed_at": manifest.refreshed_at,
