@@ -5,12 +5,15 @@ nothing. Concurrent random writes over every table shape are in test_consistency
 conformance suite, which read in this mode on MySQL."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from airflow_provider_mysqlcdc.engine.binlog import mysql_gtid
 from airflow_provider_mysqlcdc.engine.chunks.planner import plan_table
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_READER_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
@@ -21,6 +24,7 @@ from airflow_provider_mysqlcdc.engine.snapshot.read_modes import gtid_executed
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.testing.server_process import CDC_GRANTS
+from tests.support.servers import binlog_end
 
 pytestmark = pytest.mark.mysql_only
 
@@ -72,18 +76,17 @@ def _source(server, sql: str) -> list[tuple]:
         return sorted(tuple(r) for r in cur.fetchall())
 
 
-def test_a_transaction_written_before_the_window_but_not_yet_committed_is_in_the_chunk(
-        server, reader_url, chunk_reader):
-    """A commit held in its sync stage is in the binlog (before the window's start) and not yet visible: the
-    read waits for its GTID (gtid_owned) before opening the view, so the chunk holds it. Without the wait the
-    chunk would miss this update for good (the stream starts after the chunk's HW)."""
+@contextlib.contextmanager
+def _held_commit(server, sql: str) -> Iterator[tuple[threading.Event, str]]:
+    """``sql`` committed by another session and held in the commit's sync stage (1.5 s): written to the
+    binlog and owning its GTID, not yet committed in the engine. Yields (set once it committed, its GTID)."""
     with server.admin() as conn, conn.cursor() as cur:
-        cur.execute("SET GLOBAL binlog_group_commit_sync_delay = 1500000")  # 1.5 s between write and commit
+        cur.execute("SET GLOBAL binlog_group_commit_sync_delay = 1500000")
     done = threading.Event()
 
     def slow_commit() -> None:
         with server.admin() as conn, conn.cursor() as cur:
-            cur.execute("UPDATE g.kv SET v = v + 1 WHERE id = 5")
+            cur.execute(sql)
             conn.commit()
         done.set()
 
@@ -92,22 +95,43 @@ def test_a_transaction_written_before_the_window_but_not_yet_committed_is_in_the
         writer.start()
         with server.admin() as conn, conn.cursor() as cur:
             deadline = time.monotonic() + 30
-            while True:  # until the update is written and owned, not committed
+            while True:  # until it is written and owned, not committed
                 cur.execute("SELECT @@global.gtid_owned")
-                if cur.fetchone()[0] or done.is_set():
+                owned = cur.fetchone()[0]
+                if owned or done.is_set():
                     break
                 assert time.monotonic() < deadline, "the held commit never showed in gtid_owned"
-            assert not done.is_set(), "the commit was not held long enough to test the wait"
-        before = _source(server, "SELECT v FROM g.kv WHERE id = 5")
+            assert not done.is_set(), "the commit was not held long enough for the test"
+        yield done, mysql_gtid.owned_gtids(owned)
+    finally:
+        writer.join()
+        with server.admin() as conn, conn.cursor() as cur:
+            cur.execute("SET GLOBAL binlog_group_commit_sync_delay = 0")
+
+
+def test_a_transaction_written_before_the_window_but_not_yet_committed_is_in_the_chunk(
+        server, reader_url, chunk_reader):
+    """A commit held in its sync stage is in the binlog (before the window's start) and not yet visible: the
+    read waits for its GTID (gtid_owned) before opening the view, so the chunk holds it. Without the wait the
+    chunk would miss this update for good (the stream starts after the chunk's HW)."""
+    before = _source(server, "SELECT v FROM g.kv WHERE id = 5")
+    with _held_commit(server, "UPDATE g.kv SET v = v + 1 WHERE id = 5") as (done, _gtid):
         read, rows = _read(reader_url, "kv", None, 0)
         assert read.result.mode == "gtid_executed" and read.result.reader == chunk_reader
         assert dict(rows)[5] == before[0][0] + 1, "the chunk lost a transaction committed before its window"
         assert done.is_set()  # the read waited for it
         assert rows == _source(server, "SELECT id, v FROM g.kv WHERE id < 21")
-    finally:
-        writer.join()
-        with server.admin() as conn, conn.cursor() as cur:
-            cur.execute("SET GLOBAL binlog_group_commit_sync_delay = 0")
+
+
+def test_the_gtid_set_at_a_position_holds_a_transaction_written_before_it_and_still_committing(server):
+    """The executed GTID set at a position near the binlog's end is gtid_executed minus what follows the
+    position: read once the transactions already written committed, or one still committing before the
+    position would be missing from it (and a failover by that set would apply it twice)."""
+    with _held_commit(server, "UPDATE g.kv SET v = v + 1 WHERE id = 6") as (_done, gtid), \
+            server.admin() as conn:
+        position = binlog_end(conn)  # after the held transaction
+        at = mysql_gtid.set_at(conn, position, scan="backward")
+    assert at is not None and at.covers(mysql_gtid.MysqlGtidSet.parse(gtid)), (gtid, str(at))
 
 
 def _commit_as_the_view_opens(server, monkeypatch, sql: str, times: int) -> list[int]:
@@ -170,7 +194,7 @@ def test_a_truncate_in_the_window_makes_the_chunk_be_read_again(server, reader_u
         conn.commit()
     _commit_as_the_view_opens(server, monkeypatch, "TRUNCATE TABLE g.tr", 1)
     with caplog.at_level(logging.WARNING):
-        read, rows = _read(reader_url, "tr", None, 0, backfill_timeout=30)
+        _, rows = _read(reader_url, "tr", None, 0, backfill_timeout=30)
     assert rows == [] == _source(server, "SELECT id, v FROM g.tr")
     assert "in its read view's window (TRUNCATE or a partition operation)" in caplog.text
 

@@ -14,3 +14,8 @@ class GtidUnsupported(GtidError):
 
 class GtidNotFound(GtidError):
     """This server's binlog does not hold the point a GTID position names (purged, behind, other history)."""
+
+
+class GtidsNotCommitted(GtidError):
+    """Transactions written to the binlog did not commit within the wait: the executed GTID set cannot be
+    proven to hold every transaction before a position yet."""

@@ -29,7 +29,12 @@ from dataclasses import dataclass
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.events_pager import binary_logs, first_events, iter_events
-from airflow_provider_mysqlcdc.engine.binlog.gtid_errors import GtidError, GtidNotFound, GtidUnsupported
+from airflow_provider_mysqlcdc.engine.binlog.gtid_errors import (
+    GtidError,
+    GtidNotFound,
+    GtidsNotCommitted,
+    GtidUnsupported,
+)
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 
@@ -237,6 +242,37 @@ _SCANS_LOCK = threading.Lock()
 _MAX_FILES, _MAX_CHECKPOINTS = 16, 32
 
 
+COMMIT_WAIT_S = 120.0  # how long ``executed_after_commits`` waits for transactions already written to commit
+
+
+def owned_gtids(text: str | None) -> str:
+    """``@@global.gtid_owned`` (``uuid[:tag]:n#thread,...``) as a GTID set (``uuid[:tag]:n,...``)."""
+    if not text:
+        return ""
+    return ",".join(part.split("#", 1)[0].strip() for part in text.split(",") if part.strip())
+
+
+def executed_after_commits(conn: pymysql.connections.Connection, wait_s: float = COMMIT_WAIT_S) -> str:
+    """``@@global.gtid_executed`` once every transaction written to the binlog before this call has committed.
+
+    A transaction owns its GTID (``gtid_owned``) before its events are written to the binlog, and its GTID
+    leaves ``gtid_owned`` for ``gtid_executed`` in one step, after the engine commit. So once every GTID owned
+    now is executed (``WAIT_FOR_EXECUTED_GTID_SET``), the executed set holds every transaction written so far,
+    and each of them is committed (visible to a read view opened after this)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@global.gtid_owned")
+        owned = owned_gtids((cur.fetchone() or (None,))[0])
+        if owned:
+            cur.execute("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s)", (owned, max(1, int(wait_s))))
+            if (cur.fetchone() or (1,))[0] != 0:
+                raise GtidsNotCommitted(
+                    f"transactions {owned} were written to the binlog but did not commit within "
+                    f"{wait_s:.0f}s (a long commit, or a replica's applier stopped inside a transaction): "
+                    "rerun once they commit")
+        cur.execute("SELECT @@global.gtid_executed")
+        return str((cur.fetchone() or ("",))[0] or "")
+
+
 def set_at(
     conn: pymysql.connections.Connection, position: BinlogPosition, *, scan: str | None = None
 ) -> MysqlGtidSet | None:
@@ -247,13 +283,15 @@ def set_at(
     Two ways to the same set, the one with fewer binlog bytes to scan taken (``scan`` forces one, for tests):
     forwards, the file's ``Previous_gtids`` and ``gtid_purged`` plus the GTIDs from the file's start (or the
     nearest point scanned before) to the position; backwards, ``gtid_executed`` minus the GTIDs from the
-    position to the end of the binlog. ``gtid_executed`` is read before that scan: a transaction enters it
-    only after its events are in the binlog (MySQL's commit stage follows flush and sync), so every GTID of it
-    that lies after the position is seen and taken away. A chunk HW or a batch end, near the end of the
-    binlog, costs the few events after it; an older position, the events since the last one asked for."""
+    position to the end of the binlog. ``gtid_executed`` is read before that scan, once every transaction
+    written before it committed (``executed_after_commits``: so it holds every transaction before the
+    position, the position being read earlier), and a transaction enters it only after its events are in the
+    binlog, so every GTID of it that lies after the position is seen and taken away. A chunk HW or a batch
+    end, near the end of the binlog, costs the few events after it; an older position, the events since the
+    last one asked for."""
     with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_purged, @@server_uuid, @@GLOBAL.gtid_executed")
-        mode, purged, uuid, executed = cur.fetchone()
+        cur.execute("SELECT @@GLOBAL.gtid_mode, @@GLOBAL.gtid_purged, @@server_uuid")
+        mode, purged, uuid = cur.fetchone()
     if str(mode).upper() != "ON":
         return None
     logs = binary_logs(conn)
@@ -270,7 +308,8 @@ def set_at(
     behind = sizes[position.file] - position.pos + sum(sizes[name] for name in later)
     before_file = MysqlGtidSet.parse(str(previous.info or "")).union(MysqlGtidSet.parse(str(purged or "")))
     if scan == "backward" or (scan is None and behind < position.pos - _nearest(key, position.pos)):
-        found = _backward(conn, names, position, MysqlGtidSet.parse(str(executed or "")))
+        executed = executed_after_commits(conn)
+        found = _backward(conn, names, position, MysqlGtidSet.parse(executed))
         if found is None:
             return None
         gtids, anchor = found

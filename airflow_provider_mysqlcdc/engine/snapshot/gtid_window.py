@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
+from airflow_provider_mysqlcdc.engine.binlog.gtid_errors import GtidsNotCommitted
+from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import executed_after_commits
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
@@ -79,29 +81,15 @@ def check_gtid_mode(info: ServerInfo) -> None:
             "read_view_mode=watermark_table with a watermark table")
 
 
-def owned_gtids(text: str | None) -> str:
-    """``@@global.gtid_owned`` (``uuid[:tag]:n#thread,...``) as a GTID set (``uuid[:tag]:n,...``)."""
-    if not text:
-        return ""
-    return ",".join(part.split("#", 1)[0].strip() for part in text.split(",") if part.strip())
-
-
 def start_window(conn: pymysql.connections.Connection, info: ServerInfo, wait_s: float) -> WindowStart:
     """``scan_from`` and ``executed_before``; every transaction before ``scan_from`` committed."""
     status = current_binlog_status(conn, info)
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@global.gtid_owned")
-        owned = owned_gtids((cur.fetchone() or (None,))[0])
-        if owned:
-            cur.execute("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s)", (owned, max(1, int(wait_s))))
-            if (cur.fetchone() or (1,))[0] != 0:
-                raise UncommittedTransactions(
-                    f"transactions {owned} were written to the binlog of {info.label} but did not commit "
-                    f"within {wait_s:.0f}s (a long commit, or a replica's applier stopped inside a "
-                    "transaction): the chunk's read view cannot be proven to hold them; nothing of the chunk "
-                    "was committed: rerun it once they commit")
-        cur.execute("SELECT @@global.gtid_executed")
-        executed = str((cur.fetchone() or ("",))[0] or "")
+    try:
+        executed = executed_after_commits(conn, wait_s)
+    except GtidsNotCommitted as exc:
+        raise UncommittedTransactions(
+            f"on {info.label}, {exc}; the chunk's read view cannot be proven to hold them, and nothing of "
+            "the chunk was committed") from None
     return WindowStart(BinlogPosition(status.file, status.position), executed)
 
 
