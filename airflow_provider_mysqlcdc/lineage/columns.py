@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema
+from airflow_provider_mysqlcdc.engine.lake.file_types import file_schema
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG, MIRROR, SNAPSHOT
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
-from airflow_provider_mysqlcdc.engine.lake.delta_types import plain_type
+from airflow_provider_mysqlcdc.engine.lake.file_types import plain_type
 from airflow_provider_mysqlcdc.engine.lake.mirror_reader import AsOf, mirror_version_at
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 

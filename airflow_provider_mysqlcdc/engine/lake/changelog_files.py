@@ -7,7 +7,7 @@ attempt>-t<task attempt>[-<schema id>].parquet`` (and, optionally, the Flink ``c
 a file with itself, and a replayed batch writes other names than the attempt it replaces. The changes come as
 the typed record batches the stream built (``arrow_batches.records_batch`` layout), in binlog order, less the
 excluded columns (an excluded column renamed by DDL read before the rows stays excluded) and the zero-date
-companions the table's plan leaves out. TIME columns are written as int64 microseconds (``delta_types``):
+companions the table's plan leaves out. TIME columns are written as int64 microseconds (``file_types``):
 Delta has no TIME type.
 
 Each file closed is a ``WrittenFile``: what the driver's commit needs (rows, first/last ``_position``, bytes).
@@ -28,7 +28,7 @@ from airflow_provider_mysqlcdc.engine.binlog.ddl import ColumnChanges
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog_json import flink_json_line
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import arrow_records
-from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema
+from airflow_provider_mysqlcdc.engine.lake.file_types import file_schema
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG, CHANGELOG_JSON, changelog_dir, filesystem
 from airflow_provider_mysqlcdc.engine.lake.schema_history import excluded_after
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema

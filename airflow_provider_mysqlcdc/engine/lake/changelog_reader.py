@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
-from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
+from airflow_provider_mysqlcdc.engine.lake.file_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import METADATA_NAMES, record_schema
 from airflow_provider_mysqlcdc.engine.model.position_text import parse_row_key

@@ -12,7 +12,7 @@ Each commit's ``commitInfo`` records the batch id and the binlog offset the batc
 (``mysqlcdc.batchId``, ``mysqlcdc.endOffset``), so a Delta version can be matched to a stream position.
 
 Types: Delta has no TIME type; a TIME column is a ``long`` of signed microseconds in the files and the Delta
-schema (``delta_types``). Every column is nullable in the Delta
+schema (``file_types``). Every column is nullable in the Delta
 schema: files written before an ADD COLUMN lack it. A column added by DDL is added to the Delta schema
 (``ALTER TABLE ADD COLUMNS``, no rewrite); a renamed column appears under both names, each where it held, as
 in the files. A column whose type changed to a different Arrow type cannot be appended: the commit fails,
@@ -34,7 +34,7 @@ import pyarrow as pa
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.delta_log import DeltaLog
-from airflow_provider_mysqlcdc.engine.lake.delta_types import delta_schema, same_type
+from airflow_provider_mysqlcdc.engine.lake.file_types import delta_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG, changelog_dir, table_dir
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 

@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_provider_mysqlcdc.engine.lake.delta_log import DeltaLog
-from airflow_provider_mysqlcdc.engine.lake.delta_types import delta_schema, same_type
+from airflow_provider_mysqlcdc.engine.lake.file_types import delta_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest
 from airflow_provider_mysqlcdc.engine.model.tables import TableId

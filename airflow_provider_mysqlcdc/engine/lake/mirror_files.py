@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorChunk
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import parquet_files
-from airflow_provider_mysqlcdc.engine.lake.delta_types import to_file_types
+from airflow_provider_mysqlcdc.engine.lake.file_types import to_file_types
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     MIRROR,
     filesystem,

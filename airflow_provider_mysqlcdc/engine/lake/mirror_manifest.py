@@ -30,7 +30,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
-from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
+from airflow_provider_mysqlcdc.engine.lake.file_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     MIRROR,
     MIRROR_MANIFEST,

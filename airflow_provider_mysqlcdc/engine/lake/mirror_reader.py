@@ -32,7 +32,7 @@ from airflow_provider_mysqlcdc.engine.lake.delta_mirror import (
     THROUGH_BATCH,
     mirror_table_uri,
 )
-from airflow_provider_mysqlcdc.engine.lake.delta_types import ENGINE_TYPE, engine_types, plain_type
+from airflow_provider_mysqlcdc.engine.lake.file_types import ENGINE_TYPE, engine_types, plain_type
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorNotFound,
     read_manifest,
@@ -259,7 +259,7 @@ def _read_files(delta: Any, columns: list[str] | None) -> pa.Table:
 
 
 def _with_engine_notes(schema: pa.Schema, paths: list[str], fs: Any) -> pa.Schema:
-    """``schema`` with each field's engine-type note (``delta_types.ENGINE_TYPE``) from the files that hold
+    """``schema`` with each field's engine-type note (``file_types.ENGINE_TYPE``) from the files that hold
     the column: a footer is read until every column has been seen (usually one)."""
     notes: dict[str, dict[bytes, bytes]] = {}
     missing = set(schema.names)

@@ -15,7 +15,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import MirrorView
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
-from airflow_provider_mysqlcdc.engine.lake.delta_types import engine_types
+from airflow_provider_mysqlcdc.engine.lake.file_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import parquet_dataset
 from airflow_provider_mysqlcdc.engine.lake.schema_history import SchemaEvent, conform

@@ -57,7 +57,7 @@ from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
-from airflow_provider_mysqlcdc.engine.lake.delta_types import file_schema, same_type
+from airflow_provider_mysqlcdc.engine.lake.file_types import file_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import (

@@ -1,4 +1,5 @@
-"""Which Arrow types the lake's files and Delta tables hold, where they differ from the engine's.
+"""Which Arrow types the lake's own Parquet files hold, where they differ from the engine's (any table format
+over them sees these types; the Delta schema of the changelog and mirror is derived from them).
 
 Delta has no TIME type. A TIME column, ``duration[us]`` in the engine, is written to the changelog and mirror
 files as int64 microseconds, so every reader finds the Delta type in the Parquet file itself (Polars reads the
