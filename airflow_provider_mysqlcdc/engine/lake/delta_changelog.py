@@ -84,6 +84,10 @@ class DeltaChangelog:
         last = self.last_batch()
         return last is not None and last >= batch_id
 
+    def files(self) -> set[str]:
+        """The files the Delta table's current version adds, relative to it (empty: no Delta table yet)."""
+        return set(self.log.files()) if self.log.load() is not None else set()
+
     def adopt(self, before: int) -> bool:
         """Create the Delta table from the batches before ``before`` the markers name, when there is none yet
         (an output root written before the changelog was a Delta table, read by a new stream): so a table

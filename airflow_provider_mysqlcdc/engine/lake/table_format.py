@@ -1,18 +1,18 @@
 """The table format behind one seam: what the lake's commit protocols need of it (Delta Lake today).
 
-Changelog: the batch commit (``changelog_commit``) and ``status`` see a table's changelog only as a
-``ChangelogTable``: which batch it holds last, adopting the batches an earlier output root committed before
-the table existed, and appending one batch's files idempotently per batch id (a replayed batch id commits
-nothing). ``changelog_table`` is the one place that picks the implementation:
-``delta_changelog.DeltaChangelog`` (the Delta application transaction ``("mysqlcdc-changelog", batch id)``
-makes the append idempotent).
+Changelog: the batch commit (``changelog_commit``), ``status`` and garbage collection
+(``gc/changelog_garbage``) see a table's changelog only as a ``ChangelogTable``: which batch it holds last,
+which files it references, adopting the batches an earlier output root committed before the table existed,
+and appending one batch's files idempotently per batch id (a replayed batch id commits nothing).
+``changelog_table`` is the one place that picks the implementation: ``delta_changelog.DeltaChangelog`` (the
+Delta application transaction ``("mysqlcdc-changelog", batch id)`` makes the append idempotent).
 
 Mirror: the refresh (``mirror_refresh``) sees a table's mirror only as a ``MirrorTable``, made to hold exactly
 the files of the mirror manifest after each refresh (``mirror_table``: ``delta_mirror.DeltaMirror``).
 
-The seam covers the commits so far. Reading the mirror with time travel (``mirror_reader``), garbage
-collection (``gc/delta_garbage``) and the Spark reader (``spark/lake_frames``) still name Delta directly;
-docs/development.md says what moving them behind this seam takes.
+The seam covers the commits so far. Reading the mirror with time travel (``mirror_reader``), the mirror's
+garbage collection (``gc/delta_garbage``) and the Spark reader (``spark/lake_frames``) still name Delta
+directly; docs/development.md says what moving them behind this seam takes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ class ChangelogTable(Protocol):
     def adopt(self, before: int) -> bool:
         """Create the table from the batches before ``before`` the markers name, when there is none yet (an
         output root written before the changelog was such a table). False when there is nothing to do."""
+        ...
+
+    def files(self) -> set[str]:
+        """The files the table's current version references, relative to the changelog directory
+        (``batch=<id>/<name>``; empty: no table yet). Garbage collection never deletes them."""
         ...
 
     def commit_batch(self, batch_id: int, names: list[str], end_offset: dict | None = None) -> bool:

@@ -22,8 +22,6 @@ import re
 from dataclasses import dataclass
 
 from airflow_provider_mysqlcdc.engine.lake.batch_marker import BatchMarker, read_batch_marker
-from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
-from airflow_provider_mysqlcdc.engine.lake.delta_log import DeltaLog
 from airflow_provider_mysqlcdc.engine.lake.gc.files import (
     CHANGELOG,
     CHANGELOG_JSON,
@@ -35,6 +33,7 @@ from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG as CHANGELOG_
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG_JSON as CHANGELOG_JSON_DIR
 from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
+from airflow_provider_mysqlcdc.engine.lake.table_format import changelog_table
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 _BATCH = re.compile(r"^batch=(\d+)$")
@@ -55,7 +54,7 @@ def changelog_garbage(root: str, table: TableId, cutoff: float, after: int | Non
     progress = read_stream_progress(root)
     if progress is None:
         return ChangelogGarbage([], after)  # no batch committed yet: every attempt may still be replayed
-    delta = DeltaLog(changelog_table_uri(root, table), table, "changelog")
+    changelog = changelog_table(root, table)
     held: set[str] | None = None
     out: list[Garbage] = []
     dirty: list[int] = []  # batches that keep an unnamed file (too young yet)
@@ -78,7 +77,7 @@ def changelog_garbage(root: str, table: TableId, cutoff: float, after: int | Non
                 if base in named or base.startswith(("_", ".")):
                     continue
                 if held is None:
-                    held = set(delta.files()) if delta.load() is not None else set()
+                    held = changelog.files()
                 if f"{name}/{base}" in held:
                     continue
                 if f.mtime < cutoff:
