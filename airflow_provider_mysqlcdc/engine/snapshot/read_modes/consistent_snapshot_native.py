@@ -78,9 +78,8 @@ class NativeConsistentRead:
             if stale:
                 read.adopt(conn)
                 stale = False
-                replanned, why = read.plan_native()
+                replanned = self._replanned()
                 if replanned is None:
-                    reader_choice.say_once(read.schema.table, why or "")
                     yield from ConsistentSnapshotRead(read).batches(conn, started)
                     return
                 planned = replanned
@@ -98,9 +97,8 @@ class NativeConsistentRead:
                 if read.adopt(conn):
                     select.close(conn)
                     read.count_reread(attempt, COLUMNS_CHANGED)
-                    replanned, why = read.plan_native()
+                    replanned = self._replanned()
                     if replanned is None:
-                        reader_choice.say_once(read.schema.table, why or "")
                         yield from ConsistentSnapshotRead(read).batches(conn, started)
                         return
                     planned = replanned
@@ -124,6 +122,13 @@ class NativeConsistentRead:
             finally:
                 select.close(conn)
         read.result.timings["read_s"] = time.monotonic() - started
+
+    def _replanned(self) -> list[native_columns.NativeColumn] | None:
+        """The native columns of the table's new schema, or None: the pure-Python reader reads (said once)."""
+        replanned, why = self.read.plan_native()
+        if replanned is None:
+            reader_choice.say_once(self.read.schema.table, why or "")
+        return replanned
 
     def _select(self, conn: Any, info: Any, planned: list[native_columns.NativeColumn],
                 binlog_file: str) -> NativeSelect:
