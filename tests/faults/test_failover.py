@@ -185,10 +185,9 @@ def test_capture_from_a_read_only_replica_and_through_its_promotion(topology, sp
     promote(replica, flavor)
     workload = _writers(replica, db, SEED + 2)
     try:
-        _stream(spark, config)
+        workload.wait_for_transactions(25)
     finally:
-        stats = workload.stop()
-    assert stats.transactions > 20, stats
+        workload.stop()
     _stream(spark, config)
     assert _ledgers(config.checkpoint)[-1]["end_offset"]["server"] == _token(replica)
     assert_mirror_equals_source(settings, output, tables, min_rows=100)
