@@ -51,6 +51,7 @@ SECTION_TITLES = {
     "dag": "7. Example DAG",
     "verify": "8. Verify",
     "verify-cpu": "8. Verify: source CPU",
+    "tables": "9. Many tables",
 }
 
 

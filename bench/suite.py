@@ -30,7 +30,12 @@ section an Oracle MySQL too):
 8. ``verify``: ``mysqlcdc verify``'s run over a whole table (source digests per chunk + the lake side), rows
    verified per second and the server's CPU per row, vs one full-scan ``CHECKSUM TABLE t EXTENDED`` and one
    ``SELECT COUNT(*), SUM(CRC32(CONCAT_WS(...)))`` of the same table on the same server
-   (``bench/verify_bench.py``).
+   (``bench/verify_bench.py``);
+9. ``tables``: a stream batch that changed 300 and 1,000 tables, and the first batch of a stream run over as
+   many quiet tables, each vs the same over one table (the engine's driver side: open the stream, read,
+   files, changelog commit, mirror refresh hook), the tables' commits at once and one after another; the
+   stream filter per event at 100,000 chunks vs 1,000; a Delta commit as its log grows
+   (``bench/many_tables.py``).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
@@ -58,6 +63,7 @@ import catchup
 import chunk_memory
 import dag_snapshot
 import latency
+import many_tables
 import mirror_refresh
 import planning
 import snapshot_bench
@@ -68,7 +74,7 @@ from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
 from spark_runs import SparkSetup, say
 
-SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag", "verify")
+SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag", "verify", "tables")
 SPARK_SECTIONS = ("snapshot", "catchup", "latency")
 MiB = 2**20
 
@@ -103,6 +109,13 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "dag_many_rows": (2000, 2000),
     "verify_rows": (1_000_000, 50_000),
     "verify_batches": (5, 3),
+    "tables_sizes": ("300,1000", "40"),
+    "tables_changes": (60_000, 4_000),
+    "tables_rows": (20, 20),
+    "tables_batches": (3, 2),
+    "filter_chunks": (100_000, 100_000),
+    "filter_events": (50_000, 10_000),
+    "delta_versions": (2_000, 300),
 }
 
 
@@ -172,6 +185,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--verify-rows", type=int, help="rows of the verified table (1M)")
     sizes.add_argument("--verify-batches", type=int,
                        help="stream batches of writes (~1%% of the rows in all) before verify (5)")
+    sizes.add_argument("--tables-sizes",
+                       help="tables changed / quiet in the many-tables case, comma-separated (300,1000)")
+    sizes.add_argument("--tables-changes", type=int, help="row changes per batch, spread over them (60000)")
+    sizes.add_argument("--tables-rows", type=int, help="rows of each table (20)")
+    sizes.add_argument("--tables-batches", type=int, help="measured batches per case (3)")
+    sizes.add_argument("--filter-chunks", type=int, help="chunks of the stream filter's table (100000)")
+    sizes.add_argument("--filter-events", type=int, help="events through the stream filter (50000)")
+    sizes.add_argument("--delta-versions", type=int, help="Delta changelog commits in a row (2000)")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
         if getattr(args, name) is None:
@@ -299,6 +320,13 @@ def mirror_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], 
                                       changes=args.mirror_changes, chunk_size=args.chunk_size, seed=args.seed)
 
 
+def tables_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], list[str]]:
+    return many_tables.run_section(
+        work, sizes=[int(n) for n in str(args.tables_sizes).split(",")], changes=args.tables_changes,
+        rows=args.tables_rows, batches=args.tables_batches, chunks=args.filter_chunks,
+        events=args.filter_events, versions=args.delta_versions, seed=args.seed)
+
+
 # --- the run ------------------------------------------------------------------------------------------------
 
 
@@ -405,6 +433,8 @@ def run(args: argparse.Namespace) -> Report:
             attempt("memory", work / "memory", lambda: chunk_memory.run_section(
                 work / "memory", table_rows=args.memory_rows, small_rows=args.memory_small_rows,
                 chunk_sizes=sizes, independence_size=args.memory_independence_size))
+        if "tables" in args.sections:
+            attempt("tables", work / "tables", lambda: tables_section(args, work / "tables"))
         if "mirror" in args.sections:
             # not work / "mirror": a "/mirror/" in the output root's path confuses the Delta checks
             attempt("mirror", work / "refresh", lambda: mirror_section(args, work / "refresh"))

@@ -32,6 +32,7 @@ removes them (or garbage collection); readers never see them.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections import defaultdict
 from collections.abc import Iterable
@@ -57,6 +58,7 @@ from airflow_provider_mysqlcdc.engine.lake.batch_marker import (
     write_batch_marker,
 )
 from airflow_provider_mysqlcdc.engine.lake.changelog_files import BatchFiles, Unwritten, WrittenFile
+from airflow_provider_mysqlcdc.engine.lake.concurrent_commits import concurrently
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     CHANGELOG,
     CHANGELOG_JSON,
@@ -142,8 +144,8 @@ class ChangelogCommit:
         attempt = BatchAttempt(batch_id, new_version(), replay)
         write_ledger_entry(self.checkpoint, LedgerEntry(batch_id, WRITING, attempt.attempt))
         if not self._adopted:  # an output root from before the Delta changelog: every table readable as Delta
-            for table in sorted(self.schemas):
-                self._table(TableId.parse(table)).adopt(batch_id)
+            tables = [self._table(TableId.parse(table)) for table in sorted(self.schemas)]
+            concurrently([functools.partial(t.adopt, batch_id) for t in tables])  # a look per table, at once
             self._adopted = True
         return attempt
 
@@ -220,10 +222,10 @@ class ChangelogCommit:
                     keep = {f.name for f in (kinds_written or {}).get(kind, [])}
                     _delete_other_files(changelog_dir(self.root, tid, batch_id, kind), keep)
         end_dict = None if end_offset is None else end_offset.to_dict()
-        for table, kinds in sorted(by_table.items()):  # after the markers: Delta readers see whole batches
-            if table not in settled:
-                names = sorted(f.name for f in kinds.get(CHANGELOG, []))
-                self._table(TableId.parse(table)).commit_batch(batch_id, names, end_dict)
+        # after the markers: Delta readers see whole batches; tables' commits are independent, made at once
+        commits = [(self._table(TableId.parse(table)), sorted(f.name for f in kinds.get(CHANGELOG, [])))
+                   for table, kinds in sorted(by_table.items()) if table not in settled]
+        concurrently([functools.partial(t.commit_batch, batch_id, names, end_dict) for t, names in commits])
         figures = _figures(batch_id, rows, by_table, ranges, replay)
         if end_offset is not None:  # after the markers: idle tables' position advances with the stream
             tables = sorted({*captured, *ddl})

@@ -57,6 +57,7 @@ from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
+from airflow_provider_mysqlcdc.engine.lake.concurrent_commits import concurrently
 from airflow_provider_mysqlcdc.engine.lake.file_types import file_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
@@ -130,6 +131,7 @@ class MirrorRefresher:
     _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
     _snapshot_marks: dict[str, tuple[int, int, str]] = field(default_factory=dict, repr=False)
     _tables: dict[TableId, MirrorTable] = field(default_factory=dict, repr=False)
+    _plans: dict[tuple[TableId, int], ChunkPlan] = field(default_factory=dict, repr=False)
     outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
 
     def __post_init__(self) -> None:
@@ -159,24 +161,41 @@ class MirrorRefresher:
     def on_batch_committed(self, batch_id: int, tables: list[TableId]) -> None:
         """The changelog sink's hook signature (``ChangelogSink(on_batch_committed=...)``).
 
+        The tables' refreshes are independent (each its own lock, files, manifest and Delta log), so they
+        run at once in a small thread pool (``concurrent_commits``), as do the first batch's checks of the
+        quiet tables' snapshots; a batch that changed many tables costs a fraction of one refresh per table.
+
         A MySQL outage (a restart, KILLed sessions, a failover) while a mirror is refreshed is waited out for
         ``outage_budget_s``, like the stream's own reads: a refresh is safe to run again (new file versions,
-        then the manifest), and the collation sessions are opened anew."""
+        then the manifest), and the table's collation sessions are opened anew."""
         where = f"{self.settings.host}:{self.settings.port}" if self.settings is not None else "MySQL"
         marks = self.store.snapshot_marks(self.store.active_tables())
         changed = {str(t) for t in tables}
-        stale = [TableId.parse(name) for name, mark in marks.items()
-                 if name not in changed and self._snapshot_stale(name, mark)]
-        for table in [*tables, *stale]:
+        quiet = [(name, mark) for name, mark in marks.items() if name not in changed]
+        stale_flags = concurrently([functools.partial(self._snapshot_stale, name, mark)
+                                    for name, mark in quiet])
+        stale = [TableId.parse(name) for (name, _), flag in zip(quiet, stale_flags) if flag]
+
+        def refresh(table: TableId) -> None:
             retry_while_unavailable(  # runs at once: the partial only binds this table for the retries
                 functools.partial(self.refresh, table, [batch_id]),
                 what=f"refreshing the mirror of {table}",
                 where=where,
                 budget_s=self.outage_budget_s,
-                on_retry=self.close,
+                on_retry=functools.partial(self.close_table, table),
             )
             if str(table) in marks:
                 self._snapshot_marks[str(table)] = marks[str(table)]
+
+        concurrently([functools.partial(refresh, table) for table in [*tables, *stale]])
+
+    def close_table(self, table: TableId) -> None:
+        """Close the collation sessions of one table's chunk assigners (a retry after an outage opens them
+        anew), leaving the other tables' alone: their refreshes may be running."""
+        for key in [k for k in self._assigners if k[0] == table]:
+            assigner = self._assigners.pop(key, None)
+            if assigner is not None:
+                assigner.close()
 
     def _snapshot_stale(self, table: str, mark: tuple[int, int, str]) -> bool:
         """Whether the table's mirror is behind its committed snapshot though the batch had no change of it: a
@@ -285,7 +304,7 @@ class MirrorRefresher:
     def _build(self, table: TableId, view: MirrorView, old: MirrorManifest | None) -> MirrorBuild:
         """The plan, the columns, and which chunks are rebuilt from their snapshot (new snapshot, new plan,
         first build, changed columns) or updated from their previous files."""
-        plan = ChunkPlan.from_dict(self.store.plan(str(table), view.generation).plan)
+        plan = self._plan(table, view.generation)
         history = read_schema_history(self.root, table)
         schema_mark = history[-1].position if history else None
         if self._schema_marks.get(table, schema_mark) != schema_mark:
@@ -361,6 +380,14 @@ class MirrorRefresher:
                 schema = load_schema(conn, table)
             self.schemas[table] = schema
         return schema
+
+    def _plan(self, table: TableId, generation: int) -> ChunkPlan:
+        """A plan generation, read from the store once (a generation never changes once created)."""
+        plan = self._plans.get((table, generation))
+        if plan is None:
+            plan = self._plans[(table, generation)] = ChunkPlan.from_dict(
+                self.store.plan(str(table), generation).plan)
+        return plan
 
     def _assigner(self, table: TableId, plan: ChunkPlan, schema: TableSchema) -> ChunkAssigner:
         assigner = self._assigners.get((table, plan.generation))

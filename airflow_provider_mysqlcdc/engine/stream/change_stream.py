@@ -96,8 +96,11 @@ class ChangeStream:
     # -- chunk HWs -------------------------------------------------------------------------------------------
 
     def refresh(self) -> None:
-        """Reload chunk HWs and plans (reruns committed, tables re-planned) into the filter."""
+        """Reload chunk HWs and plans (reruns committed, tables re-planned) into the filter. A plan generation
+        never changes once created, so each is read from the store once per stream (all new ones in one read
+        transaction): a batch's refresh costs one ``stream_view`` read, not a read per table."""
         self._views = self.store.stream_view([str(t) for t in self.tables])
+        self._load_plans()
         filters = [self._table_filter(t, self._views.get(str(t))) for t in self.tables]
         if self._filter is None:
             self._filter = StreamFilter(filters)
@@ -105,20 +108,31 @@ class ChangeStream:
             for f in filters:
                 self._filter.update(f)
 
+    def _load_plans(self) -> None:
+        """Locators for every plan generation in the views not seen yet, their plans read in one go."""
+        wanted = []
+        for table in self.tables:
+            view = self._views.get(str(table))
+            for gen_view in view.generations if view is not None else ():
+                if (table, gen_view.generation) not in self._locators:
+                    wanted.append((table, gen_view.generation))
+        if not wanted:
+            return
+        for (table, generation), info in zip(wanted, self.store.plans([(str(t), g) for t, g in wanted])):
+            plan = ChunkPlan.from_dict(info.plan)
+            order = KeyOrder(lambda: connect(self.settings), self.schemas[table], plan.key_columns)
+            self._locators[(table, generation)] = _Locators(order, ChunkLocator(plan, order))
+
     def _table_filter(self, table: TableId, view: TableView | None) -> TableFilter:
         schema = self.schemas[table]
         if view is None:
             return TableFilter(schema, [])  # not planned yet: everything is emitted
         generations = []
+        newest = max(g.generation for g in view.generations) if view.generations else None
         for gen_view in view.generations:
-            plan = ChunkPlan.from_dict(self.store.plan(str(table), gen_view.generation).plan)
-            locators = self._locators.get((table, gen_view.generation))
-            if locators is None:
-                order = KeyOrder(lambda: connect(self.settings), schema, plan.key_columns)
-                locators = _Locators(order, ChunkLocator(plan, order))
-                self._locators[(table, gen_view.generation)] = locators
-            if (plan.planned_at is not None
-                    and gen_view.generation == max(g.generation for g in view.generations)):
+            locators = self._locators[(table, gen_view.generation)]
+            plan = locators.locator.plan
+            if plan.planned_at is not None and gen_view.generation == newest:
                 self._replanned[table] = plan.planned_at
             hws = {c.chunk_id: c.hw for c in gen_view.chunks}
             generations.append(GenerationFilter(gen_view.generation, plan.key_columns, locators.locator, hws))

@@ -9,6 +9,7 @@ the chunk of its own row image.
 """
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -63,10 +64,13 @@ class GenerationFilter:
 
 @dataclass
 class TableFilter:
+    """A table's generations as of one chunk store read; never changed afterwards (``StreamFilter.update``
+    swaps in a new one), so its largest HW is computed once, not once per read of the binlog."""
+
     schema: TableSchema
     generations: list[GenerationFilter] = field(default_factory=list)
 
-    @property
+    @functools.cached_property
     def max_high_watermark(self) -> tuple[int, int] | None:
         """Past this every row of the table is emitted (None: nothing committed, so everything is)."""
         committed = [hw.key for g in self.generations for hw in g.high_watermarks.values() if hw is not None]
