@@ -2,10 +2,10 @@
 table measured in the same run (issue 38, point 3); the stream filter's cost per event at 100,000 chunks
 against 1,000; a Delta commit's cost as its log grows.
 
-Input: a throwaway MariaDB with the binlog on; tables ``bench.t00000`` .. (``id BIGINT`` primary key, ``v
-INT``, ``s VARCHAR(32)``, ``rows`` rows each) and ``bench.one``. One pipeline per size (its own chunk store
-and output root): ``bench.one`` alone (the baseline), and the first N tables for each N of ``sizes``, each
-planned and snapshotted through the engine (``tests/support/layout_pipeline.py``'s chunk writer), then every
+Input: a throwaway MariaDB with the binlog on; tables (``id BIGINT`` primary key, ``v INT``, ``s
+VARCHAR(32)``, ``rows`` rows each): ``bench.one``, and N tables ``bench.n<N>_t00000`` .. for each N of
+``sizes``. One pipeline per size (its own tables, chunk store and output root): ``bench.one`` alone (the
+baseline), and the N tables for each N, each planned and snapshotted through the engine (``tests/support/layout_pipeline.py``'s chunk writer), then every
 mirror built once (a stream run before this one).
 
 1. **First batch of a stream run over N quiet tables** (nothing changed since the last run): what the engine
@@ -61,7 +61,9 @@ SERVER_ID = 4242
 
 
 def table_names(n: int) -> list[str]:
-    return [f"{DATABASE}.t{i:05d}" for i in range(n)]
+    """The tables of the size-``n`` pipeline: its own (no other pipeline writes them, so each one's stream
+    sees every change of its tables)."""
+    return [f"{DATABASE}.n{n}_t{i:05d}" for i in range(n)]
 
 
 def load_tables(server: Any, names: list[str], rows: int) -> None:
@@ -204,8 +206,8 @@ def tables_run(work: Path, *, sizes: list[int], changes: int, rows: int, batches
     figures: list[Figure] = []
     with MariaDBServer(options={"innodb-buffer-pool-size": "256M"}) as server:
         settings = MySQLSettings.from_url(server.cdc_url)
-        say(f"tables: creating {max(sizes)} + 1 tables of {rows} rows ...")
-        load_tables(server, [ONE, *table_names(max(sizes))], rows)
+        say(f"tables: creating {sum(sizes)} + 1 tables of {rows} rows ...")
+        load_tables(server, [ONE, *(t for n in sizes for t in table_names(n))], rows)
         lakes = [Lake("one", [ONE], None, "")] + [Lake(f"{n}", table_names(n), None, "") for n in sizes]
         for lake in lakes:
             lake.root = str(work / f"lake-{lake.name}")

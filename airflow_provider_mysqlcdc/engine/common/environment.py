@@ -28,6 +28,9 @@ ROWS_DECODER_ENV = "MYSQLCDC_ROWS_DECODER"
 CHUNK_READER_ENV = "MYSQLCDC_CHUNK_READER"
 # The Spark master of ``mysqlcdc stream`` (default local[*]).
 SPARK_MASTER_ENV = "MYSQLCDC_SPARK_MASTER"
+# How many tables' commits a stream batch makes at once (Delta changelog commits, mirror refreshes; default 8,
+# 1: one after another). engine/lake/concurrent_commits.py.
+COMMIT_THREADS_ENV = "MYSQLCDC_COMMIT_THREADS"
 
 
 def seconds_from_env(name: str, given: float | None, default: float, what: str) -> float:

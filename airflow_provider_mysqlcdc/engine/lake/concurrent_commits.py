@@ -16,12 +16,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from airflow_provider_mysqlcdc.engine.common.environment import COMMIT_THREADS_ENV
+
 T = TypeVar("T")
 
 # threads per batch: file-system round trips overlap well beyond the cores, and a handful is enough to hide
 # them (measured on 2 cores: 8 threads ~3x faster than 1, 16 no better than 8)
 MAX_THREADS = 8
-THREADS_ENV = "MYSQLCDC_COMMIT_THREADS"
+THREADS_ENV = COMMIT_THREADS_ENV
 
 
 def commit_threads() -> int:

@@ -132,6 +132,8 @@ class MirrorRefresher:
     _snapshot_marks: dict[str, tuple[int, int, str]] = field(default_factory=dict, repr=False)
     _tables: dict[TableId, MirrorTable] = field(default_factory=dict, repr=False)
     _plans: dict[tuple[TableId, int], ChunkPlan] = field(default_factory=dict, repr=False)
+    # views ``on_batch_committed`` read for this batch, in one go; each used once (a retry reads its own)
+    _views: dict[str, MirrorView | None] = field(default_factory=dict, repr=False)
     outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
 
     def __post_init__(self) -> None:
@@ -168,10 +170,21 @@ class MirrorRefresher:
         A MySQL outage (a restart, KILLed sessions, a failover) while a mirror is refreshed is waited out for
         ``outage_budget_s``, like the stream's own reads: a refresh is safe to run again (new file versions,
         then the manifest), and the table's collation sessions are opened anew."""
-        where = f"{self.settings.host}:{self.settings.port}" if self.settings is not None else "MySQL"
         marks = self.store.snapshot_marks(self.store.active_tables())
         changed = {str(t) for t in tables}
         quiet = [(name, mark) for name, mark in marks.items() if name not in changed]
+        # every view this batch looks at, in one read (after the marks: a snapshot committing in between is
+        # in the view, and its mark differs next batch, which refreshes again; never the other way round)
+        first_seen = [name for name, _ in quiet if name not in self._snapshot_marks]
+        self._views = self.store.mirror_views([*changed, *first_seen])
+        try:
+            self._refresh_batch(batch_id, tables, marks, quiet)
+        finally:
+            self._views = {}  # a later refresh reads its own
+
+    def _refresh_batch(self, batch_id: int, tables: list[TableId], marks: dict[str, tuple[int, int, str]],
+                       quiet: list[tuple[str, tuple[int, int, str]]]) -> None:
+        where = f"{self.settings.host}:{self.settings.port}" if self.settings is not None else "MySQL"
         stale_flags = concurrently([functools.partial(self._snapshot_stale, name, mark)
                                     for name, mark in quiet])
         stale = [TableId.parse(name) for (name, _), flag in zip(quiet, stale_flags) if flag]
@@ -206,7 +219,7 @@ class MirrorRefresher:
         if seen is not None:
             return seen != mark
         manifest = read_manifest(self.root, TableId.parse(table))
-        view = self.store.mirror_view(table)
+        view = self._views[table] if table in self._views else self.store.mirror_view(table)
         current = manifest is not None and view is not None and manifest.generation == view.generation and (
             {c.chunk_id: c.snapshot_version for c in manifest.chunks}
             == {c.chunk_id: c.output_version for c in view.chunks})
@@ -241,7 +254,8 @@ class MirrorRefresher:
         return result
 
     def _refresh(self, table: TableId, batch_ids: list[int] | None) -> MirrorRefresh:
-        view = self.store.mirror_view(str(table))
+        name = str(table)
+        view = self._views.pop(name) if name in self._views else self.store.mirror_view(name)
         old = read_manifest(self.root, table)
         if view is None:
             planned = str(table) in self.store.tables()
