@@ -5,8 +5,9 @@ against 1,000; a Delta commit's cost as its log grows.
 Input: a throwaway MariaDB with the binlog on; tables (``id BIGINT`` primary key, ``v INT``, ``s
 VARCHAR(32)``, ``rows`` rows each): ``bench.one``, and N tables ``bench.n<N>_t00000`` .. for each N of
 ``sizes``. One pipeline per size (its own tables, chunk store and output root): ``bench.one`` alone (the
-baseline), and the N tables for each N, each planned and snapshotted through the engine (``tests/support/layout_pipeline.py``'s chunk writer), then every
-mirror built once (a stream run before this one).
+baseline), and the N tables for each N, each planned and snapshotted through the engine
+(``tests/support/layout_pipeline.py``'s chunk writer), then every mirror built once (a stream run before this
+one).
 
 1. **First batch of a stream run over N quiet tables** (nothing changed since the last run): what the engine
    does on the driver, with fresh objects as a new run has them: the change stream opened (``ChangeStream``:
