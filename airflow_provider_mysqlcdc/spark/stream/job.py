@@ -47,7 +47,7 @@ from airflow_provider_mysqlcdc.engine.lake.stream_lock import StreamLock
 from airflow_provider_mysqlcdc.engine.lake.stream_progress import read_stream_progress
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.source.catalog import list_tables, load_schema
+from airflow_provider_mysqlcdc.engine.source.catalog import list_tables, load_schema, load_schemas
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
 from airflow_provider_mysqlcdc.engine.source.readiness import require_ready
 from airflow_provider_mysqlcdc.engine.stream.server_id_claims import claim_server_id_range
@@ -115,9 +115,11 @@ class StreamRun:
 
 
 def resolve_tables(settings: MySQLSettings, patterns: tuple[str, ...]) -> dict[TableId, TableSchema]:
+    """The captured tables' schemas: a few ``information_schema`` queries for all of them (``load_schemas``),
+    not three per table (a stream over 1,000 tables starts without 3,000 round trips)."""
     with connect(settings) as conn:
         tables = list_tables(conn, patterns)
-        return {t: load_schema(conn, t) for t in tables}
+        return load_schemas(conn, tables)
 
 
 def start_stream(
