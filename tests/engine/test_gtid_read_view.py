@@ -121,6 +121,7 @@ def test_a_transaction_written_before_the_window_but_not_yet_committed_is_in_the
         assert dict(rows)[5] == before[0][0] + 1, "the chunk lost a transaction committed before its window"
         assert done.is_set()  # the read waited for it
         assert rows == _source(server, "SELECT id, v FROM g.kv WHERE id < 21")
+        _assert_hw_gtid_set(server, read)
 
 
 def test_the_gtid_set_at_a_position_holds_a_transaction_written_before_it_and_still_committing(server):
@@ -159,6 +160,14 @@ def test_a_keyed_chunk_is_corrected_by_the_window_it_cannot_tell_apart(server, r
     assert committed and read.result.backfill_events >= 1
     assert read.result.low_watermark < read.result.high_watermark
     assert rows == _source(server, "SELECT id, v FROM g.kv WHERE id BETWEEN 21 AND 40")
+    _assert_hw_gtid_set(server, read)
+
+
+def _assert_hw_gtid_set(server, read: ChunkRead) -> None:
+    """The GTID set the read took from its window is the one a scan of the binlog finds at its HW."""
+    with server.admin() as conn:
+        scanned = mysql_gtid.set_at(conn, read.result.high_watermark, scan="forward")
+    assert scanned is not None and read.result.hw_gtid_position == str(scanned), read.result
 
 
 def test_a_chunk_without_primary_key_is_read_again_when_the_view_may_hold_it_twice(

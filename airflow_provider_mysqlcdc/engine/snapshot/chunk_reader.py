@@ -63,6 +63,7 @@ from airflow_provider_mysqlcdc.engine.snapshot.read_view import (
 )
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import LOST_CONNECTION_ERRORS, MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.identity import ServerIdentity
 from airflow_provider_mysqlcdc.engine.source.limits import (
     QUERY_TIMEOUT_ERRORS,
     RateLimiter,
@@ -243,18 +244,29 @@ class ChunkRead:
             self._locator = ChunkLocator(self.plan, self._key_order)
         return self._locator
 
-    def scan_window(self, start: BinlogPosition, end: BinlogPosition) -> list[RowChange]:
-        """The row changes of the chunk's table in the binlog between two transaction ends, in order."""
+    def scan_window(self, start: BinlogPosition, end: BinlogPosition,
+                    gtids: list[str] | None = None) -> list[RowChange]:
+        """The row changes of the chunk's table in the binlog between two transaction ends, in order;
+        ``gtids`` gets the GTID of every transaction there, of any table."""
         from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
 
+        changes: list[RowChange] = []
         with contextlib.ExitStack() as stack:
             server_id = self.options.server_id or stack.enter_context(
                 claimed_server_id(self.settings, prefer=self.options.marker_slot))
             table = self.schema.table
             reader = BinlogReader(self.settings, server_id, {table}, {table: self.schema})
-            return [change for change in reader.read(BinlogOffset.at(start), end=end, blocking=True,
-                                                     timeout=self.options.backfill_timeout)
-                    if change.table == self.schema.table]
+            for item in reader.read_with_heartbeats(BinlogOffset.at(start), end=end, blocking=True,
+                                                    timeout=self.options.backfill_timeout):
+                if isinstance(item, RowChange):
+                    if item.table == table:
+                        changes.append(item)
+                    ended = item.offset_after if item.offset_after.at_boundary else None
+                else:
+                    ended = item.offset
+                if gtids is not None and ended is not None and ended.gtid:
+                    gtids.append(ended.gtid)
+        return changes
 
     def emit_buffer(self, buffer: ChunkBuffer | ArrowChunkBuffer,
                     hw_position: BinlogPosition) -> Iterator[pa.RecordBatch]:
@@ -302,8 +314,11 @@ class ChunkRead:
                 else:
                     yield from ConsistentSnapshotRead(self).batches(conn, waited)
                 assert self.result.high_watermark is not None
-                server = session.hw_server(self.result.high_watermark)  # the session that fixed the HW
-                self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
+                if self.result.hw_gtid_position is not None:  # the read knew it (gtid_executed's window)
+                    self.result.hw_server = ServerIdentity.of(info).token
+                else:
+                    server = session.hw_server(self.result.high_watermark)  # the session that fixed the HW
+                    self.result.hw_server, self.result.hw_gtid_position = server.server, server.gtid_position
             ended = True
         finally:
             if self._key_order is not None:

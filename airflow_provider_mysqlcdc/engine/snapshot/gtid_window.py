@@ -39,7 +39,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
 from airflow_provider_mysqlcdc.engine.binlog.gtid_errors import GtidsNotCommitted
-from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import executed_after_commits
+from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import MysqlGtidSet, executed_after_commits
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
@@ -97,6 +97,16 @@ def view_end(conn: pymysql.connections.Connection, info: ServerInfo) -> BinlogPo
     """The binlog end after the read view opened: nothing after it is in the view."""
     status = current_binlog_status(conn, info)
     return BinlogPosition(status.file, status.position)
+
+
+def set_at_view(start: WindowStart, window_gtids: list[str]) -> str:
+    """The executed GTID set at ``view_at`` (the chunk's HW), from what the window already read: every
+    transaction before ``scan_from`` is in ``executed_before``, each of those was written before ``view_at``,
+    and the window's transactions are the rest. No binlog scan of its own (``mysql_gtid.set_at``)."""
+    found = MysqlGtidSet.parse(start.executed_before)
+    if window_gtids:
+        found = found.union(MysqlGtidSet.parse(",".join(window_gtids)))
+    return str(found)
 
 
 def window_transactions(changes: Iterable[RowChange]) -> list[WindowTransaction]:

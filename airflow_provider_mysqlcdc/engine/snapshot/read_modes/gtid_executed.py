@@ -157,9 +157,12 @@ class GtidExecutedRead:
         """The window's transactions with an image in this chunk (only their changes of the chunk's table)."""
         read = self.read
         if start.scan_from.key >= view_at.key:
+            read.result.hw_gtid_position = gtid_window.set_at_view(start, [])
             return []
         scan_started = time.monotonic()
-        changes = read.scan_window(start.scan_from, view_at)
+        gtids: list[str] = []
+        changes = read.scan_window(start.scan_from, view_at, gtids)
+        read.result.hw_gtid_position = gtid_window.set_at_view(start, gtids)
         locator = read.locator() if changes else None
         touched = []
         for txn in gtid_window.window_transactions(changes):
@@ -181,9 +184,13 @@ class GtidExecutedRead:
             return COLUMNS_CHANGED
         if read.options.skip_backfill:
             read.result.high_watermark = start.scan_from
-        elif start.scan_from.key < view_at.key:
+        elif start.scan_from.key >= view_at.key:
+            read.result.hw_gtid_position = gtid_window.set_at_view(start, [])
+        else:
             scan_started = time.monotonic()
-            changes = read.scan_window(start.scan_from, view_at)
+            gtids: list[str] = []
+            changes = read.scan_window(start.scan_from, view_at, gtids)
+            read.result.hw_gtid_position = gtid_window.set_at_view(start, gtids)
             if changes:
                 read.result.backfill_events = buffer.apply(changes, read.locator(), read.chunk.chunk_id,
                                                            read.plan.key_columns)
