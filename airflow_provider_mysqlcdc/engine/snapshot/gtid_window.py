@@ -39,7 +39,7 @@ import pymysql
 
 from airflow_provider_mysqlcdc.engine.binlog.changes import RowChange
 from airflow_provider_mysqlcdc.engine.binlog.gtid_errors import GtidsNotCommitted
-from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import MysqlGtidSet, executed_after_commits
+from airflow_provider_mysqlcdc.engine.binlog.mysql_gtid import MysqlGtid, MysqlGtidSet, executed_after_commits
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.source.server import ServerInfo, current_binlog_status
@@ -125,21 +125,7 @@ def window_transactions(changes: Iterable[RowChange]) -> list[WindowTransaction]
     return done
 
 
-def held_by_view(conn: pymysql.connections.Connection, start: WindowStart,
-                 transactions: list[WindowTransaction]) -> list[bool]:
-    """Whether each transaction is certainly in the view (its GTID in ``executed_before``), asked of the
-    server's own GTID arithmetic in one statement."""
-    if not transactions:
-        return []
-    known = [t for t in transactions if t.gtid]
-    answers: dict[int, bool] = {}
-    if known:
-        columns = ", ".join("GTID_SUBSET(%s, %s)" for _ in known)
-        params: list[str] = []
-        for t in known:
-            params += [str(t.gtid), start.executed_before]
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {columns}", params)
-            row = cur.fetchone() or ()
-        answers = {id(t): bool(v) for t, v in zip(known, row)}
-    return [answers.get(id(t), False) for t in transactions]
+def held_by_view(start: WindowStart, transactions: list[WindowTransaction]) -> list[bool]:
+    """Whether each transaction is certainly in the view: its GTID is in ``executed_before``."""
+    executed = MysqlGtidSet.parse(start.executed_before)
+    return [t.gtid is not None and executed.contains(MysqlGtid.parse(t.gtid)) for t in transactions]

@@ -119,7 +119,7 @@ class GtidExecutedRead:
             if not touched:
                 return self._stream(conn)
             if not read.schema.primary_key:
-                held = gtid_window.held_by_view(conn, start, touched)
+                held = gtid_window.held_by_view(start, touched)
                 if not all(held):
                     read.end_view(conn)
                     log.info("%s: a transaction touching the chunk committed as its read view opened (no "
