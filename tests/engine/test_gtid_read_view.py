@@ -23,6 +23,7 @@ from airflow_provider_mysqlcdc.engine.snapshot.chunk_reader import ChunkRead, Ch
 from airflow_provider_mysqlcdc.engine.snapshot.read_modes import gtid_executed
 from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings, connect
+from airflow_provider_mysqlcdc.engine.source.server import server_info
 from airflow_provider_mysqlcdc.testing.server_process import CDC_GRANTS
 from tests.support.servers import binlog_end
 
@@ -78,10 +79,11 @@ def _source(server, sql: str) -> list[tuple]:
 
 @contextlib.contextmanager
 def _held_commit(server, sql: str) -> Iterator[tuple[threading.Event, str]]:
-    """``sql`` committed by another session and held in the commit's sync stage (1.5 s): written to the
-    binlog and owning its GTID, not yet committed in the engine. Yields (set once it committed, its GTID)."""
+    """``sql`` committed by another session and held in the commit's sync stage (1 s, the server's longest):
+    written to the binlog and owning its GTID, not yet committed in the engine. Yields (set once it
+    committed, its GTID)."""
     with server.admin() as conn, conn.cursor() as cur:
-        cur.execute("SET GLOBAL binlog_group_commit_sync_delay = 1500000")
+        cur.execute("SET GLOBAL binlog_group_commit_sync_delay = 1000000")
     done = threading.Event()
 
     def slow_commit() -> None:
@@ -122,6 +124,15 @@ def test_a_transaction_written_before_the_window_but_not_yet_committed_is_in_the
         assert done.is_set()  # the read waited for it
         assert rows == _source(server, "SELECT id, v FROM g.kv WHERE id < 21")
         _assert_hw_gtid_set(server, read)
+
+
+def test_a_commit_that_does_not_end_within_the_wait_stops_the_read_naming_it(server):
+    """The window waits for the transactions already written to commit, but not forever: past the wait
+    (here 0.05 s against a commit held 1 s) no view is opened, and the error names the GTID and what to do."""
+    with _held_commit(server, "UPDATE g.kv SET v = v + 1 WHERE id = 8") as (_done, gtid), \
+            server.admin() as conn, pytest.raises(gtid_window.UncommittedTransactions,
+                                                  match=rf"{gtid} were written .* within 0.05s"):
+        gtid_window.start_window(conn, server_info(conn), 0.05)
 
 
 def test_the_gtid_set_at_a_position_holds_a_transaction_written_before_it_and_still_committing(server):

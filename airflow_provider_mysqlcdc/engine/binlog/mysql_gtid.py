@@ -263,11 +263,11 @@ def executed_after_commits(conn: pymysql.connections.Connection, wait_s: float =
         cur.execute("SELECT @@global.gtid_owned")
         owned = owned_gtids((cur.fetchone() or (None,))[0])
         if owned:
-            cur.execute("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s)", (owned, max(1, int(wait_s))))
+            cur.execute("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s)", (owned, max(0.001, float(wait_s))))
             if (cur.fetchone() or (1,))[0] != 0:
                 raise GtidsNotCommitted(
                     f"transactions {owned} were written to the binlog but did not commit within "
-                    f"{wait_s:.0f}s (a long commit, or a replica's applier stopped inside a transaction): "
+                    f"{wait_s:g}s (a long commit, or a replica's applier stopped inside a transaction): "
                     "rerun once they commit")
         cur.execute("SELECT @@global.gtid_executed")
         return str((cur.fetchone() or ("",))[0] or "")

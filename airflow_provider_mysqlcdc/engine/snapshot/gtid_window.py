@@ -88,8 +88,8 @@ def start_window(conn: pymysql.connections.Connection, info: ServerInfo, wait_s:
         executed = executed_after_commits(conn, wait_s)
     except GtidsNotCommitted as exc:
         raise UncommittedTransactions(
-            f"on {info.label}, {exc}; the chunk's read view cannot be proven to hold them, and nothing of "
-            "the chunk was committed") from None
+            f"on {info.label}, {exc}; a read view opened now could not be proven to hold them, so none was "
+            "opened and nothing was read or committed") from None
     return WindowStart(BinlogPosition(status.file, status.position), executed)
 
 
