@@ -18,6 +18,7 @@ from airflow_provider_mysqlcdc.engine.chunks.key_order import KeyOrder
 from airflow_provider_mysqlcdc.engine.chunks.locator import ChunkLocator
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.gc_pause import gc_paused
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.records import UPDATE_BEFORE, Record
@@ -159,7 +160,25 @@ class ChangeStream:
         row images (never cutting between the two images of an update).
 
         ``file_number_base`` is added to the binlog file number of every row's position before the stream
-        filter sees it (a stream that failed over to another server: ``engine/stream/failover.py``)."""
+        filter sees it (a stream that failed over to another server: ``engine/stream/failover.py``).
+
+        A read that does not wait for new events runs with the cyclic garbage collector paused
+        (``common/gc_pause.py``: it made a third of an OLTP read's CPU)."""
+        if blocking:
+            return self._read(start, end, max_rows, timeout, blocking, on_batch, file_number_base)
+        with gc_paused():
+            return self._read(start, end, max_rows, timeout, blocking, on_batch, file_number_base)
+
+    def _read(
+        self,
+        start: BinlogOffset,
+        end: BinlogPosition | None,
+        max_rows: int | None,
+        timeout: float | None,
+        blocking: bool,
+        on_batch: Callable[[list[Record]], None] | None,
+        file_number_base: int,
+    ) -> StreamBatch:
         assert self._filter is not None
         started = time.monotonic()
         reader = BinlogReader(self.settings, self.server_id, set(self.tables), self.schemas, self._replanned)

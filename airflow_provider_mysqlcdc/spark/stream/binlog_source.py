@@ -68,6 +68,7 @@ from pyspark.sql.streaming.datasource import (
 
 from airflow_provider_mysqlcdc.engine.common.environment import CHUNK_STORE_URL_ENV, MYSQL_PASSWORD_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.gc_pause import gc_paused
 from airflow_provider_mysqlcdc.engine.common.secrets import read_password_file, url_has_password
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset, OffsetFormatError
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
@@ -554,8 +555,10 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             seconds += batch.seconds
             dropped += batch.dropped
             last_event_at = batch.last_event_at or last_event_at
-            yield from stream_batches(rows=batch.rows, schemas=batch.schemas,
-                                      schema_changes=batch.schema_changes, table_schemas=known)
+            with gc_paused():  # the part's Arrow batches, built without the collector (common/gc_pause.py)
+                arrow = list(stream_batches(rows=batch.rows, schemas=batch.schemas,
+                                            schema_changes=batch.schema_changes, table_schemas=known))
+            yield from arrow
             reached = dataclasses.replace(batch.end, server=part_first.server, gtid_position=None,
                                           file_number_base=part_first.file_number_base)
             # a part that read fewer row images than it may hold read to the range's end
