@@ -13,16 +13,22 @@ that is far behind into partitions decoded in parallel (parallel catch-up), at n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pymysql
 
-from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.boundaries import iter_boundaries, iter_framed_boundaries
+from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE, PYTHON, decoder_mode
 from airflow_provider_mysqlcdc.engine.binlog.errors import BinlogPurged
+from airflow_provider_mysqlcdc.engine.binlog.event_framer import FramerMismatch, framer_available
 from airflow_provider_mysqlcdc.engine.binlog.events_pager import PAGE_EVENTS, binary_logs
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import claimed_server_id
+from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError, ServerNotReady
 from airflow_provider_mysqlcdc.engine.model.offsets import BinlogOffset
 from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
+from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 
 
 @dataclass(frozen=True)
@@ -45,9 +51,15 @@ def next_batch_end(
     until: BinlogPosition | None = None,
     page_events: int = PAGE_EVENTS,
     mark_bytes: int = MARK_BYTES,
+    settings: MySQLSettings | None = None,
 ) -> Admission:
     """The last transaction boundary after ``start`` within ``max_bytes`` (None: no limit) and ``until``,
-    with the boundaries that lie at least ``mark_bytes`` apart on the way (``Admission.marks``)."""
+    with the boundaries that lie at least ``mark_bytes`` apart on the way (``Admission.marks``).
+
+    With ``settings`` (the server of ``conn``) the boundaries are read by a replication session through the
+    compiled framer (``boundaries.iter_framed_boundaries``, a reader ``server_id`` claimed for the scan);
+    without them, or without the framer, from ``SHOW BINLOG EVENTS``. In ``compare`` mode (the suite) both,
+    stopping at the first boundary that differs."""
     logs = binary_logs(conn)
     names = [name for name, _ in logs]
     if start.file not in names:
@@ -63,21 +75,59 @@ def next_batch_end(
     until_key = until.key if until is not None else None
     scanned = 0
     marks: list[tuple[int, BinlogPosition]] = []
-    for boundary in iter_boundaries(conn, names, start.file, start.pos, page_events=page_events):
-        scanned += 1
-        if boundary.file == start.file and boundary.pos <= start.pos:
-            continue
-        if until_key is not None and boundary.key > until_key:
-            break
-        used = _bytes_between(names, sizes, start, boundary)
-        if max_bytes is not None and used > max_bytes and found:
-            break
-        best, best_bytes, found = BinlogOffset.at(boundary), used, True
-        if used - (marks[-1][0] if marks else 0) >= mark_bytes:
-            marks.append((used, boundary))
-        if max_bytes is not None and used >= max_bytes:
-            break
+    with _boundaries(conn, names, start, page_events, settings) as boundaries:
+        for boundary in boundaries:
+            scanned += 1
+            if boundary.file == start.file and boundary.pos <= start.pos:
+                continue
+            if until_key is not None and boundary.key > until_key:
+                break
+            used = _bytes_between(names, sizes, start, boundary)
+            if max_bytes is not None and used > max_bytes and found:
+                break
+            best, best_bytes, found = BinlogOffset.at(boundary), used, True
+            if used - (marks[-1][0] if marks else 0) >= mark_bytes:
+                marks.append((used, boundary))
+            if max_bytes is not None and used >= max_bytes:
+                break
     return Admission(best, best_bytes, scanned, tuple(marks))
+
+
+@contextlib.contextmanager
+def _boundaries(conn: pymysql.connections.Connection, names: list[str], start: BinlogOffset, page_events: int,
+                settings: MySQLSettings | None) -> Iterator[Iterator[BinlogPosition]]:
+    """The boundaries from ``start`` on: framed when it can (see ``next_batch_end``), else listed."""
+    with contextlib.ExitStack() as stack:
+        server_id = None
+        if settings is not None and decoder_mode() != PYTHON and framer_available():
+            try:
+                server_id = stack.enter_context(claimed_server_id(settings))
+            except (ConfigurationError, ServerNotReady):
+                server_id = None  # no reader id to spare (a range of two ids, all in use): listed
+        if server_id is None or settings is None:
+            yield iter_boundaries(conn, names, start.file, start.pos, page_events=page_events)
+            return
+        scan = stack.enter_context(
+            contextlib.closing(iter_framed_boundaries(settings, server_id, start.file, start.pos))
+        )
+        if decoder_mode() == COMPARE:  # the suite: each framed boundary must be the listed one
+            listed = iter_boundaries(conn, names, start.file, start.pos, page_events=page_events)
+            yield _compared(scan, listed)
+            return
+        yield scan
+
+
+def _compared(framed: Iterator[BinlogPosition], listed: Iterator[BinlogPosition]) -> Iterator[BinlogPosition]:
+    """The framed boundaries, each checked against the listed one in its place (until either ends: the binlog
+    may grow between the two reads)."""
+    for boundary in framed:
+        expected = next(listed, None)
+        if expected is not None and boundary != expected:
+            raise FramerMismatch(
+                f"the framed boundary scan found a transaction boundary at {boundary}, SHOW BINLOG EVENTS at "
+                f"{expected}"
+            )
+        yield boundary
 
 
 def cut_points(

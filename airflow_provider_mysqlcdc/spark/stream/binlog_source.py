@@ -357,7 +357,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
             conn = self._connection()
             identity, (begin,) = self._resolve_offsets(conn, start)
             admission = next_batch_end(conn, begin, max_bytes=max_bytes, until=self.target,
-                                       mark_bytes=self._mark_bytes)
+                                       mark_bytes=self._mark_bytes, settings=self.settings())
             if admission.end.position == begin.position:
                 return begin, None, 0
             self._remember_marks(identity.token, begin.position, admission)
@@ -452,7 +452,7 @@ class BinlogMicroBatchStream(DataSourceStreamReader, SupportsTriggerAvailableNow
         known = self._marks.get((token, first.position.key, last.position.key))
         if known is None:
             admission = next_batch_end(conn, first, max_bytes=None, until=last.position,
-                                       mark_bytes=self._mark_bytes)
+                                       mark_bytes=self._mark_bytes, settings=self.settings())
             if admission.end.position != last.position:
                 return []  # not the planned end (cannot happen on a healthy binlog): read it as one range
             known = (admission.marks, admission.bytes)

@@ -18,6 +18,7 @@ from airflow_provider_mysqlcdc.engine.binlog.event_framer.compare import FramerM
 from airflow_provider_mysqlcdc.engine.binlog.event_framer.stream import FramedStream
 
 PASS_NONE, PASS_OVER, PASS_MARK = 0, 1, 2  # ``_frames.Framer.pass_over``: none, pass over, mark (compare)
+PASS_BOUNDARY = 3  # ``_frames.Framer.pass_over``: only the events of transaction boundaries (a boundary scan)
 
 FramedEvent: Any
 if (_module := compiled.loaded()) is not None:
@@ -32,5 +33,5 @@ def framer_available() -> bool:
     return compiled.module() is not None
 
 
-__all__ = ["PASS_MARK", "PASS_NONE", "PASS_OVER", "FramedEvent", "FramedStream", "FramerMismatch",
-           "check_framed", "framer_available"]
+__all__ = ["PASS_BOUNDARY", "PASS_MARK", "PASS_NONE", "PASS_OVER", "FramedEvent", "FramedStream",
+           "FramerMismatch", "check_framed", "framer_available"]

@@ -8,6 +8,7 @@ PACKET_ERROR: int
 PASS_NONE: int
 PASS_OVER: int
 PASS_MARK: int
+PASS_BOUNDARY: int
 
 class FramingError(Exception): ...
 

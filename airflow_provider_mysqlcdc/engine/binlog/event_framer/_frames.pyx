@@ -27,6 +27,9 @@ table map, and all of them at a TABLE_MAP the framer cannot parse), ROWS_QUERY a
 On an OLTP binlog that is every TABLE_MAP but the first of each table: half the events. ``passed_log_pos`` is
 where the last of them ended (the resume point of a reconnect); in compare mode (``PASS_MARK``) they are not
 passed over but returned with ``passable`` set, so the loop checks that each one would have changed nothing.
+A boundary scan (``PASS_BOUNDARY``) gets only the events that start or end a transaction or a file (GTIDs,
+QUERY, XID, XA_PREPARE, ROTATE) and FORMAT_DESCRIPTION: every other event, rows and TABLE_MAPs included, is
+checked (its checksum) and passed over in C.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
@@ -41,8 +44,9 @@ cdef extern from "Python.h":
 # What ``next_event`` returns besides events (``event_type`` of the FramedEvent)
 PACKET_EOF = -1  # the server's EOF packet: the binlog's end (non-blocking dump)
 PACKET_ERROR = -2  # an error packet: ``packet()`` is its payload, for pymysql to raise
-# ``Framer.pass_over``: return every event; pass over those the loop would pass over; return them marked
-PASS_NONE, PASS_OVER, PASS_MARK = 0, 1, 2
+# ``Framer.pass_over``: return every event; pass over those the loop would pass over; return them marked;
+# return only the events that mark transaction boundaries (a boundary scan: ``boundaries.iter_framed``)
+PASS_NONE, PASS_OVER, PASS_MARK, PASS_BOUNDARY = 0, 1, 2, 3
 
 cdef enum:
     K_EOF = -1
@@ -50,6 +54,10 @@ cdef enum:
     T_QUERY = 0x02
     T_STOP = 0x03
     T_ROTATE = 0x04
+    T_FORMAT_DESCRIPTION = 0x0F
+    T_XA_PREPARE = 0x26
+    T_GTID_TAGGED = 0x2A
+    P_BOUNDARY = 3
     T_XID = 0x10
     T_TABLE_MAP = 0x13
     T_WRITE_V1 = 0x17
@@ -308,7 +316,16 @@ cdef class Framer:
                 raise FramingError(
                     f"event of type {event_type:#04x} ending at {log_pos}: its CRC32 checksum does not "
                     "match its bytes (corrupt binlog or transfer)")
-        if self.pass_over != PASS_NONE and log_pos != 0 and not u16(h + 17) & 0x20:  # not artificial
+        if self.pass_over == P_BOUNDARY:
+            if not (event_type == T_QUERY or event_type == T_XID or event_type == T_ROTATE
+                    or event_type == T_GTID or event_type == T_ANONYMOUS_GTID or event_type == T_GTID_TAGGED
+                    or event_type == T_MARIADB_GTID or event_type == T_XA_PREPARE
+                    or event_type == T_FORMAT_DESCRIPTION):
+                if log_pos != 0:
+                    self.passed_log_pos = log_pos
+                self.passed += 1
+                return None
+        elif self.pass_over != PASS_NONE and log_pos != 0 and not u16(h + 17) & 0x20:  # not artificial
             passable = self._passable(event_type, h + HEADER, base + end)
             if passable and self.pass_over == PASS_OVER:
                 self.passed_log_pos = log_pos

@@ -70,6 +70,15 @@ class FramedStream:
             if parsed is not None:
                 return parsed
 
+    def next_header(self) -> FramedEvent | None:
+        """The next event as the framer cut it, framed or not (its header's fields always hold), with
+        mysql-replication's resume point moved past it; None at the end of a non-blocking read. A boundary
+        scan (``PASS_BOUNDARY``) reads its events this way: no mysql-replication object for any of them."""
+        event = self._next_framed()
+        if event is not None:
+            self._follow(event)
+        return event
+
     def close(self) -> None:
         self.stream.close()
 
