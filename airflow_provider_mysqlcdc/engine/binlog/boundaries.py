@@ -17,7 +17,6 @@ Python sees two or three events per transaction (the stream's batch planning, ``
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Generator, Iterator, Sequence
 
 import pymysql
@@ -74,7 +73,7 @@ class FramingError(Exception):
 
 
 def iter_framed_boundaries(
-    settings: MySQLSettings, server_id: int, file: str, pos: int, *, timeout: float = 60.0
+    settings: MySQLSettings, server_id: int, file: str, pos: int
 ) -> Generator[BinlogPosition, None, None]:
     """``iter_boundaries`` read off a replication session (replica ``server_id``, which the caller holds)
     through the compiled framer: the boundaries of the events from ``file:pos`` (an event start) on, up to
@@ -87,7 +86,8 @@ def iter_framed_boundaries(
     stream = BinLogStreamReader(
         connection_settings=settings.replication_kwargs(), server_id=server_id, resume_stream=True,
         blocking=False, log_file=file, log_pos=pos, is_mariadb=False, filter_non_implemented_events=False,
-        freeze_schema=False, pymysql_wrapper=_Connector(time.monotonic() + timeout, settings.connect_timeout),
+        # no deadline, as SHOW BINLOG EVENTS has none: a batch planned without a byte limit scans the backlog
+        freeze_schema=False, pymysql_wrapper=_Connector(None, settings.connect_timeout),
         enable_logging=False,
     )
     source = FramedStream(stream)
