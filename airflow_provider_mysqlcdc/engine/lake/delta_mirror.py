@@ -72,6 +72,7 @@ class DeltaMirror:
     def __init__(self, root: str, table: TableId, storage_options: dict[str, str] | None = None) -> None:
         self.table = table
         self.log = DeltaLog(mirror_table_uri(root, table), table, "mirror", storage_options)
+        self._rows: dict[str, int] = {}  # rows of each data file (files never change)
 
     def sync(self, manifest: MirrorManifest, data_schema: pa.Schema | None = None) -> bool:
         """Make the table hold exactly ``manifest``'s files in ``data_schema``'s columns (the mirror's, in
@@ -169,7 +170,9 @@ class DeltaMirror:
             if f in current and have_vectors.get(f) == vectors.get(f):
                 continue
             info = self.log.file_info(f)
-            actions.append(add_action(f, info[0], info[1], self.log.footer(f).num_rows, vectors.get(f)))
+            if f not in self._rows:
+                self._rows[f] = self.log.footer(f).num_rows
+            actions.append(add_action(f, info[0], info[1], self._rows[f], vectors.get(f)))
         upgrade = protocol_upgrade(table.protocol()) if vectors else None
         if upgrade is not None:
             actions.insert(0, upgrade)

@@ -26,6 +26,8 @@ of extra work; the rest wait for the next batches.
 from __future__ import annotations
 
 import posixpath
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -88,7 +90,7 @@ class _Vectors:
 
     def get(self, file: str) -> BitMap | None:
         if file not in self.rows and file in self.old:
-            self.rows[file] = read_vector(self.mirror_uri, self.old[file])
+            self.rows[file] = BitMap(_read_cached(self.mirror_uri, self.old[file]))  # a copy: it may grow
         return self.rows.get(file)
 
     def delete(self, file: str, rows: list[int] | range) -> None:
@@ -187,10 +189,32 @@ def dv_entries(root: str, build: MirrorBuild, changes: ChunkRecords, through: in
     fresh = [(f.removeprefix(MIRROR + "/"), vectors.rows[f]) for f in sorted(vectors.changed) if f in live]
     if fresh:
         made = write_vectors(mirror_uri, fresh)
-        for f, _ in fresh:
+        for f, rows in fresh:
             new_vectors[MIRROR + "/" + f] = made[f]
+            with _VECTORS_LOCK:
+                _VECTORS[(mirror_uri, made[f])] = rows
         written += _size(posixpath.join(mirror_uri, next(iter(made.values())).file))
     return DvResult(ordered, rewritten, compacted, new_vectors, written)
+
+
+_VECTORS: OrderedDict[tuple[str, DeletionVector], BitMap] = OrderedDict()
+_VECTORS_KEPT = 20_000  # vectors kept in memory (a vector file never changes once written)
+_VECTORS_LOCK = threading.Lock()
+
+
+def _read_cached(mirror_uri: str, vector: DeletionVector) -> BitMap:
+    key = (mirror_uri, vector)
+    with _VECTORS_LOCK:
+        found = _VECTORS.get(key)
+        if found is not None:
+            _VECTORS.move_to_end(key)
+            return found
+    found = read_vector(mirror_uri, vector)
+    with _VECTORS_LOCK:
+        _VECTORS[key] = found
+        while len(_VECTORS) > _VECTORS_KEPT:
+            _VECTORS.popitem(last=False)
+    return found
 
 
 def _latest(records: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
