@@ -217,6 +217,19 @@ def _read_cached(mirror_uri: str, vector: DeletionVector) -> BitMap:
     return found
 
 
+def chunk_state(root: str, table: TableId, manifest: MirrorManifest, entry: MirrorChunkEntry,
+                schema: pa.Schema) -> pa.Table:
+    """A chunk's live rows as the manifest has them (its parts minus the deleted rows; an entry without
+    parts: its files whole), for readers of one chunk (``engine/verify``)."""
+    base = table_dir(root, table)
+    if not entry.parts:
+        return read_files([posixpath.join(base, f) for f in entry.files], schema)
+    mirror_uri = posixpath.join(base, MIRROR)
+    deleted = {f: _read_cached(mirror_uri, v) for f, v in manifest.deletion_vectors.items()
+               if f in set(entry.files)}
+    return live_rows(base, entry.parts, deleted, schema, read_files)
+
+
 def _latest(records: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
     """The latest record per primary key (``records`` are sorted by position), as ``apply_latest`` takes."""
     pk = list(primary_key)
