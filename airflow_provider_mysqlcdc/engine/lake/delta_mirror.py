@@ -87,8 +87,9 @@ class DeltaMirror:
         current = self.log.files() if table is not None else {}
         if table is not None and (vectors or _has_vectors(table)):
             have_vectors = current_vectors(self.log.uri, table.version()) if _has_vectors(table) else {}
-            replace = (data_schema is not None and not set(current) & set(wanted)
-                       and _added_columns(self.log.schema(), delta_schema(data_schema)) is None)
+            added_now = (_added_columns(self.log.schema(), delta_schema(data_schema))
+                         if data_schema is not None else [])
+            replace = not set(current) & set(wanted) and (added_now is None or bool(added_now))
             if not replace:  # else: a rewrite of every file in other columns, by delta-rs below
                 return self._sync_vectors(manifest, data_schema, wanted, vectors, current, have_vectors)
         footers = {f: self.log.footer(f) for f in wanted if f not in current}
