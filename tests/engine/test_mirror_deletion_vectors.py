@@ -257,6 +257,17 @@ def test_deletion_vector_mirror_follows_the_rule_through_every_reader(tmp_path, 
         with pytest.raises(Exception, match="deletionVectors"):
             delta.to_pyarrow_table()
 
+    # a refresh killed between its manifest and its Delta commit: the next one (a new process) commits the
+    # manifest's files and vectors, and every reader agrees again
+    uri = mirror_table_uri(lake.root, T)
+    last = DeltaTable(uri).version()
+    os.remove(os.path.join(uri, "_delta_log", f"{last:020d}.json"))
+    again = MirrorRefresher(lake.root, lake.store, schemas={T: lake.schema}, updates="deletion_vectors")
+    assert again.refresh(T).rewritten == ()
+    assert DeltaTable(uri).version() == last
+    for reader, rows in _readers(lake).items():
+        assert rows == want, ("after a killed sync", reader)
+
     # GC: with every superseded file past the retention, what no live version names goes (old base files,
     # overlay files and vector files); the current version's vector files stay and every reader still agrees
     garbage = mirror_garbage(lake.root, T, time.time() + 7200)
