@@ -217,7 +217,7 @@ def test_deletion_vector_mirror_follows_the_rule_through_every_reader(tmp_path, 
     rng = random.Random(38)
     lake = _Lake(tmp_path, with_pk)
     refresher = MirrorRefresher(lake.root, lake.store, schemas={T: lake.schema}, updates="deletion_vectors",
-                                compaction=Compaction(ratio=0.6, min_rows=8, chunks=1))
+                                compaction=Compaction(ratio=0.6, min_rows=8, chunks=1, max_parts=5))
     first = refresher.refresh(T)
     assert set(first.rebuilt) == {0, 1, 2, 3}
     want = _sorted([{k: v for k, v in r.items()} for r in lake.want()])

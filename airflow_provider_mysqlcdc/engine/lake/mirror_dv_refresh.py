@@ -17,10 +17,10 @@ a new base file as in rewrite mode; its rows in shared overlay files are deleted
 whose rows is live any more leaves the table (GC deletes it after the retention, like any removed file).
 Tables without a primary key (multisets) rewrite each touched chunk from its live rows.
 
-Compaction: a chunk whose overlay and deleted rows reach ``compact_ratio`` of its live rows (at least
-``compact_min_rows``) is rewritten into one clean base file by the refresh that sees it, at most
-``compact_chunks`` chunks per refresh (the most degraded first), so no batch does more than a bounded amount
-of extra work; the rest wait for the next batches.
+Compaction (``Compaction``): a chunk whose overlay and deleted rows reach ``ratio`` of its live rows (at least
+``min_rows``), or whose rows lie in more than ``max_parts`` files, is rewritten into one clean base file by
+the refresh that changes it next, at most ``chunks`` chunks per refresh (the most degraded first), so no batch
+does more than a bounded amount of extra work; the rest wait for the next batches.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class Compaction:
     ratio: float = 0.25  # overlay + deleted rows over live rows
     min_rows: int = 1024  # below this many overlay + deleted rows a chunk is never compacted
     chunks: int = 4  # chunks compacted per refresh at most
+    max_parts: int = 64  # or when a chunk's rows are spread over more files than this (each costs a lookup)
     everything: bool = False  # rewrite every changed chunk whole (rewrite mode over a mirror with vectors)
 
 
@@ -277,6 +278,8 @@ def _compaction_order(base: str, build: MirrorBuild, changes: ChunkRecords, vect
             deleted_in(p, vectors.get(p.file)) for p in prev.parts)
         if waste >= max(compaction.min_rows, compaction.ratio * max(prev.rows, 1)):
             scored.append((waste / max(prev.rows, 1), cid))
+        elif len(prev.parts) > compaction.max_parts:
+            scored.append((len(prev.parts) / compaction.max_parts * compaction.ratio, cid))
     return {cid for _, cid in sorted(scored, reverse=True)[:compaction.chunks]}
 
 
