@@ -60,6 +60,8 @@ setup(
         "sqlalchemy>=2.0,<2.2",
         # the lake's Delta tables (engine/lake/delta_changelog): written by delta-rs, no JVM needed
         "deltalake==1.6.6",
+        # the mirror's Delta deletion vectors (engine/lake/deletion_vectors): Roaring bitmaps
+        "pyroaring==1.0.3",
     ],
     extras_require={
         "postgres": ["psycopg[binary]>=3.2,<4"],

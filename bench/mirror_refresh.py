@@ -25,6 +25,13 @@ on its own too (its share of the refresh). Ratio = figure / baseline (lower is b
 ``bench/cpu.py``'s ``measure`` around each refresh, summed per side (client = this process; the MySQL server
 is idle during the refreshes, the write load ran before).
 
+A third side, **deletion vectors** (``mirror_updates=deletion_vectors``, ``engine/lake/mirror_dv_refresh``),
+refreshes a third copy the same way, timed like the figure side; its figures have the rewrite mode (the figure
+side) as baseline. Bytes written per batch, per mode: the rewrite mode's new chunk files, the deletion-vector
+mode's overlay file, vector file and compacted chunks, each plus the Delta commit's log entry (checkpoints
+left out: both modes write them every 10 versions), against the batch's changelog Parquet bytes (the bytes
+the stream wrote for the same changes).
+
 Checks (the section fails without them): each refresh applied exactly its batch; the baseline made no Delta
 table; the figure side's Delta table has one version per refresh; the final mirror read through delta-rs and
 through the manifest equals ``SELECT`` of the table
@@ -221,11 +228,13 @@ def _refresher_classes() -> tuple[type, type]:
 
 @dataclass
 class Side:
-    name: str  # "delta" or "baseline"
+    name: str  # "delta", "baseline" or "dv"
     root: Path
     refresher: Any
     ms: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
     chunks: dict[str, list[int]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    written: dict[str, list[int]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    compacted: dict[str, list[int]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
     cpu: dict[str, Measure] = field(default_factory=dict)
     build: Measure | None = None
 
@@ -249,7 +258,12 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
 
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
     from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
-    from airflow_provider_mysqlcdc.engine.lake.layout import new_version, snapshot_dir, table_dir
+    from airflow_provider_mysqlcdc.engine.lake.layout import (
+        changelog_dir,
+        new_version,
+        snapshot_dir,
+        table_dir,
+    )
     from airflow_provider_mysqlcdc.engine.model.arrow_batches import record_schema
     from airflow_provider_mysqlcdc.engine.model.tables import TableId
     from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
@@ -298,7 +312,8 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         hot_high = min(_int_bound(hot_chunk.end, rows + 1), hot_low + HOT_KEYS, rows + 1)
         keys = Keys.of(rows, hot_low, hot_high)
 
-        sides = [Side("delta", work / "delta", None), Side("baseline", work / "baseline", None)]
+        sides = [Side("delta", work / "delta", None), Side("baseline", work / "baseline", None),
+                 Side("dv", work / "dv", None)]
         for side in sides:  # the snapshot only: each side builds its own mirror from it
             shutil.copytree(src, side.root)
         pipe.open_stream([table])
@@ -324,35 +339,43 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
                                    schemas=dict(pipe.schemas))
         sides[1].refresher = NoDelta(str(sides[1].root), pipe.store, settings=settings,
                                      schemas=dict(pipe.schemas))
+        sides[2].refresher = Timed(str(sides[2].root), pipe.store, settings=settings,
+                                   schemas=dict(pipe.schemas), updates="deletion_vectors")
         for side in sides:
             say(f"mirror: {side.name}: first build from the snapshot ...")
             result, side.build, _ = side.refresh(pid, table, None)
             assert len(result.rebuilt) == n_chunks, (side.name, result.rebuilt)
         sides[0].refresher.sync_times.clear()
+        sides[2].refresher.sync_times.clear()
         for side in sides:
             shutil.copytree(src_table / "changelog", Path(table_dir(str(side.root), table)) / "changelog")
         delta_builds: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        changelog_bytes: dict[str, list[int]] = {v: [] for v in VARIANTS}
 
         say("mirror: refresh per batch, the sides alternating ...")
         turn = 0
         for variant in VARIANTS:
             for batch_id, load in loads[variant]:
-                for side in (sides if turn % 2 == 0 else sides[::-1]):
+                changelog_bytes[variant].append(_dir_bytes(changelog_dir(str(src), table, batch_id)))
+                for side in sides[turn % 3:] + sides[:turn % 3]:
                     result, m, seconds = side.refresh(pid, table, batch_id)
                     if tuple(result.batches) != (batch_id,):
                         raise AssertionError(f"{side.name}: the refresh of batch {batch_id} applied "
                                              f"{result.batches}")
                     side.ms[variant].append(seconds * 1000)
                     side.chunks[variant].append(len(result.rewritten))
+                    side.compacted[variant].append(len(result.compacted))
+                    side.written[variant].append(_written(side, table, result, mirror_table_uri))
                     side.cpu[variant] = side.cpu[variant] + m if variant in side.cpu else m
                 turn += 1
             delta_builds[variant] = [t * 1000 for t in sides[0].refresher.sync_times]
             sides[0].refresher.sync_times.clear()
+            sides[2].refresher.sync_times.clear()
         say("mirror: checking the mirrors ...")
         check_mirrors(settings, sides, table, mirror_table_uri, expected_versions=1 + len(VARIANTS) * batches)
         checkpointed = checkpoint_versions(mirror_table_uri(str(sides[0].root), table))
     say(f"mirror: the mirror's Delta log has checkpoints at versions {sorted(checkpointed)}")
-    delta, base = sides
+    delta, base, dv = sides
     figures: list[Figure] = []
     size = (f"{rows:,}-row table, {n_chunks} chunks of {chunk_size:,}; {batches} batches of {changes:,} row "
             f"changes")
@@ -399,6 +422,29 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
                     f"{statistics.mean(checkpoints):,.0f} ms, the others {statistics.mean(plain):,.0f} ms"
                     if checkpoints and plain else "no commit of these wrote a checkpoint"),
             short=f"{variant}: Delta commit", **common))
+    for variant in VARIANTS:
+        label = LABELS[variant]
+        log_bytes = statistics.mean(changelog_bytes[variant])
+        dv_ms, rw_ms = dv.ms[variant], delta.ms[variant]
+        compactions = sum(dv.compacted[variant])
+        common = {"baseline_what": "the rewrite mode (the figure side above: touched chunks rewritten)",
+                  "higher_is_better": False}
+        figures.append(Figure(
+            "mirror", "refresh per batch, **deletion vectors** (`mirror_updates=deletion_vectors`), "
+            f"**{label}**: mean", statistics.mean(dv_ms), "ms",
+            f"median {statistics.median(dv_ms):,.0f} ms; p95 {p95(dv_ms):,.0f} ms; {compactions} chunk "
+            f"compactions in {len(dv_ms)} batches", dv.cpu[variant], baseline=statistics.mean(rw_ms),
+            baseline_detail=f"median {statistics.median(rw_ms):,.0f} ms", baseline_cpu=delta.cpu[variant],
+            note=f"{size}", short=f"{variant}: DV mean", **common))
+        for side, mode in ((dv, "deletion vectors"), (delta, "rewrite")):
+            written = statistics.mean(side.written[variant])
+            figures.append(Figure(
+                "mirror", f"bytes written per batch, **{mode}**, **{label}**", written / 1024, "KiB",
+                f"max {max(side.written[variant]) / 1024:,.0f} KiB", None,
+                baseline_what="the batch's changelog Parquet bytes (ratio: target within 5x)",
+                baseline=log_bytes / 1024, higher_is_better=False, cpu_text="-", baseline_cpu_text="-",
+                note="data, vector and Delta log files the refresh wrote (checkpoints aside)",
+                short=f"{variant}: bytes {'DV' if side is dv else 'rewrite'}"))
     for side in sides:
         b = side.build
         assert b is not None
@@ -410,6 +456,27 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
                  f"/ 5% deletes in keys {hot_low:,}..{hot_high - 1:,} + 5% inserts above the largest key; "
                  f"per-batch times: delta {_series(delta.ms)}; baseline {_series(base.ms)}.")
     return figures, notes
+
+
+def _dir_bytes(path: str) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def _written(side: Side, table: Any, result: Any, mirror_table_uri: Callable[..., str]) -> int:
+    """Bytes one refresh wrote: data and vector files (the result's count in deletion-vector mode, the
+    rewritten chunks' new files in rewrite mode) plus its Delta commit's log entry."""
+    from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
+
+    if side.name == "dv":
+        data = result.bytes_written
+    else:
+        base = Path(table_dir(str(side.root), table))
+        rewritten = set(result.rewritten)
+        data = sum((base / f).stat().st_size for c in result.manifest.chunks if c.chunk_id in rewritten
+                   for f in c.files)
+    log_dir = Path(mirror_table_uri(str(side.root), table)) / "_delta_log"
+    commits = sorted(log_dir.glob("*.json")) if log_dir.is_dir() else []
+    return data + (commits[-1].stat().st_size if commits and side.name != "baseline" else 0)
 
 
 def _int_bound(bound: Any, default: int) -> int:
@@ -444,7 +511,7 @@ def check_mirrors(settings: Any, sides: list[Side], table: Any, mirror_table_uri
     from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest_files
     from tests.support.engine_harness import assert_mirror_equals_source
 
-    delta, base = sides
+    delta, base, dv = sides
     if DeltaTable.is_deltatable(mirror_table_uri(str(base.root), table)):
         raise AssertionError("the baseline made a Delta commit: its refresh was not without Delta")
     versions = DeltaTable(mirror_table_uri(str(delta.root), table)).version() + 1
@@ -460,7 +527,19 @@ def check_mirrors(settings: Any, sides: list[Side], table: Any, mirror_table_uri
     if ours.num_rows != theirs.num_rows or not ours.equals(theirs.cast(ours.schema)):
         raise AssertionError(f"the baseline's mirror ({theirs.num_rows} rows) differs from the Delta side's "
                              f"({ours.num_rows} rows)")
-    say(f"mirror: both mirrors equal the source ({ours.num_rows:,} rows)")
+    # the deletion-vector side: its Delta table (one version per refresh) and read_mirror equal the source,
+    # and the same rows as the rewrite side's
+    dv_versions = DeltaTable(mirror_table_uri(str(dv.root), table)).version() + 1
+    if dv_versions != expected_versions:
+        raise AssertionError(f"the deletion-vector mirror has {dv_versions} versions, {expected_versions} "
+                             "refreshes")
+    assert_mirror_equals_source(settings, str(dv.root), [table])
+    from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
+
+    vectored = read_mirror(str(dv.root), table).sort_by("id")
+    if not vectored.equals(read_mirror(str(delta.root), table).sort_by("id").cast(vectored.schema)):
+        raise AssertionError("the deletion-vector mirror differs from the rewrite mode's")
+    say(f"mirror: the three mirrors equal the source ({ours.num_rows:,} rows)")
 
 
 def main() -> int:

@@ -23,6 +23,8 @@ section an Oracle MySQL too):
 6. ``mirror``: the mirror refresh per stream micro-batch (rewrite the touched chunks, manifest, one Delta
    commit), changes spread over the table and in a hot key range, vs the same refresh without the Delta
    commit on a copy of the same snapshot and changelog, the sides alternating (``bench/mirror_refresh.py``);
+   and a third side with ``mirror_updates=deletion_vectors``: its refresh time against the rewrite mode, and
+   each mode's bytes written per batch against the batch's changelog bytes;
 7. ``dag``: the example DAG's snapshot phase run by a real Airflow deployment (scheduler with the
    LocalExecutor, triggerer), with the group runner and (case a) with a ``spark-submit`` per chunk group, and
    its fixed overhead per chunk group, vs the CLI's one-job snapshot of the same tables

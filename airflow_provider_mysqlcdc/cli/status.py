@@ -91,6 +91,11 @@ def add_parsers(subparsers: Any) -> None:
         type=checked(arguments.local_file_target, what="a Parquet file path"),
     )
     mirror.add_argument(
+        "--mirror-updates", default="rewrite", type=checked(arguments.mirror_updates),
+        help="how the refresh updates the mirror: rewrite (default) or deletion_vectors; use what the "
+        "stream uses (docs/output.md)",
+    )
+    mirror.add_argument(
         "--no-refresh",
         action="store_true",
         help="read the mirror as last refreshed (e.g. while a running stream refreshes it)",
@@ -141,7 +146,8 @@ def cmd_mirror(args: argparse.Namespace) -> int:
         print(f"refreshing the mirror of {table} ...", file=sys.stderr, flush=True)
         with (
             _store(args) as store,
-            MirrorRefresher(args.output, store, conn_factory=_conn_factory(args, required=True)) as refresher,
+            MirrorRefresher(args.output, store, conn_factory=_conn_factory(args, required=True),
+                            updates=args.mirror_updates) as refresher,
         ):
             result = refresher.refresh(table)
         manifest = result.manifest

@@ -87,6 +87,10 @@ def add_stream_arguments(parser: argparse.ArgumentParser, *, local_files: bool =
                         help="garbage collection deletes superseded snapshot versions, killed attempts' "
                         "files and old mirror files this long after they stopped being needed: 72h, 3d, "
                         "30m (default %(default)s; never below a 15 minute grace)")
+    parser.add_argument("--mirror-updates", default="rewrite", type=checked(arguments.mirror_updates),
+                        help="how a batch updates the mirror: rewrite (each chunk it touches, default) or "
+                        "deletion_vectors (its changed rows plus Delta deletion vectors; readers: "
+                        "docs/output.md)")
     parser.add_argument("--gc-interval-minutes", default=DEFAULT_INTERVAL_MINUTES,
                         type=checked(arguments.gc_interval_minutes),
                         help="run garbage collection after a batch at most every this many minutes "
@@ -133,5 +137,6 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         exclude_columns=parse_exclude_columns(args.exclude_columns or []),
         gc_retention=args.gc_retention,
         gc_interval_minutes=args.gc_interval_minutes,
+        mirror_updates=args.mirror_updates,
         **extra,
     )

@@ -87,6 +87,7 @@ _CHECKS = {
     "rows_per_read": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_ROWS_PER_READ),
     "gc_retention": optional(arguments.retention),
     "gc_interval_minutes": optional(arguments.gc_interval_minutes),
+    "mirror_updates": optional(arguments.mirror_updates),
     **SOURCE_LIMIT_CHECKS,
 }
 _LITERAL_CHECKS = {
@@ -127,6 +128,9 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         (default ``3d``; never below a 15 minute grace). Delta time travel on the mirror reaches this far.
     :param gc_interval_minutes: the stream runs garbage collection after a batch at most every this many
         minutes (default 60; 0: never, e.g. when ``mysqlcdc gc`` runs on a schedule instead).
+    :param mirror_updates: how a batch updates the mirror: ``rewrite`` (default: each chunk it touches is
+        rewritten; every documented reader reads it) or ``deletion_vectors`` (the batch's changed rows in one
+        file plus Delta deletion vectors; readers and versions in docs/output.md).
     :param application: the Spark app (default ``spark_apps/binlog_stream.py``).
     :param conn_id: the Spark connection. Other ``SparkSubmitOperator`` arguments pass through;
         ``outlets=[ASSET_ALIAS]`` is set by default.
@@ -141,6 +145,7 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
         "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes", "rows_per_read",
         "max_concurrent_reads", "rows_per_second", "query_timeout", "gc_retention", "gc_interval_minutes",
+        "mirror_updates",
     )
     ui_color = "#e6f5ea"
     # seconds between two looks of the task's metrics watcher (Airflow metrics on; ``metrics/stream_watcher``)
@@ -170,6 +175,7 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         query_timeout: float | str | None = None,
         gc_retention: str | None = None,
         gc_interval_minutes: float | str | None = None,
+        mirror_updates: str | None = None,
         application: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -202,6 +208,8 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         self.gc_retention = gc_retention
         # GC after a batch at most this often (default 60; 0 off)
         self.gc_interval_minutes = gc_interval_minutes
+        # rewrite (default) or deletion_vectors
+        self.mirror_updates = mirror_updates
         check_literals(vars(self), _LITERAL_CHECKS)
 
     def checked_arguments(self) -> dict[str, Any]:
@@ -256,7 +264,8 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
                            ("--rows-per-second", "rows_per_second"),
                            ("--query-timeout", "query_timeout"),
                            ("--gc-retention", "gc_retention"),
-                           ("--gc-interval-minutes", "gc_interval_minutes")):
+                           ("--gc-interval-minutes", "gc_interval_minutes"),
+                           ("--mirror-updates", "mirror_updates")):
             if args[name] is not None:
                 self.application_args += [flag, str(args[name])]
         if args["changelog_json"]:

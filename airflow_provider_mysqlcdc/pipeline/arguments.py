@@ -510,3 +510,20 @@ def gc_interval_minutes(value: Any) -> float:
     from airflow_provider_mysqlcdc.engine.lake.gc.retention import MAX_INTERVAL_MINUTES
 
     return number(value, minimum=0, maximum=MAX_INTERVAL_MINUTES, unit="minutes", zero="0: off")
+
+
+def mirror_updates(value: Any) -> str:
+    """How a batch updates the mirror: ``rewrite`` (the default) or ``deletion_vectors``."""
+    from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import (
+        MIRROR_UPDATES,
+        REWRITE,
+        check_mirror_updates,
+    )
+
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return REWRITE
+    written = text(value, what=f"one of {', '.join(MIRROR_UPDATES)}").strip().lower()
+    try:
+        return check_mirror_updates(written)
+    except ConfigurationError as exc:
+        raise BadValue(str(exc)) from None

@@ -5,10 +5,18 @@ Spark reads the Parquet files that one version of the Delta table names (delta-r
 with ``mergeSchema`` so files written before an ADD COLUMN read NULL there, in the Delta table's column order.
 Types are the Delta tables' (TIME as ``bigint`` microseconds). Time travel: ``as_of`` as in
 ``engine.lake.mirror_reader`` (a binlog position, a time or a Delta version).
+
+A mirror with deletion vectors (``mirror_updates=deletion_vectors``): delta-rs reports each file's deleted
+rows, and the frame drops them by an anti-join on (file, ``_metadata.row_index``), the row's number in its
+Parquet file (Spark 3.5 and later). The file is matched by its last three path segments, which the engine
+names (``chunk=<id>/version=<v>/part.parquet``, ``overlay/version=<v>/part.parquet``) and Spark does not
+percent-encode, whatever the scheme. The deleted rows travel from the driver: at most the compaction
+threshold's share of the table.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,7 +25,12 @@ from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
 from airflow_provider_mysqlcdc.engine.lake.file_types import plain_type
-from airflow_provider_mysqlcdc.engine.lake.mirror_reader import AsOf, mirror_version_at
+from airflow_provider_mysqlcdc.engine.lake.mirror_reader import (
+    AsOf,
+    has_deletion_vectors,
+    keep_masks,
+    mirror_version_at,
+)
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 
@@ -55,12 +68,33 @@ def _frame(spark: SparkSession, uri: str, what: str, table: TableId, version: in
     if not files:
         return spark.createDataFrame([], spark_schema)
     frame = spark.read.option("mergeSchema", "true").parquet(*files)
+    if has_deletion_vectors(delta):
+        frame = _without_deleted(spark, frame, delta)
     present = set(frame.columns)
     # a column no file holds yet (added by DDL, no row written since) reads NULL, as Delta readers read it
     return frame.select(*[
         F.col(_quoted(f.name)) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
         for f in spark_schema.fields
     ])
+
+
+_FILE, _ROW = "__mysqlcdc_file", "__mysqlcdc_row"
+
+
+def _without_deleted(spark: SparkSession, frame: DataFrame, delta: object) -> DataFrame:
+    """``frame`` without the rows the version's deletion vectors delete."""
+    deleted = [(_tail(path), int(row)) for path, mask in keep_masks(delta).items()
+               for row in np.flatnonzero(~mask)]
+    if not deleted:
+        return frame
+    gone = spark.createDataFrame(deleted, f"{_FILE} string, {_ROW} long")
+    marked = frame.select("*", F.substring_index(F.col("_metadata.file_path"), "/", -3).alias(_FILE),
+                          F.col("_metadata.row_index").alias(_ROW))
+    return marked.join(F.broadcast(gone), [_FILE, _ROW], "left_anti").drop(_FILE, _ROW)
+
+
+def _tail(path: str) -> str:
+    return "/".join(path.rstrip("/").split("/")[-3:])
 
 
 def _quoted(name: str) -> str:

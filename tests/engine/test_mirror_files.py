@@ -247,13 +247,17 @@ def test_file_mirror_follows_the_engine_rule_batch_by_batch(tmp_path, with_pk):
 SPECS = [s for s in TABLE_SPECS if s.name in ("t_int", "t_dt", "t_ci", "t_comp", "t_nopk")]
 
 
-def test_incremental_mirror_equals_source_under_concurrent_writes(mysql_server, mysql_db, tmp_path):
+@pytest.mark.parametrize("updates", ["rewrite", "deletion_vectors"])
+def test_incremental_mirror_equals_source_under_concurrent_writes(mysql_server, mysql_db, tmp_path,
+                                                                  updates):
+    """Both mirror update modes; the tables' keys cover integers, a case-insensitive string, a composite key,
+    DATETIME and no primary key (deletion vectors find integer keys by binary search, the others by join)."""
     rng = random.Random(31)
     with mysql_server.admin() as conn:
         create_tables(conn, mysql_db, SPECS)
         seed_rows(conn, mysql_db, rows_per_table=400, seed=31, specs=SPECS)
     pipe = _pipeline(mysql_server, mysql_db, tmp_path, chunk_size=120)
-    refresher = MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings)
+    refresher = MirrorRefresher(pipe.root, pipe.store, settings=pipe.settings, updates=updates)
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=31, writers=2, specs=SPECS).start()
     try:
         plans = pipe.plan([f"{mysql_db}.t_*"], chunk_keys={f"{mysql_db}.t_nopk": "ck"})
@@ -297,9 +301,15 @@ def test_incremental_mirror_equals_source_under_concurrent_writes(mysql_server, 
         names = pipe.schemas[plan.table].column_names
         source = pipe.source(plan.table)
         assert_same_rows(_rows(read_mirror(pipe.root, plan.table), names), source, plan.table)
-        duck_names, duck_rows = _duckdb_rows(mirror_files(pipe.root, plan.table))
-        assert duck_names == names
-        assert_same_rows(duck_rows, source, f"{plan.table} (DuckDB)")
+        if updates == "rewrite":  # the manifest's files are the mirror (with vectors: minus their rows)
+            duck_names, duck_rows = _duckdb_rows(mirror_files(pipe.root, plan.table))
+            assert duck_names == names
+            assert_same_rows(duck_rows, source, f"{plan.table} (DuckDB)")
+        else:
+            assert_delta_mirror_matches_manifest(pipe.root, plan.table)  # delta-rs scan() == manifest files
+            written = read_manifest(pipe.root, plan.table)
+            if written.primary_key:  # a multiset rewrites its touched chunks
+                assert written.deletion_vectors, f"{plan.table}: no deletion vector"
         manifest = read_manifest(pipe.root, plan.table)
         assert manifest.consistent and manifest.stream_position_exact, manifest.describe()
         assert manifest.as_of >= manifest.consistent_from

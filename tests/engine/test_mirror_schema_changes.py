@@ -101,8 +101,8 @@ class Writer:
             cur.execute("INSERT IGNORE INTO acct (id, v) VALUES (%s, %s)", (key, rng.randrange(99)))
 
 
-def _setup(mysql_server, mysql_db, tmp_path,
-           rows: int = 500) -> tuple[LayoutPipeline, TableId, MirrorRefresher]:
+def _setup(mysql_server, mysql_db, tmp_path, rows: int = 500,
+           updates: str = "rewrite") -> tuple[LayoutPipeline, TableId, MirrorRefresher]:
     with mysql_server.admin(mysql_db) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL, note VARCHAR(20), f FLOAT)")
         rng = random.Random(SEED)
@@ -118,7 +118,7 @@ def _setup(mysql_server, mysql_db, tmp_path,
     assert len(plan.chunks) >= 4
     for chunk in plan.chunks:
         pipe.snapshot(plan, chunk.chunk_id)
-    refresher = MirrorRefresher(pipe.root, pipe.store, settings=settings)
+    refresher = MirrorRefresher(pipe.root, pipe.store, settings=settings, updates=updates)
     first = refresher.refresh(plan.table)
     assert set(first.rebuilt) == {c.chunk_id for c in plan.chunks}
     pipe.open_stream([plan.table])
@@ -167,15 +167,16 @@ def _assert_readers_equal_source(pipe: LayoutPipeline, table: TableId, min_rows:
     uri = mirror_table_uri(pipe.root, table)
     delta = DeltaTable(uri)
     assert set(pa.schema(delta.schema().to_arrow()).names) == set(names)
-    got = delta.to_pyarrow_table()
+    got = _delta_read(uri)
     assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(got)], source, "delta-rs")
-    frame = delta.to_pandas()
+    frame = got.to_pandas() if _vectors(delta) else delta.to_pandas()
     assert_same_rows([tuple(None if pd_isna(r[c]) else _plain(r[c]) for c in names)
                       for r in frame.to_dict("records")],
                      [tuple(_plain(v) for v in r) for r in source], "pandas")
     polars = pl.read_delta(uri).to_arrow()
     assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(polars)], source, "polars")
-    dataset = delta.to_pyarrow_dataset()  # noqa: F841 - DuckDB over delta-rs's pyarrow dataset, scanned by name
+    # DuckDB over delta-rs's pyarrow dataset (with deletion vectors: over its scan()), scanned by name
+    dataset = delta.scan() if _vectors(delta) else delta.to_pyarrow_dataset()  # noqa: F841
     ducked = duckdb.connect().sql("SELECT * FROM dataset").fetch_arrow_table()
     assert_same_rows([tuple(r[c] for c in names) for r in values.canonical_pylist(ducked)], source, "duckdb")
     from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror as read_through_delta
@@ -186,6 +187,17 @@ def _assert_readers_equal_source(pipe: LayoutPipeline, table: TableId, min_rows:
     # the manifest records the columns, in order
     assert list(read_manifest(pipe.root, table).columns) == names
     assert_mirror_equals_source(pipe.settings, pipe.root, [table], min_rows=min_rows)  # manifest files, Delta
+
+
+def _vectors(delta: DeltaTable) -> bool:
+    return "deletionVectors" in (delta.protocol().reader_features or [])
+
+
+def _delta_read(uri: str, version: int | None = None) -> pa.Table:
+    """A Delta version as delta-rs reads it: ``to_pyarrow_table``, or ``scan()`` with deletion vectors (the
+    former refuses them)."""
+    delta = DeltaTable(uri, version=version)
+    return pa.table(delta.scan()) if _vectors(delta) else delta.to_pyarrow_table()
 
 
 def pd_isna(value) -> bool:
@@ -258,8 +270,9 @@ def test_add_nullable_column_while_streaming_rewrites_no_chunk(mysql_server, mys
     assert delta_version_added >= added_at
 
 
-def test_added_column_with_a_default_rewrites_the_mirror(mysql_server, mysql_db, tmp_path):
-    pipe, table, refresher = _setup(mysql_server, mysql_db, tmp_path)
+@pytest.mark.parametrize("updates", ["rewrite", "deletion_vectors"])
+def test_added_column_with_a_default_rewrites_the_mirror(mysql_server, mysql_db, tmp_path, updates):
+    pipe, table, refresher = _setup(mysql_server, mysql_db, tmp_path, updates=updates)
     rng = random.Random(SEED + 1)
     writer = Writer(mysql_server, mysql_db, 1, 560, SEED + 1).start()
     try:
@@ -279,16 +292,17 @@ def test_added_column_with_a_default_rewrites_the_mirror(mysql_server, mysql_db,
     operations = _operations(uri)
     assert ("WRITE", "Overwrite") in operations and ("ADD COLUMN", None) not in operations, operations
     replaced = operations.index(("WRITE", "Overwrite"))
-    old = DeltaTable(uri, version=replaced - 1).to_pyarrow_table()
+    old = _delta_read(uri, replaced - 1)
     assert "seven" not in old.column_names and old.num_rows >= 300
 
 
-def test_rename_drop_and_type_change_after_an_added_column(mysql_server, mysql_db, tmp_path):
+@pytest.mark.parametrize("updates", ["rewrite", "deletion_vectors"])
+def test_rename_drop_and_type_change_after_an_added_column(mysql_server, mysql_db, tmp_path, updates):
     """ADD COLUMN x (no rewrite), x set on some rows, then RENAME x TO y: a rewrite, y holds x's values;
     MODIFY v BIGINT (the same Arrow type): no rewrite; DROP COLUMN note: a rewrite. Each equals the source;
     time travel to the version before each reads the columns before it. (A new Arrow type, FLOAT to DOUBLE,
     stops the stream at the Delta changelog's commit before any mirror refresh: ``delta_changelog``.)"""
-    pipe, table, refresher = _setup(mysql_server, mysql_db, tmp_path)
+    pipe, table, refresher = _setup(mysql_server, mysql_db, tmp_path, updates=updates)
     uri = mirror_table_uri(pipe.root, table)
     rng = random.Random(SEED + 2)
     writer = Writer(mysql_server, mysql_db, 101, 560, SEED + 2).start()
@@ -320,10 +334,10 @@ def test_rename_drop_and_type_change_after_an_added_column(mysql_server, mysql_d
     _assert_readers_equal_source(pipe, table)
     names, source = _source(pipe, table)
     assert sum(1 for r in source if r[names.index("y")] is not None) >= 20  # x's values, under y
-    old = DeltaTable(uri, version=before_rename).to_pyarrow_table()
+    old = _delta_read(uri, before_rename)
     assert "x" in old.column_names and "y" not in old.column_names
-    assert DeltaTable(uri, version=before_rename).to_pyarrow_table().column("x").null_count < old.num_rows
-    assert "note" in DeltaTable(uri, version=before_drop).to_pyarrow_table().column_names
+    assert old.column("x").null_count < old.num_rows
+    assert "note" in _delta_read(uri, before_drop).column_names
 
 
 def test_rerun_and_killed_sync_after_an_added_column(mysql_server, mysql_db, tmp_path):

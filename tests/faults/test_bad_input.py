@@ -654,6 +654,7 @@ OPERATOR_BAD_VALUES = [
     ("stream", "reconnect_timeout", "inf"), ("stream", "catchup_partitions", -1),
     ("stream", "catchup_partition_bytes", 0), ("stream", "rows_per_read", 0),
     ("stream", "gc_retention", "3"), ("stream", "gc_retention", "0d"), ("stream", "gc_interval_minutes", -5),
+    ("stream", "mirror_updates", "merge_on_read"),
     ("stream", "startup_mode", "specific-offset:x"), ("stream", "checkpoint", "s3:x"),
     ("stream", "exclude_columns", '{"a.b": "x", '), ("stream", "tables", None),
 ]

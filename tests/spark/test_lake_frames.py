@@ -10,10 +10,12 @@ from __future__ import annotations
 import random
 from datetime import UTC
 
+import pytest
 from pyspark.sql.types import TimestampType
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
+from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest
 from airflow_provider_mysqlcdc.engine.lake.mirror_reader import mirror_versions
 from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
@@ -35,7 +37,9 @@ def _spark_rows(frame, names: list[str]) -> list[tuple]:
                   for n in names) for row in frame.collect()]
 
 
-def test_spark_reads_mirror_and_changelog_in_one_line(mysql_server, mysql_db, tmp_path, spark):
+@pytest.mark.parametrize("updates", ["rewrite", "deletion_vectors"])
+def test_spark_reads_mirror_and_changelog_in_one_line(mysql_server, mysql_db, tmp_path, spark, updates):
+    """Both mirror update modes: in ``deletion_vectors`` the frame drops the rows the vectors delete."""
     rng = random.Random(SEED)
     settings = MySQLSettings.from_url(mysql_server.cdc_url)
     with mysql_server.admin() as conn:
@@ -44,7 +48,7 @@ def test_spark_reads_mirror_and_changelog_in_one_line(mysql_server, mysql_db, tm
     root = str(tmp_path / "out")
     pipe = LayoutPipeline(settings, ChunkStore(str(tmp_path / "chunks.db")), mysql_db, root=root,
                           chunk_size=70)
-    refresher = MirrorRefresher(root, pipe.store, settings=settings)
+    refresher = MirrorRefresher(root, pipe.store, settings=settings, updates=updates)
     workload = Workload(lambda: mysql_server.admin(), mysql_db, seed=SEED, writers=2, specs=SPECS,
                         max_transactions=WRITES, idle_at_bound=True).start()
     try:
@@ -76,6 +80,8 @@ def test_spark_reads_mirror_and_changelog_in_one_line(mysql_server, mysql_db, tm
         assert source_then != pipe.source(table), f"{table}: no change after the recorded position"
         then = mirror_frame(spark, root, table, as_of=version.as_of)
         assert_same_rows(_spark_rows(then, names), source_then, f"{table} as of {version.as_of}")
+        if updates == "deletion_vectors":
+            assert read_manifest(root, table).deletion_vectors, f"{table}: no deletion vector to apply"
         changes = changelog_frame(spark, root, table)  # the other line
         ours = read_changelog(root, schema)
         assert changes.count() == ours.num_rows > 0

@@ -412,6 +412,12 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
     assert (gc.gc_retention, gc.gc_interval_minutes) == ("36h", 0)
     with pytest.raises(SystemExit):
         parser.parse_args(["stream", *common, "--gc-retention", "3 days"])
+    assert config.mirror_updates == "rewrite"  # the default: every documented reader reads the mirror
+    vectors = cli_stream.config_from_args(parser.parse_args(["stream", *common, "--available-now",
+                                                             "--mirror-updates", "deletion_vectors"]))
+    assert vectors.mirror_updates == "deletion_vectors"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["stream", *common, "--mirror-updates", "merge_on_read"])
     continuous = cli_stream.config_from_args(
         parser.parse_args(["stream", *common, "--interval", "30 seconds"])
     )

@@ -59,7 +59,11 @@ def delta_mirror(root: str, table: TableId, version: int | None = None) -> pa.Ta
     uri = mirror_table_uri(root, table)
     if not DeltaTable.is_deltatable(uri):
         return None
-    return DeltaTable(uri, version=version).to_pyarrow_table()
+    delta = DeltaTable(uri, version=version)
+    if "deletionVectors" in (delta.protocol().reader_features or []):
+        # pyarrow datasets refuse deletion vectors; delta-rs's own scan applies them
+        return pa.table(pa.RecordBatchReader.from_stream(delta.scan()))
+    return delta.to_pyarrow_table()
 
 
 def assert_delta_mirror_matches_manifest(root: str, table: TableId) -> None:

@@ -81,6 +81,12 @@ class DeltaLog:
                 f"the {self.what} file {path} of {self.table} is missing under {self.uri}"
             ) from None
 
+    def file_info(self, path: str) -> tuple[int, int]:
+        """A file's size and modification time (epoch ms)."""
+        fs, inner = filesystem(posixpath.join(self.uri, path))
+        info = fs.get_file_info(inner)
+        return info.size or 0, int(info.mtime.timestamp() * 1000) if info.mtime is not None else 0
+
     def add_action(self, path: str, rows: int) -> Any:
         from deltalake.transaction import AddAction
 

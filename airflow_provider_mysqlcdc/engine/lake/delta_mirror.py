@@ -22,6 +22,11 @@ Schema changes (the DDL the stream follows, ``mirror_refresh._rewrite_reason`` d
   reader feature, Polars refuses column mapping at any protocol version, and delta-rs reads a reader-version-2
   column-mapped table as all NULL. Delta's type widening is not written by delta-rs either.
 
+Deletion vectors (``mirror_updates=deletion_vectors``, ``mirror_dv_refresh``): a file whose deleted rows
+changed is removed with its old vector and added with its new one, in a commit the engine writes itself
+(``delta_dv_commit``: delta-rs cannot add a file with a vector), which also upgrades the protocol to the
+``deletionVectors`` feature the first time. A mirror without vectors is committed by delta-rs as before.
+
 Each commit's ``commitInfo`` records where the mirror stands:
 ``mysqlcdc.throughBatch``, ``mysqlcdc.streamPosition`` and, once the mirror is consistent,
 ``mysqlcdc.asOf`` (the binlog position the whole table is exact at): a Delta version is a binlog position.
@@ -35,7 +40,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.engine.lake.delta_log import DeltaLog
+from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import DeletionVector
+from airflow_provider_mysqlcdc.engine.lake.delta_dv_commit import (
+    FEATURE,
+    add_action,
+    commit,
+    current_vectors,
+    protocol_upgrade,
+    remove_action,
+)
+from airflow_provider_mysqlcdc.engine.lake.delta_log import TABLE_PROPERTIES, DeltaLog
 from airflow_provider_mysqlcdc.engine.lake.file_types import delta_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest
@@ -58,6 +72,7 @@ class DeltaMirror:
     def __init__(self, root: str, table: TableId, storage_options: dict[str, str] | None = None) -> None:
         self.table = table
         self.log = DeltaLog(mirror_table_uri(root, table), table, "mirror", storage_options)
+        self._rows: dict[str, int] = {}  # rows of each data file (files never change)
 
     def sync(self, manifest: MirrorManifest, data_schema: pa.Schema | None = None) -> bool:
         """Make the table hold exactly ``manifest``'s files in ``data_schema``'s columns (the mirror's, in
@@ -67,8 +82,16 @@ class DeltaMirror:
 
         prefix = MIRROR + "/"
         wanted = [f.removeprefix(prefix) for f in manifest.files]
+        vectors = {f.removeprefix(prefix): v for f, v in manifest.deletion_vectors.items()}
         table = self.log.load()
         current = self.log.files() if table is not None else {}
+        if table is not None and (vectors or _has_vectors(table)):
+            have_vectors = current_vectors(self.log.uri, table.version()) if _has_vectors(table) else {}
+            added_now = (_added_columns(self.log.schema(), delta_schema(data_schema))
+                         if data_schema is not None else [])
+            replace = not set(current) & set(wanted) and (added_now is None or bool(added_now))
+            if not replace:  # else: a rewrite of every file in other columns, by delta-rs below
+                return self._sync_vectors(manifest, data_schema, wanted, vectors, current, have_vectors)
         footers = {f: self.log.footer(f) for f in wanted if f not in current}
         if data_schema is not None:
             schema = delta_schema(data_schema)
@@ -119,6 +142,53 @@ class DeltaMirror:
         table.create_write_transaction([*adds, *removes], "append", Schema.from_arrow(self.log.schema()),
                                        commit_properties=properties)
         return True
+
+    def _sync_vectors(self, manifest: MirrorManifest, data_schema: pa.Schema | None, wanted: list[str],
+                      vectors: dict[str, DeletionVector], current: dict[str, int],
+                      have_vectors: dict[str, DeletionVector]) -> bool:
+        """The commit of a mirror with deletion vectors: columns added first (delta-rs, as above), then the
+        files and vectors in one commit the engine writes."""
+        from deltalake import CommitProperties, Schema
+
+        table = self.log.loaded()
+        if data_schema is not None:
+            added = _added_columns(self.log.schema(), delta_schema(data_schema))
+            if added is None:
+                added = [f for f in delta_schema(data_schema) if f.name not in set(self.log.schema().names)]
+            if added:
+                names = ", ".join(f.name for f in added)
+                table.alter.add_columns(list(Schema.from_arrow(pa.schema(added)).fields),
+                                        commit_properties=CommitProperties(
+                                            custom_metadata={SCHEMA_CHANGE: f"added {names}"}))
+                log.info("mirror Delta table of %s: added column(s) %s, no file rewritten", self.table, names)
+                table = self.log.load()
+        actions: list[dict[str, Any]] = []
+        keep = set(wanted)
+        for f, size in current.items():
+            if f not in keep or have_vectors.get(f) != vectors.get(f):
+                actions.append(remove_action(f, size, have_vectors.get(f)))
+        for f in wanted:
+            if f in current and have_vectors.get(f) == vectors.get(f):
+                continue
+            info = self.log.file_info(f)
+            if f not in self._rows:
+                self._rows[f] = self.log.footer(f).num_rows
+            actions.append(add_action(f, info[0], info[1], self._rows[f], vectors.get(f)))
+        upgrade = protocol_upgrade(table.protocol()) if vectors else None
+        if upgrade is not None:
+            actions.insert(0, upgrade)
+        if not actions:
+            return False
+        version = table.version() + 1
+        commit(self.log.uri, version, actions, _position_metadata(manifest))
+        table = self.log.load()
+        if version % int(TABLE_PROPERTIES["delta.checkpointInterval"]) == 0:
+            table.create_checkpoint()
+        return True
+
+
+def _has_vectors(table: Any) -> bool:
+    return FEATURE in (table.protocol().reader_features or [])
 
 
 def _position_metadata(manifest: MirrorManifest) -> dict[str, Any]:

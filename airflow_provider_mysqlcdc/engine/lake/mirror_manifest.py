@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import DeletionVector
 from airflow_provider_mysqlcdc.engine.lake.file_types import engine_types
 from airflow_provider_mysqlcdc.engine.lake.layout import (
     MIRROR,
@@ -43,7 +45,8 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 MIRROR_FORMAT = "mysqlcdc-mirror"
-MIRROR_FORMAT_VERSION = 1
+MIRROR_FORMAT_VERSION = 2  # 2: chunk parts and deletion vectors (``mirror_updates=deletion_vectors``)
+PLAIN_FORMAT_VERSION = 1  # what a manifest without deletion vectors is written as (as before they existed)
 
 
 class MirrorNotFound(CdcError):
@@ -51,8 +54,29 @@ class MirrorNotFound(CdcError):
 
 
 @dataclass(frozen=True)
+class FilePart:
+    """Rows ``[start, end)`` of a mirror file that belong to one chunk (deletion-vector mode: a batch's
+    overlay file holds the new rows of every chunk it changed, each chunk's a contiguous range)."""
+
+    file: str  # relative to the table directory
+    start: int
+    end: int
+
+    def to_list(self) -> list[Any]:
+        return [self.file, self.start, self.end]
+
+    @classmethod
+    def from_list(cls, data: list[Any]) -> FilePart:
+        return cls(str(data[0]), int(data[1]), int(data[2]))
+
+
+@dataclass(frozen=True)
 class MirrorChunkEntry:
-    """One chunk's current mirror files and what they were built from."""
+    """One chunk's current mirror files and what they were built from.
+
+    ``parts`` (deletion-vector mode only; empty otherwise): the row ranges of the files that hold the chunk's
+    rows, its base file's and overlay files'; the rows the manifest's deletion vectors name are not live.
+    ``rows`` counts live rows."""
 
     chunk_id: int
     version: str  # the mirror version directory of this chunk
@@ -61,6 +85,7 @@ class MirrorChunkEntry:
     high_watermark: BinlogPosition  # the chunk's committed snapshot HW the files build on
     snapshot_version: str | None  # the chunk store's output_version of that snapshot
     through_batch: int | None  # the last changelog batch applied to these files
+    parts: tuple[FilePart, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +96,7 @@ class MirrorChunkEntry:
             "high_watermark": str(self.high_watermark),
             "snapshot_version": self.snapshot_version,
             "through_batch": self.through_batch,
+            **({"parts": [p.to_list() for p in self.parts]} if self.parts else {}),
         }
 
     @classmethod
@@ -83,6 +109,7 @@ class MirrorChunkEntry:
             high_watermark=BinlogPosition.parse(data["high_watermark"]),
             snapshot_version=data.get("snapshot_version"),
             through_batch=data.get("through_batch"),
+            parts=tuple(FilePart.from_list(p) for p in data.get("parts") or ()),
         )
 
 
@@ -99,12 +126,19 @@ class MirrorManifest:
     stream_position_exact: bool  # from the batch marker's end_offset (else estimated from the records)
     refreshed_at: str
     extra: dict[str, Any] = field(default_factory=dict)
+    # the deleted rows of each file that has any (deletion-vector mode), by file relative to the table dir
+    deletion_vectors: dict[str, DeletionVector] = field(default_factory=dict)
 
     # -- derived ---------------------------------------------------------------------------------------------
 
     @property
     def files(self) -> list[str]:
-        return [f for c in self.chunks for f in c.files]
+        """Every file of the mirror, once (a batch's overlay file holds rows of several chunks)."""
+        return list(dict.fromkeys(f for c in self.chunks for f in c.files))
+
+    @property
+    def uses_deletion_vectors(self) -> bool:
+        return bool(self.deletion_vectors) or any(c.parts for c in self.chunks)
 
     @property
     def rows(self) -> int:
@@ -148,7 +182,7 @@ class MirrorManifest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": MIRROR_FORMAT,
-            "format_version": MIRROR_FORMAT_VERSION,
+            "format_version": MIRROR_FORMAT_VERSION if self.uses_deletion_vectors else PLAIN_FORMAT_VERSION,
             "table": self.table,
             "generation": self.generation,
             "key_columns": list(self.key_columns),
@@ -167,6 +201,8 @@ class MirrorManifest:
             "files": self.files,
             "chunks": [c.to_dict() for c in self.chunks],
             **({"extra": self.extra} if self.extra else {}),
+            **({"deletion_vectors": {f: v.to_dict() for f, v in self.deletion_vectors.items()}}
+               if self.deletion_vectors else {}),
         }
 
     @classmethod
@@ -174,7 +210,7 @@ class MirrorManifest:
         if data.get("format") != MIRROR_FORMAT:
             raise CdcError(f"not a mysqlcdc mirror manifest (format {data.get('format')!r})")
         version = data.get("format_version")
-        if version != MIRROR_FORMAT_VERSION:
+        if version not in (PLAIN_FORMAT_VERSION, MIRROR_FORMAT_VERSION):
             raise CdcError(
                 f"mirror manifest format version {version!r} is not supported (this release reads "
                 f"{MIRROR_FORMAT_VERSION}): upgrade the provider"
@@ -192,6 +228,8 @@ class MirrorManifest:
             stream_position_exact=bool(data.get("stream_position_exact")),
             refreshed_at=str(data.get("refreshed_at", "")),
             extra=dict(data.get("extra") or {}),
+            deletion_vectors={str(f): DeletionVector.from_dict(v)
+                              for f, v in (data.get("deletion_vectors") or {}).items()},
         )
 
 
@@ -264,5 +302,21 @@ def read_manifest_files(root: str, table: TableId | str, columns: list[str] | No
     schema = pa.unify_schemas([pq.read_schema(p, filesystem=fs) for p in paths])
     order = [n for n in read_manifest(root, table).columns if n in schema.names]  # type: ignore[union-attr]
     schema = pa.schema([schema.field(n) for n in [*order, *(n for n in schema.names if n not in order)]])
+    manifest = read_manifest(root, table)
+    if manifest is not None and manifest.deletion_vectors:  # each file without its deleted rows
+        from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import read_vector
+
+        base = table_dir(root, table)
+        parts = []
+        for relative, path in zip(manifest.files, paths):
+            data = ds.dataset([path], schema=schema, format="parquet", filesystem=fs,
+                              partitioning=None).to_table(columns=columns)
+            vector = manifest.deletion_vectors.get(relative)
+            if vector is not None:
+                keep = np.ones(data.num_rows, dtype=bool)
+                keep[list(read_vector(posixpath.join(base, MIRROR), vector))] = False
+                data = data.filter(pa.array(keep))
+            parts.append(data)
+        return engine_types(pa.concat_tables(parts))
     dataset = ds.dataset(paths, schema=schema, format="parquet", filesystem=fs, partitioning=None)
     return engine_types(dataset.to_table(columns=columns))

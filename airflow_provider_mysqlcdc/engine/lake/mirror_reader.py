@@ -10,8 +10,10 @@ source by the stream's latency).
 
 The files of the chosen version are read with pyarrow, so our own column types come back (TIME as
 ``duration[us]``, noted in each file's schema), and files written before an ADD COLUMN read NULL there, as
-every Delta reader reads them. A table whose mirror has no Delta table yet (an empty mirror, or an output
-written before the mirror was a Delta table) is read through its manifest.
+every Delta reader reads them. A version with deletion vectors (``mirror_updates=deletion_vectors``) is read
+the same way, each file's deleted rows dropped by the keep-mask delta-rs reports for it
+(``DeltaTable.deletion_vectors()``). A table whose mirror has no Delta table yet (an empty mirror, or an
+output written before the mirror was a Delta table) is read through its manifest.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids
+from airflow_provider_mysqlcdc.engine.lake.delta_dv_commit import FEATURE
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import (
     AS_OF,
     STREAM_POSITION,
@@ -33,6 +38,7 @@ from airflow_provider_mysqlcdc.engine.lake.delta_mirror import (
     mirror_table_uri,
 )
 from airflow_provider_mysqlcdc.engine.lake.file_types import ENGINE_TYPE, engine_types, plain_type
+from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorNotFound,
     read_manifest,
@@ -140,11 +146,11 @@ def read_mirror(
             mirror_version_at(root, table, as_of, storage_options)  # raises: no versions to travel to
         return read_manifest_files(root, table, columns)
     if as_of is None:
-        return _in_source_order(root, table, _read_files(delta, columns), storage_options)
+        return _in_source_order(root, table, _read_files(delta, columns, storage_options), storage_options)
     version = mirror_version_at(root, table, as_of, storage_options)
     delta.load_as_version(version.version)
     try:
-        return _in_source_order(root, table, _read_files(delta, columns), storage_options)
+        return _in_source_order(root, table, _read_files(delta, columns, storage_options), storage_options)
     except FileNotFoundError:
         raise CdcError(
             f"{table}: the files of mirror version {version.version} (written "
@@ -242,10 +248,13 @@ def _in_source_order(root: str, table: TableId, data: pa.Table,
     return data if order == data.column_names else data.select(order)
 
 
-def _read_files(delta: Any, columns: list[str] | None) -> pa.Table:
+def _read_files(delta: Any, columns: list[str] | None, storage_options: dict[str, str] | None = None
+                ) -> pa.Table:
     """The files of the loaded Delta version, read through delta-rs's file system (its storage options) in
     the Delta schema (a column a file lacks reads NULL), each column keeping the engine-type note its files
     carry."""
+    if has_deletion_vectors(delta):
+        return _read_with_vectors(delta, columns, storage_options)
     dataset = delta.to_pyarrow_dataset()
     schema = pa.schema([pa.field(f.name, plain_type(f.type), True) for f in dataset.schema])
     if dataset.files:
@@ -256,6 +265,50 @@ def _read_files(delta: Any, columns: list[str] | None) -> pa.Table:
     else:
         table = schema.empty_table() if columns is None else schema.empty_table().select(columns)
     return engine_types(table)
+
+
+def has_deletion_vectors(delta: Any) -> bool:
+    """Whether the table's protocol has the deletion-vector reader feature (pyarrow datasets refuse it)."""
+    return FEATURE in (delta.protocol().reader_features or [])
+
+
+def keep_masks(delta: Any) -> dict[str, np.ndarray]:
+    """Each file's keep-mask (True: the row is live) as delta-rs reports it, for files with a vector (by
+    URI). A mask may be shorter than the file: rows past its end are live."""
+    found = pa.RecordBatchReader.from_stream(delta.deletion_vectors()).read_all()
+    masks = found.column("selection_vector").combine_chunks()
+    return {file_key(path): masks[i].values.to_numpy(zero_copy_only=False)
+            for i, path in enumerate(found.column("filepath").to_pylist())}
+
+
+def file_key(uri: str) -> str:
+    """A data file's URI in one form: delta-rs names local files ``file:///...`` in its vector listing and
+    by plain path in ``file_uris()``."""
+    return unquote(uri.removeprefix("file://"))
+
+
+def _read_with_vectors(delta: Any, columns: list[str] | None,
+                       storage_options: dict[str, str] | None) -> pa.Table:
+    schema = pa.schema([pa.field(f.name, plain_type(f.type), True)
+                        for f in pa.schema(delta.schema().to_arrow())])
+    files = delta.file_uris()
+    if not files:
+        return engine_types(schema.empty_table() if columns is None else schema.empty_table().select(columns))
+    fs, _ = filesystem(files[0], storage_options)
+    paths = [filesystem(f, storage_options)[1] for f in files]
+    schema = _with_engine_notes(schema, paths, fs)
+    masks = keep_masks(delta)
+    parts = []
+    for uri, path in zip(files, paths):
+        data = ds.dataset([path], schema=schema, format="parquet", filesystem=fs, partitioning=None).to_table(
+            columns=columns)
+        mask = masks.get(file_key(uri))
+        if mask is not None and not mask.all():
+            keep = np.ones(data.num_rows, dtype=bool)
+            keep[:len(mask)] = mask[:data.num_rows]
+            data = data.filter(pa.array(keep))
+        parts.append(data)
+    return engine_types(pa.concat_tables(parts))
 
 
 def _with_engine_notes(schema: pa.Schema, paths: list[str], fs: Any) -> pa.Schema:

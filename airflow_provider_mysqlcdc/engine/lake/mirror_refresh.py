@@ -40,6 +40,7 @@ pieces: ``mirror_records`` (the records per chunk after its HW), ``chunk_assigne
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import posixpath
@@ -54,13 +55,15 @@ import pyarrow.parquet as pq
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, MirrorChunk, MirrorView
 from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
 from airflow_provider_mysqlcdc.engine.lake.concurrent_commits import concurrently
+from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import DeletionVector
 from airflow_provider_mysqlcdc.engine.lake.file_types import file_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
+from airflow_provider_mysqlcdc.engine.lake.mirror_dv_refresh import Compaction, dv_entries
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import (
     read_files,
     read_snapshot,
@@ -98,6 +101,19 @@ from airflow_provider_mysqlcdc.engine.source.outages import (
 
 log = logging.getLogger(__name__)
 
+REWRITE, DELETION_VECTORS = "rewrite", "deletion_vectors"
+MIRROR_UPDATES = (REWRITE, DELETION_VECTORS)  # the ``mirror_updates`` setting: how a batch updates the mirror
+
+
+def check_mirror_updates(value: str) -> str:
+    """The ``mirror_updates`` setting, checked."""
+    if value not in MIRROR_UPDATES:
+        raise ConfigurationError(
+            f"mirror_updates={value!r}: use 'rewrite' (the default: a batch rewrites each chunk it touches; "
+            "every documented reader reads the mirror) or 'deletion_vectors' (a batch writes its changes and "
+            "Delta deletion vectors; see docs/output.md for the readers that read them)")
+    return value
+
 
 @dataclass(frozen=True)
 class MirrorRefresh:
@@ -111,6 +127,8 @@ class MirrorRefresh:
     records: int = 0  # changelog records read
     seconds: float = 0.0
     reason: str | None = None
+    compacted: tuple[int, ...] = ()  # deletion-vector mode: chunks rewritten into one clean file
+    bytes_written: int = 0  # deletion-vector mode: data and vector files written
 
 
 @dataclass
@@ -135,8 +153,13 @@ class MirrorRefresher:
     # views ``on_batch_committed`` read for this batch, in one go; each used once (a retry reads its own)
     _views: dict[str, MirrorView | None] = field(default_factory=dict, repr=False)
     outage_budget_s: float = DEFAULT_RECONNECT_TIMEOUT_S  # a MySQL outage during a refresh is waited out
+    # how a batch updates the mirror: rewrite each touched chunk (default), or deletion vectors and one
+    # overlay file per batch (``mirror_dv_refresh``); ``compaction`` bounds the latter's overlays
+    updates: str = REWRITE
+    compaction: Compaction = field(default_factory=Compaction)
 
     def __post_init__(self) -> None:
+        check_mirror_updates(self.updates)
         if self.conn_factory is None and self.settings is not None:
             settings = self.settings
             self.conn_factory = lambda: connect(settings)
@@ -274,9 +297,22 @@ class MirrorRefresher:
             self.root, table, self._assigner(table, build.plan, build.schema), build.plan, view,
             build.data_schema, new_batches, batches.old_ids, build.rebuild, build.history,
         )
-        entries, rewritten = self._chunk_entries(build, changes, batches.through)
+        compacted: list[int] = []
+        written = 0
+        vectors: dict[str, DeletionVector] = {}
+        vectored = old is not None and old.uses_deletion_vectors and bool(build.previous)
+        if self.updates == DELETION_VECTORS or vectored:
+            # rewrite mode over a mirror that has vectors: each touched chunk is rewritten from its live rows
+            compaction = self.compaction if self.updates == DELETION_VECTORS else Compaction(everything=True)
+            done = dv_entries(self.root, build, changes, batches.through, old, compaction,
+                              lambda chunk: read_snapshot(self.root, table, view.generation, chunk,
+                                                          build.data_schema, build.history))
+            entries, rewritten, vectors = done.entries, done.rewritten, done.vectors
+            compacted, written = done.compacted, done.bytes_written
+        else:
+            entries, rewritten = self._chunk_entries(build, changes, batches.through)
         position, exact = _stream_position(old, new_batches, changes.latest_position, view)
-        manifest = build.manifest(entries, batches.through, position, exact)
+        manifest = build.manifest(entries, batches.through, position, exact, vectors)
         if rewritten or old is None or _header_changed(old, manifest):
             write_manifest(self.root, table, manifest)
             self._delta(table).sync(manifest, build.data_schema)  # after the manifest: readers never see less
@@ -292,6 +328,8 @@ class MirrorRefresher:
             rebuilt=tuple(sorted(build.rebuild)),
             batches=tuple(batches.new_ids),
             records=changes.read,
+            compacted=tuple(compacted),
+            bytes_written=written,
         )
 
     def build_of(self, table: TableId) -> MirrorBuild:
@@ -502,7 +540,7 @@ class MirrorBuild:
 
     def manifest(
         self, entries: list[MirrorChunkEntry], through: int | None, position: BinlogPosition | None,
-        exact: bool,
+        exact: bool, vectors: dict[str, DeletionVector] | None = None,
     ) -> MirrorManifest:
         history = self.history
         return MirrorManifest(
@@ -519,6 +557,7 @@ class MirrorBuild:
             extra={"schema_position": self.schema_mark, "schema_version": schema_version(history)}
             if history
             else {},
+            deletion_vectors=dict(vectors or {}),
         )
 
 
@@ -611,13 +650,4 @@ def _stream_position(
 
 
 def _with_seconds(result: MirrorRefresh, seconds: float) -> MirrorRefresh:
-    return MirrorRefresh(
-        result.table,
-        result.manifest,
-        result.rewritten,
-        result.rebuilt,
-        result.batches,
-        result.records,
-        seconds,
-        result.reason,
-    )
+    return dataclasses.replace(result, seconds=seconds)

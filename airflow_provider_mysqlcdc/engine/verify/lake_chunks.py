@@ -13,7 +13,6 @@ then every chunk's states come from it in memory.
 """
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,9 +22,10 @@ import pyarrow.fs as pafs
 
 from airflow_provider_mysqlcdc.engine.chunk_store import MirrorChunk
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
-from airflow_provider_mysqlcdc.engine.lake.layout import filesystem, table_dir
+from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.lake.mirror_apply import apply_latest, apply_multiset
-from airflow_provider_mysqlcdc.engine.lake.mirror_files import read_files, read_snapshot
+from airflow_provider_mysqlcdc.engine.lake.mirror_dv_refresh import chunk_state
+from airflow_provider_mysqlcdc.engine.lake.mirror_files import read_snapshot
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
     MirrorChunkEntry,
     MirrorManifest,
@@ -148,8 +148,9 @@ class LakeTable:
         return None
 
     def mirror_state(self, entry: MirrorChunkEntry) -> pa.Table:
-        base = table_dir(self.root, self.table)
-        return read_files([posixpath.join(base, f) for f in entry.files], self.build.data_schema)
+        """The chunk's live rows (with deletion vectors: its row ranges minus the deleted rows)."""
+        assert self.manifest is not None
+        return chunk_state(self.root, self.table, self.manifest, entry, self.build.data_schema)
 
     def _chunk_records(self, chunk_id: int) -> pa.Table:
         if self.records.num_rows == 0:

@@ -67,6 +67,9 @@ class StreamConfig:
     # gc_interval_minutes (0: off), deleting what stopped being needed more than gc_retention ago
     gc_retention: str = DEFAULT_RETENTION
     gc_interval_minutes: float = DEFAULT_INTERVAL_MINUTES
+    # how a batch updates the mirror (engine.lake.mirror_refresh): "rewrite" each touched chunk, or
+    # "deletion_vectors" (a batch writes its changes; the readers that read it: docs/output.md)
+    mirror_updates: str = "rewrite"
 
     @property
     def available_now(self) -> bool:

@@ -469,7 +469,7 @@ def mirror_refresh(config: StreamConfig) -> Iterator[BatchHook]:
 
     store = ChunkStore(config.chunk_store)
     refresher = MirrorRefresher(config.output, store, settings=config.settings(),
-                                outage_budget_s=config.reconnect_timeout)
+                                outage_budget_s=config.reconnect_timeout, updates=config.mirror_updates)
     gc = PeriodicGc(config.output, store, Retention.parse(config.gc_retention), config.gc_interval_minutes)
 
     def hook(batch_id: int, tables: list[TableId]) -> None:

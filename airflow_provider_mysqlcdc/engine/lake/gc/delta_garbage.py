@@ -8,7 +8,10 @@ decided here, from the ``remove`` actions' timestamps in the log:
 
 * a file the current ``mirror/_manifest.json`` names is never deleted (a refresh killed between its manifest
   and its Delta commit: the next refresh adds it);
-* a removed file counts from its ``remove``; a file the log never named counts from its own modification time.
+* a removed file counts from its ``remove``; a file the log never named counts from its own modification time;
+* a deletion vector file (``mirror_updates=deletion_vectors``) counts from the last ``remove`` that names a
+  vector stored in it, and is never deleted while the current Delta version or manifest names one (delta-rs
+  1.6's VACUUM lists every vector file as a candidate, the live ones too: they are filtered out here).
 
 We delete the files ourselves rather than let VACUUM do it: VACUUM commits ``VACUUM START``/``END`` entries
 to the table, and the stream's refresher is the only writer of the mirror's log (readers map every commit to
@@ -31,7 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import file_of_z85
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
+from airflow_provider_mysqlcdc.engine.lake.delta_dv_commit import FEATURE, current_vectors
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
 from airflow_provider_mysqlcdc.engine.lake.gc.files import DELTA_LOG, MIRROR, Garbage, list_files
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR as MIRROR_DIR
@@ -74,6 +79,9 @@ def mirror_garbage(
     manifest = read_manifest(root, table)  # after the listing: a manifest switched meanwhile is seen
     prefix = MIRROR_DIR + "/"
     named = {f.removeprefix(prefix) for f in (manifest.files if manifest else ())}
+    if manifest is not None:
+        named |= {v.file for v in manifest.deletion_vectors.values()}
+    named |= _live_vector_files(uri)
     wanted = [unquote(c) for c in candidates if unquote(c) not in named]
     if not wanted:
         return []
@@ -127,8 +135,23 @@ def _read_removes(path: str) -> dict[str, float]:
         action: dict[str, Any] = json.loads(line)
         remove = action.get("remove")
         if remove and remove.get("path"):
-            out[unquote(remove["path"])] = float(remove.get("deletionTimestamp") or 0) / 1000
+            when = float(remove.get("deletionTimestamp") or 0) / 1000
+            out[unquote(remove["path"])] = when
+            vector = remove.get("deletionVector")
+            if vector and vector.get("storageType") == "u":  # the vector file counts from its last remove
+                name = file_of_z85(vector["pathOrInlineDv"])
+                out[name] = max(out.get(name, when), when)
     return out
+
+
+def _live_vector_files(uri: str) -> set[str]:
+    """The vector files the table's current version names (none without the deletion-vector feature)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri)
+    if FEATURE not in (table.protocol().reader_features or []):
+        return set()
+    return {v.file for v in current_vectors(uri, table.version()).values()}
 
 
 def cleanup_logs(root: str, table: TableId, dry_run: bool) -> list[Garbage]:
