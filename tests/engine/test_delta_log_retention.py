@@ -73,6 +73,9 @@ def test_an_earlier_table_gets_the_properties_once_and_keeps_its_batches(tmp_pat
     os.makedirs(f"{uri}/batch=000000000001")
     pq.write_table(pa.table({"id": pa.array([3], pa.int64())}), f"{uri}/batch=000000000001/part-0.parquet")
     changelog = DeltaChangelog(root, table)
+    # readers (status, GC) look at it without committing anything
+    assert changelog.last_batch() is None and changelog.files() == {"batch=000000000000/part-0.parquet"}
+    assert len(DeltaTable(uri).history()) == 1
     assert changelog.commit_batch(1, ["part-0.parquet"])
     delta = DeltaTable(uri)
     assert delta.metadata().configuration == table_properties()

@@ -98,18 +98,23 @@ class DeltaLog:
         self.uri, self.table, self.what = uri, table, what  # what: "changelog" or "mirror", for messages
         self.storage_options = storage_options
         self._loaded: Any = None
+        self._properties_set = False  # the table's properties checked (and set) by this process
 
-    def load(self) -> Any:
-        """The ``deltalake.DeltaTable``, at its latest version; None when there is no Delta table yet."""
+    def load(self, write: bool = False) -> Any:
+        """The ``deltalake.DeltaTable``, at its latest version; None when there is no Delta table yet.
+        ``write``: the caller commits next (the table's writer), so the table gets the package's properties
+        first if it lacks them (once per process); readers (status, GC) never commit."""
         from deltalake import DeltaTable
 
         if self._loaded is not None:
             self._loaded.update_incremental()
-            return self._loaded
-        if not DeltaTable.is_deltatable(self.uri, self.storage_options):
+        elif DeltaTable.is_deltatable(self.uri, self.storage_options):
+            self._loaded = DeltaTable(self.uri, storage_options=self.storage_options)
+        else:
             return None
-        self._loaded = DeltaTable(self.uri, storage_options=self.storage_options)
-        self._set_properties(self._loaded)
+        if write and not self._properties_set:
+            self._set_properties(self._loaded)
+            self._properties_set = True
         return self._loaded
 
     def _set_properties(self, table: Any) -> None:
@@ -136,6 +141,7 @@ class DeltaLog:
             storage_options=self.storage_options, commit_properties=properties,
         )
         self._loaded = None  # loaded afresh next time
+        self._properties_set = True  # created with them
 
     def loaded(self) -> Any:
         """The table as the last ``load`` left it (no log listing): one ``load`` per commit is enough, as this

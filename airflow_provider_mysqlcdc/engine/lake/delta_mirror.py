@@ -67,7 +67,7 @@ class DeltaMirror:
 
         prefix = MIRROR + "/"
         wanted = [f.removeprefix(prefix) for f in manifest.files]
-        table = self.log.load()
+        table = self.log.load(write=True)
         current = self.log.files() if table is not None else {}
         footers = {f: self.log.footer(f) for f in wanted if f not in current}
         if data_schema is not None:
