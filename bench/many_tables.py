@@ -26,9 +26,10 @@ one).
 3. **Stream filter per event** (no server): ``StreamFilter.apply_blocks`` on single-row events of a table of
    ``chunks`` chunks (each event located by bisect, then compared with its chunk's HW), against the same
    events on a table of 1,000 chunks.
-4. **Delta commit vs log length** (no server): one changelog batch commit (``DeltaChangelog.commit_batch``)
-   per version on a fresh table, the mean of the first 100 against the mean of the last 100 of
-   ``versions`` (the table's properties as the package sets them: a checkpoint every 10 commits).
+4. **Delta commit vs log length** (no server, ``bench/delta_log_bench.py``): ``versions`` commits of a
+   changelog (a file added a commit) and of a mirror (32 chunk files, 2 replaced a commit) with the package's
+   table properties, the log retention scaled to what a 1 s trigger keeps; the mean of the last 100 against
+   the mean of the first 100 of the same table.
 
 Checks (the section fails without them): each batch's changelog holds exactly its rows; every pipeline's
 mirror of a sample of tables (the first, the last, every 50th) equals ``SELECT`` of the table after the
@@ -53,6 +54,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.support drives the engine
+import delta_log_bench
 from report import Figure
 from spark_runs import say
 
@@ -368,52 +370,11 @@ def filter_figures(chunks: int, events: int) -> list[Figure]:
                    short=f"filter, {chunks} chunks")]
 
 
-# --- 4. a Delta commit as the log grows ---------------------------------------------------------------------
-
-
-def delta_commit_ms(work: Path, versions: int, window: int = 100) -> tuple[float, float, int]:
-    """(mean ms of the first ``window`` commits, of the last ``window``, log entries at the end)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from airflow_provider_mysqlcdc.engine.lake.delta_changelog import DeltaChangelog, changelog_table_uri
-    from airflow_provider_mysqlcdc.engine.model.tables import TableId
-
-    root = tempfile.mkdtemp(dir=work)
-    table = TableId(DATABASE, "log")
-    changelog = DeltaChangelog(root, table)
-    base = changelog_table_uri(root, table)
-    os.makedirs(base)
-    src = os.path.join(root, "part.parquet")
-    pq.write_table(pa.table({"id": pa.array([1], pa.int64())}), src)
-    times = []
-    for b in range(versions):
-        directory = os.path.join(base, f"batch={b:012d}")
-        os.mkdir(directory)
-        os.link(src, os.path.join(directory, "part.parquet"))
-        began = time.perf_counter()
-        changelog.commit_batch(b, ["part.parquet"])
-        times.append(time.perf_counter() - began)
-    entries = len(os.listdir(os.path.join(base, "_delta_log")))
-    return statistics.mean(times[:window]) * 1000, statistics.mean(times[-window:]) * 1000, entries
-
-
-def delta_figures(work: Path, versions: int) -> list[Figure]:
-    say(f"tables: Delta commits, {versions:,} versions ...")
-    first, last, entries = delta_commit_ms(work, versions)
-    return [Figure("tables", f"Delta changelog commit at **{versions:,} versions** (mean of the last 100)",
-                   last, "ms", f"{entries:,} files in _delta_log", None,
-                   baseline_what="the first 100 commits of the same table", baseline=first,
-                   higher_is_better=False, cpu_text="-", baseline_cpu_text="-",
-                   note="checkpoint every 10 commits; log entries are kept for delta.logRetentionDuration "
-                        "(30 days)", short=f"Delta commit, {versions} versions")]
-
-
 def run_section(work: Path, *, sizes: list[int], changes: int, rows: int, batches: int, chunks: int,
                 events: int, versions: int, seed: int = 1) -> tuple[list[Figure], list[str]]:
     figures, notes = tables_run(work, sizes=sizes, changes=changes, rows=rows, batches=batches, seed=seed)
     figures += filter_figures(chunks, events)
-    figures += delta_figures(work, versions)
+    figures += delta_log_bench.delta_figures(work, versions)
     return figures, notes
 
 
@@ -428,7 +389,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--events", type=int, default=50_000)
-    parser.add_argument("--versions", type=int, default=2_000)
+    parser.add_argument("--versions", type=int, default=100_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tables-") as tmp:
         figures, notes = run_section(Path(tmp), sizes=[int(s) for s in args.sizes.split(",")],

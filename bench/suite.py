@@ -36,8 +36,8 @@ section an Oracle MySQL too):
 9. ``tables``: a stream batch that changed 300 and 1,000 tables, and the first batch of a stream run over as
    many quiet tables, each vs the same over one table (the engine's driver side: open the stream, read,
    files, changelog commit, mirror refresh hook), the tables' commits at once and one after another; the
-   stream filter per event at 100,000 chunks vs 1,000; a Delta commit as its log grows
-   (``bench/many_tables.py``).
+   stream filter per event at 100,000 chunks vs 1,000; a Delta changelog and mirror commit at 100,000
+   versions vs the first 100 (``bench/many_tables.py``, ``bench/delta_log_bench.py``).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
@@ -117,7 +117,7 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "tables_batches": (3, 2),
     "filter_chunks": (100_000, 100_000),
     "filter_events": (50_000, 10_000),
-    "delta_versions": (2_000, 300),
+    "delta_versions": (100_000, 2_000),
 }
 
 
@@ -194,7 +194,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--tables-batches", type=int, help="measured batches per case (3)")
     sizes.add_argument("--filter-chunks", type=int, help="chunks of the stream filter's table (100000)")
     sizes.add_argument("--filter-events", type=int, help="events through the stream filter (50000)")
-    sizes.add_argument("--delta-versions", type=int, help="Delta changelog commits in a row (2000)")
+    sizes.add_argument("--delta-versions", type=int, help="Delta changelog, mirror commits in a row (100000)")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
         if getattr(args, name) is None:

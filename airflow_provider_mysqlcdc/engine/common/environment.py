@@ -31,6 +31,9 @@ SPARK_MASTER_ENV = "MYSQLCDC_SPARK_MASTER"
 # How many tables' commits a stream batch makes at once (Delta changelog commits, mirror refreshes; default 8,
 # 1: one after another). engine/lake/concurrent_commits.py.
 COMMIT_THREADS_ENV = "MYSQLCDC_COMMIT_THREADS"
+# How long the Delta tables' log entries are kept (their time-travel horizon; default 10m: a duration such as
+# 10m, 2h or 1d). engine/lake/delta_log.py.
+DELTA_LOG_RETENTION_ENV = "MYSQLCDC_DELTA_LOG_RETENTION"
 
 
 def seconds_from_env(name: str, given: float | None, default: float, what: str) -> float:

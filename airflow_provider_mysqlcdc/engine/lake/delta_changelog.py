@@ -110,7 +110,7 @@ class DeltaChangelog:
         commit was made."""
         from deltalake import CommitProperties, Schema, Transaction
 
-        table = self.log.load()
+        table = self.log.load(write=True)
         last = None if table is None else table.transaction_version(APP_ID)
         if last is not None and last >= batch_id:  # batch 0 is a batch too: never ``last or -1``
             return False

@@ -8,6 +8,8 @@ The table's own path must hold no ``%`` (delta-rs decodes it), which the layout'
 from __future__ import annotations
 
 import json
+import logging
+import os
 import posixpath
 import time
 from typing import Any
@@ -16,14 +18,75 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.environment import DELTA_LOG_RETENTION_ENV
+from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
+
+log = logging.getLogger(__name__)
 
 # A checkpoint every 10 commits (Delta's default: 100): each commit replays the log since the last checkpoint,
 # and one commit per batch makes that replay the cost of a batch (measured: 22 ms a commit at 100, 10-13 ms
 # at 10, over 250 commits)
-TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
+CHECKPOINT_INTERVAL = "10"
+# How long log entries are kept: the Delta time-travel horizon (by version, time or binlog position). delta-rs
+# lists the whole ``_delta_log`` three to four times per commit (object_store's local file system stats every
+# entry), so a commit costs ~12-20 us more per entry kept: at a 1 s trigger Delta's default (30 days, 2.6M
+# entries) makes a commit cost seconds; 10 minutes keeps ~660 entries (600 commits and 60 checkpoints) at a
+# 1 s trigger. delta-rs deletes the expired entries itself each time it writes a checkpoint (every
+# CHECKPOINT_INTERVAL commits: ``delta.enableExpiredLogCleanup``), never one a kept version needs.
+# MYSQLCDC_DELTA_LOG_RETENTION overrides it (a duration: 10m, 2h, 1d).
+LOG_RETENTION = "10m"
+# How long a removed file stays a tombstone in the table's state (and checkpoints): garbage collection reads
+# when each mirror file was removed from them once the log entry that removed it has expired, so it must be at
+# least the GC retention (``gc/retention.py``, default 3 days; Delta's own default is 1 week).
+# An operator who keeps garbage longer (``--gc-retention`` above 3 days) sets a longer one on the mirror
+# (``ALTER TABLE ... SET TBLPROPERTIES``, delta-rs ``alter.set_table_properties``): a longer one is kept.
+TOMBSTONE_RETENTION = "3d"
+TOMBSTONES = "delta.deletedFileRetentionDuration"
+
+
+def table_properties() -> dict[str, str]:
+    """The Delta table properties the package sets on its tables, at creation and on tables of an earlier
+    release (``DeltaLog.load``: one ``SET TBLPROPERTIES`` commit the first time a process writes them)."""
+    log_retention = os.environ.get(DELTA_LOG_RETENTION_ENV, "").strip() or LOG_RETENTION
+    return {
+        "delta.checkpointInterval": CHECKPOINT_INTERVAL,
+        "delta.logRetentionDuration": delta_interval(log_retention, DELTA_LOG_RETENTION_ENV),
+        TOMBSTONES: delta_interval(TOMBSTONE_RETENTION, "tombstone retention"),
+        "delta.enableExpiredLogCleanup": "true",
+    }
+
+
+_UNITS = {"s": ("seconds", 1), "m": ("minutes", 60), "h": ("hours", 3600), "d": ("days", 86400),
+          "w": ("weeks", 7 * 86400)}
+
+
+def delta_interval(duration: str, setting: str) -> str:
+    """``10m`` as Delta spells an interval (``interval 10 minutes``); anything else is refused, naming it."""
+    text = duration.strip().lower()
+    unit = _UNITS.get(text[-1:]) if text else None
+    number = text[:-1].strip()
+    if unit is None or not number.isdigit() or int(number) <= 0:
+        raise ConfigurationError(
+            f"{setting} {duration!r}: give a whole number and a unit (s, m, h, d or w), e.g. {LOG_RETENTION}"
+        )
+    return f"interval {int(number)} {unit[0]}"
+
+
+def interval_seconds(value: str | None) -> float | None:
+    """Seconds of a Delta interval (``interval 3 days``); None when it is not one (unset, unknown unit)."""
+    parts = (value or "").strip().lower().split()
+    if len(parts) != 3 or parts[0] != "interval":
+        return None
+    try:
+        number = float(parts[1])
+    except ValueError:
+        return None
+    for name, seconds in _UNITS.values():
+        if parts[2] in (name, name[:-1]):
+            return number * seconds
+    return None
 
 
 class DeltaLog:
@@ -35,18 +98,38 @@ class DeltaLog:
         self.uri, self.table, self.what = uri, table, what  # what: "changelog" or "mirror", for messages
         self.storage_options = storage_options
         self._loaded: Any = None
+        self._properties_set = False  # the table's properties checked (and set) by this process
 
-    def load(self) -> Any:
-        """The ``deltalake.DeltaTable``, at its latest version; None when there is no Delta table yet."""
+    def load(self, write: bool = False) -> Any:
+        """The ``deltalake.DeltaTable``, at its latest version; None when there is no Delta table yet.
+        ``write``: the caller commits next (the table's writer), so the table gets the package's properties
+        first if it lacks them (once per process); readers (status, GC) never commit."""
         from deltalake import DeltaTable
 
         if self._loaded is not None:
             self._loaded.update_incremental()
-            return self._loaded
-        if not DeltaTable.is_deltatable(self.uri, self.storage_options):
+        elif DeltaTable.is_deltatable(self.uri, self.storage_options):
+            self._loaded = DeltaTable(self.uri, storage_options=self.storage_options)
+        else:
             return None
-        self._loaded = DeltaTable(self.uri, storage_options=self.storage_options)
+        if write and not self._properties_set:
+            self._set_properties(self._loaded)
+            self._properties_set = True
         return self._loaded
+
+    def _set_properties(self, table: Any) -> None:
+        """A table of an earlier release (or under another log retention setting) gets this release's
+        properties: one commit, made once by the process that writes the table next. A longer tombstone
+        retention than ours, set by an operator, is kept."""
+        wanted = table_properties()
+        have = table.metadata().configuration
+        longer = interval_seconds(have.get(TOMBSTONES)) or 0.0
+        if longer >= (interval_seconds(wanted[TOMBSTONES]) or 0.0):  # an operator's longer one stays
+            wanted[TOMBSTONES] = have[TOMBSTONES]
+        if any(have.get(key) != value for key, value in wanted.items()):
+            table.alter.set_table_properties(wanted, raise_if_not_exists=False)
+            table.update_incremental()
+            log.info("%s Delta table of %s: table properties set to %s", self.what, self.table, wanted)
 
     def create(self, schema: pa.Schema, actions: list[Any], properties: Any) -> None:
         from deltalake import Schema
@@ -54,10 +137,11 @@ class DeltaLog:
 
         create_table_with_add_actions(
             self.uri, Schema.from_arrow(schema), actions, mode="error", name=self.table.table,
-            description=f"mysqlcdc {self.what} of {self.table}", configuration=TABLE_PROPERTIES,
+            description=f"mysqlcdc {self.what} of {self.table}", configuration=table_properties(),
             storage_options=self.storage_options, commit_properties=properties,
         )
         self._loaded = None  # loaded afresh next time
+        self._properties_set = True  # created with them
 
     def loaded(self) -> Any:
         """The table as the last ``load`` left it (no log listing): one ``load`` per commit is enough, as this

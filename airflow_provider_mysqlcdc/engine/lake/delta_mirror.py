@@ -83,7 +83,7 @@ class DeltaMirror:
         prefix = MIRROR + "/"
         wanted = [f.removeprefix(prefix) for f in manifest.files]
         vectors = {f.removeprefix(prefix): v for f, v in manifest.deletion_vectors.items()}
-        table = self.log.load()
+        table = self.log.load(write=True)
         current = self.log.files() if table is not None else {}
         if table is not None and (vectors or _has_vectors(table)):
             have_vectors = current_vectors(self.log.uri, table.version()) if _has_vectors(table) else {}
@@ -183,7 +183,10 @@ class DeltaMirror:
         commit(self.log.uri, version, actions, _position_metadata(manifest))
         table = self.log.load()
         if version % int(TABLE_PROPERTIES["delta.checkpointInterval"]) == 0:
+            # what delta-rs's post-commit hook does after its own commits: a checkpoint, then the log
+            # entries older than delta.logRetentionDuration dropped (delta_log), so commits stay flat
             table.create_checkpoint()
+            table.cleanup_metadata()
         return True
 
 

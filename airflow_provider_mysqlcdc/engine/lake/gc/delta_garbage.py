@@ -17,11 +17,19 @@ We delete the files ourselves rather than let VACUUM do it: VACUUM commits ``VAC
 to the table, and the stream's refresher is the only writer of the mirror's log (readers map every commit to
 a binlog position). ``_``-prefixed files (the manifest, the lock, ``_delta_log``) are never candidates.
 
-The log itself: delta-rs deletes log entries older than ``delta.logRetentionDuration`` (Delta's default, 30
-days) when it writes a checkpoint; ``cleanup_metadata`` here does the same between checkpoints. The property
-is left at its default: a log entry costs little, and the history (``DeltaTable.history()``, positions per
-version) then reaches further back than the data files do, as with any Delta table. Setting it would take a
-commit (``ALTER TABLE SET TBLPROPERTIES``) by GC, which is no writer of these logs.
+Removal times come from the ``remove`` actions of the commits made since the cutoff and, once those have
+expired from the log, from the tombstones of the latest checkpoint: a checkpoint keeps every ``remove``
+younger than ``delta.deletedFileRetentionDuration`` (3 days, set by ``delta_log``; Delta's default 1 week),
+with its time. A removed file found in neither was removed before the earlier of the oldest commit left and
+the checkpoint's time less that retention, and counts from there: never deleted early. With a GC retention
+above the tombstone retention such files would be kept for good: set a longer
+``delta.deletedFileRetentionDuration`` on the mirror (the package keeps a longer one).
+
+The log itself: ``delta.logRetentionDuration`` (``delta_log.LOG_RETENTION``, 10 minutes, set on every table
+the package writes) is the time-travel horizon; delta-rs deletes expired entries each time it writes a
+checkpoint (every 10 commits), never one a kept version needs, and ``cleanup_metadata`` here does the same for
+tables no stream writes any more. GC therefore needs no log entry older than that: removal times survive in
+the checkpoints' tombstones.
 """
 
 from __future__ import annotations
@@ -34,9 +42,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import pyarrow.parquet as pq
+
 from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import file_of_z85
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import changelog_table_uri
 from airflow_provider_mysqlcdc.engine.lake.delta_dv_commit import FEATURE, current_vectors
+from airflow_provider_mysqlcdc.engine.lake.delta_log import interval_seconds
 from airflow_provider_mysqlcdc.engine.lake.delta_mirror import mirror_table_uri
 from airflow_provider_mysqlcdc.engine.lake.gc.files import DELTA_LOG, MIRROR, Garbage, list_files
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR as MIRROR_DIR
@@ -101,11 +112,14 @@ def mirror_garbage(
 
 
 def _removal_times(uri: str, cutoff: float, removes: RemoveLog) -> tuple[dict[str, float], float]:
-    """When each file was removed, from the commits made since ``cutoff``; and the time before which the log
-    was not read (a file removed earlier, or never added, is older than that; -inf when the log was read
-    back to ``cutoff``, else the oldest commit left: entries before it were cleaned up)."""
+    """When each file was removed, from the commits made since ``cutoff`` and the tombstones of the latest
+    checkpoint; and the time before which a file missing from both was removed (or never added): -inf when
+    the log was read back to ``cutoff``; else the earliest of the oldest commit left (entries before it
+    expired, ``delta.logRetentionDuration``) and the tombstone horizon (the checkpoint's time less
+    ``delta.deletedFileRetentionDuration``: a checkpoint keeps every tombstone younger than that)."""
     log_dir = posixpath.join(uri, "_delta_log")
-    commits = sorted(((int(m.group(1)), f) for f in list_files(log_dir)
+    listed_log = list_files(log_dir)
+    commits = sorted(((int(m.group(1)), f) for f in listed_log
                       if (m := _COMMIT.match(posixpath.basename(f.path)))), key=lambda c: c[0])
     removed: dict[str, float] = {}
     reached = False
@@ -117,13 +131,61 @@ def _removal_times(uri: str, cutoff: float, removes: RemoveLog) -> tuple[dict[st
             removed[path] = max(removed.get(path, when), when)
     if not commits:
         return removed, float("inf")
-    oldest = commits[0][1].mtime
-    return removed, float("-inf") if reached else oldest
+    if reached:
+        return removed, float("-inf")
+    horizon = commits[0][1].mtime
+    checkpoint = _latest_checkpoint(listed_log)
+    if checkpoint is not None:
+        _, parts = checkpoint
+        for listed in parts:
+            for path, when in removes.removes(listed.path).items():
+                removed[path] = max(removed.get(path, when), when)
+        keep = _tombstone_retention(uri)
+        if keep is not None:
+            written = max(f.mtime for f in parts)
+            horizon = min(horizon, written - keep - _CLOCK_SLACK_S)
+    return removed, horizon
+
+
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.\d+\.\d+)?\.parquet$")
+
+
+def _latest_checkpoint(listed_log: list[Any]) -> tuple[int, list[Any]] | None:
+    """The latest checkpoint's version and its file(s) (a multi-part checkpoint has several)."""
+    found: dict[int, list[Any]] = {}
+    for f in listed_log:
+        m = _CHECKPOINT.match(posixpath.basename(f.path))
+        if m:
+            found.setdefault(int(m.group(1)), []).append(f)
+    if not found:
+        return None
+    latest = max(found)
+    return latest, found[latest]
+
+
+def _tombstone_retention(uri: str) -> float | None:
+    """Seconds a removed file stays a tombstone in the table's checkpoints (Delta's default: 1 week)."""
+    from deltalake import DeltaTable
+
+    value = DeltaTable(uri).metadata().configuration.get("delta.deletedFileRetentionDuration")
+    if value is None:
+        return 7 * 86400.0
+    return interval_seconds(value)
 
 
 def _read_removes(path: str) -> dict[str, float]:
+    """The ``remove`` actions of a commit file (JSON lines) or a checkpoint (Parquet: its tombstones)."""
     fs, inner = filesystem(path)
     out: dict[str, float] = {}
+    if path.endswith(".parquet"):
+        try:
+            column = pq.read_table(inner, columns=["remove"], filesystem=fs).column("remove")
+        except FileNotFoundError:  # cleaned up meanwhile
+            return out
+        for remove in column.to_pylist():
+            if remove and remove.get("path"):
+                _note_remove(out, remove)
+        return out
     try:
         with fs.open_input_stream(inner) as src:
             lines = src.read().decode().splitlines()
@@ -135,13 +197,19 @@ def _read_removes(path: str) -> dict[str, float]:
         action: dict[str, Any] = json.loads(line)
         remove = action.get("remove")
         if remove and remove.get("path"):
-            when = float(remove.get("deletionTimestamp") or 0) / 1000
-            out[unquote(remove["path"])] = when
-            vector = remove.get("deletionVector")
-            if vector and vector.get("storageType") == "u":  # the vector file counts from its last remove
-                name = file_of_z85(vector["pathOrInlineDv"])
-                out[name] = max(out.get(name, when), when)
+            _note_remove(out, remove)
     return out
+
+
+def _note_remove(out: dict[str, float], remove: dict[str, Any]) -> None:
+    """A ``remove`` (a commit's, or a checkpoint's tombstone): its file counts from it, and so does the vector
+    file of the vector it names (from its last remove)."""
+    when = float(remove.get("deletionTimestamp") or 0) / 1000
+    out[unquote(remove["path"])] = when
+    vector = remove.get("deletionVector")
+    if vector and vector.get("storageType") == "u":
+        name = file_of_z85(vector["pathOrInlineDv"])
+        out[name] = max(out.get(name, when), when)
 
 
 def _live_vector_files(uri: str) -> set[str]:
