@@ -182,7 +182,7 @@ class DeltaMirror:
         version = table.version() + 1
         commit(self.log.uri, version, actions, _position_metadata(manifest))
         table = self.log.load()
-        if version % int(TABLE_PROPERTIES["delta.checkpointInterval"]) == 0:
+        if version % int(CHECKPOINT_INTERVAL) == 0:
             # what delta-rs's post-commit hook does after its own commits: a checkpoint, then the log
             # entries older than delta.logRetentionDuration dropped (delta_log), so commits stay flat
             table.create_checkpoint()
