@@ -49,7 +49,7 @@ from airflow_provider_mysqlcdc.engine.lake.delta_dv_commit import (
     protocol_upgrade,
     remove_action,
 )
-from airflow_provider_mysqlcdc.engine.lake.delta_log import TABLE_PROPERTIES, DeltaLog
+from airflow_provider_mysqlcdc.engine.lake.delta_log import CHECKPOINT_INTERVAL, DeltaLog
 from airflow_provider_mysqlcdc.engine.lake.file_types import delta_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest
