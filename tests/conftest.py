@@ -22,6 +22,7 @@ import pytest
 
 from airflow_provider_mysqlcdc.engine.binlog.decoder_choice import COMPARE
 from airflow_provider_mysqlcdc.engine.common.environment import ROWS_DECODER_ENV
+from airflow_provider_mysqlcdc.engine.common.native_faults import WORKER_CONF
 from tests.support.servers import start_server
 from tests.support.spark_jvm import jvm_environment
 
@@ -223,6 +224,7 @@ def spark():
         .config("spark.speculation", "false")
         .config("spark.scheduler.mode", "FAIR")  # as the stream's applications: background re-snapshots
         .config("spark.driver.memory", "1g")
+        .config(map=WORKER_CONF)  # as every session of the package (a worker's native abort shows its stack)
         .getOrCreate()
     )
     yield session

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from airflow_provider_mysqlcdc import __version__
 from airflow_provider_mysqlcdc.cli.validation import USAGE_ERROR, ArgumentParser
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
+from airflow_provider_mysqlcdc.engine.common.native_faults import report_native_faults
 from airflow_provider_mysqlcdc.pipeline.arguments import redacted
 
 # Each command's module, in the order ``--help`` lists them, and the function that adds its parser(s). A
@@ -51,6 +52,7 @@ def _command(argv: Sequence[str]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    report_native_faults()  # a native abort (pyarrow, delta-rs, connectorx) still says where it happened
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(_command(argv)).parse_args(argv)
     try:

@@ -15,6 +15,7 @@ from airflow_provider_mysqlcdc.cli.options import add_spark_master_option
 from airflow_provider_mysqlcdc.cli.stream_options import add_stream_arguments, stream_config
 from airflow_provider_mysqlcdc.cli.validation import checked
 from airflow_provider_mysqlcdc.engine.common.environment import SPARK_MASTER_ENV
+from airflow_provider_mysqlcdc.engine.common.native_faults import WORKER_CONF
 from airflow_provider_mysqlcdc.pipeline import arguments
 from airflow_provider_mysqlcdc.spark.session import DEFAULT_MASTER
 from airflow_provider_mysqlcdc.spark.stream.config import AVAILABLE_NOW, StreamConfig
@@ -63,6 +64,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         .config("spark.speculation", "false")
         .config("spark.scheduler.mode", "FAIR")  # a background re-snapshot's job must not hold up the batches
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=dict(WORKER_CONF))  # a Python worker's native abort reports its Python stack
         .getOrCreate()
     )
     try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import make_url
 
 from airflow_provider_mysqlcdc.assets import ASSET_ALIAS, table_asset
+from airflow_provider_mysqlcdc.engine.common.native_faults import WORKER_CONF
 from airflow_provider_mysqlcdc.engine.common.secrets import url_has_password
 from airflow_provider_mysqlcdc.engine.source.connection import MySQLSettings
 from airflow_provider_mysqlcdc.hooks.mysqlcdc import MySqlCdcHook
@@ -24,6 +25,7 @@ DEFAULT_CONF = {
     # Spark's INFO lines (~200 per job, thousands per stream run) drowned our own in the task log; its
     # warnings and errors stay. Set "spark.log.level": "INFO" in ``conf`` to get them back.
     "spark.log.level": "WARN",
+    **WORKER_CONF,  # a Python worker's native abort reports its Python stack in the task's error
 }
 
 

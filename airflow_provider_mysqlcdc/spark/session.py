@@ -5,6 +5,8 @@
   source and makes the LW/HW of the committed copy depend on timing.
 * Python workers must run this interpreter (``PYSPARK_PYTHON``), or they fail to connect back.
 * The session time zone is UTC, so TIMESTAMP (an instant) displays the same everywhere.
+* A Python worker that dies of a native abort reports its Python stack in the task's error
+  (``native_faults.WORKER_CONF``).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource
 
 from airflow_provider_mysqlcdc.engine.common.errors import ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.native_faults import WORKER_CONF, report_native_faults
 
 DEFAULT_MASTER = "local[*]"
 
@@ -24,6 +27,7 @@ DEFAULT_MASTER = "local[*]"
 def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "mysqlcdc",
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """A session for the CLI and tests; under spark-submit pass ``master=None`` to keep submit's master."""
+    report_native_faults()  # the driver's Python stack on a native abort; WORKER_CONF: the workers'
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = SparkSession.builder.appName(app_name)
@@ -33,6 +37,7 @@ def build_session(master: str | None = DEFAULT_MASTER, app_name: str = "mysqlcdc
         "spark.speculation": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
+        **WORKER_CONF,
         **(conf or {}),
     }
     for key, value in settings.items():
