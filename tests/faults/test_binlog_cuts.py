@@ -155,6 +155,11 @@ def test_a_silent_network_path_does_not_hang_the_stream_driver(mysql_server, mys
             first = reader.latestOffset(start.to_dict(), ReadAllAvailable())  # opens the driver's session
             cur.execute("INSERT INTO t VALUES (1)")
             end = _binlog_end(conn)
+        # the batch planning's own sessions (a server_id claim, a replication session for the boundary scan)
+        # closed when it returned: only the driver's session stays, and it goes silent
+        deadline = time.monotonic() + 30
+        while proxy.live() > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the proxy's pumps see the closes
         assert proxy.blackhole_live() == 1
         result: dict = {}
         planner = threading.Thread(

@@ -123,6 +123,11 @@ class CuttableProxy:
         reconnect."""
         self._cut_after_bytes = downstream_bytes
 
+    def live(self) -> int:
+        """How many connections are open now (one whose either end closed no longer counts)."""
+        with self._lock:
+            return len(self._clients)
+
     def blackhole_live(self) -> int:
         """Silently drop all traffic of the connections open now (they stay open, and one end closing is not
         passed on to the other); returns how many."""
@@ -221,6 +226,9 @@ class CuttableProxy:
             # a black-holed connection: the other end never learns that this one closed (its FIN is lost too)
             for sock in (source,) if key in self._blackholed else (source, sink):
                 _close(sock)
+            if key not in self._blackholed:
+                with self._lock:
+                    self._clients.discard(key)
 
 
 def _close(sock: socket.socket) -> None:
