@@ -29,6 +29,7 @@ from airflow_provider_mysqlcdc.engine.binlog.gtid import (
     parse_gtid_state,
     position_after_gtid_set,
 )
+from airflow_provider_mysqlcdc.engine.binlog.server_ids import allocate_server_id
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, GenerationView, StreamChunk, TableView
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import changelog_records
@@ -319,8 +320,10 @@ def test_failover_in_a_parallel_catchup_partition_says_so_and_the_restart_replay
         promote(replica, topology.flavor)
         written = _committed_batches(output)
 
-        # the virtual IP moves to the replica while the first batch's partitions read
-        proxy.redirect_after(("127.0.0.1", replica.port), dump_bytes=30_000)
+        # the virtual IP moves to the replica while the first batch's partitions read (the bytes of the first
+        # partition's reader count, the stream's own server_id: not those of the driver's boundary scan)
+        proxy.redirect_after(("127.0.0.1", replica.port), dump_bytes=30_000,
+                             server_id=allocate_server_id(settings, config.server_id_slot))
         with pytest.raises(StreamFailed) as info:
             _stream(spark, config)
         assert proxy.redirected.is_set()

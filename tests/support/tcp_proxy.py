@@ -24,9 +24,10 @@ class _ClientPackets:
     lets the client's SSL request and its TLS ClientHello arrive together) or part of one."""
 
     def __init__(self) -> None:
-        self._head = bytearray()  # the current packet's header and up to 4 bytes of its payload
+        self._head = bytearray()  # the current packet's header and up to 11 bytes of its payload
         self._skip = 0  # bytes of the current packet's payload still to pass over
         self._first = True
+        self.server_id: int | None = None  # the replica server_id a (plain) binlog dump named
 
     def feed(self, data: bytes) -> bool:
         """True once the bytes so far say the connection is (possibly) a binlog dump."""
@@ -44,7 +45,7 @@ class _ClientPackets:
                 at += take
                 continue
             length = int.from_bytes(head[:3], "little")
-            need = 4 + min(4, length)
+            need = 4 + min(11, length)
             take = min(need - len(head), len(data) - at)
             head += data[at:at + take]
             at += take
@@ -53,9 +54,14 @@ class _ClientPackets:
             seq, payload = head[3], bytes(head[4:])
             first, self._first = self._first, False
             self._head, self._skip = bytearray(), length - len(payload)
-            if first and length == _SSL_REQUEST_SIZE and int.from_bytes(payload, "little") & _CLIENT_SSL:
+            if first and length == _SSL_REQUEST_SIZE and int.from_bytes(payload[:4], "little") & _CLIENT_SSL:
                 return True
             if seq == 0 and payload[:1] and payload[0] in _DUMP_COMMANDS:
+                # COM_BINLOG_DUMP: command, position (4), flags (2), server_id (4); _GTID: command, flags (2),
+                # server_id (4)
+                at_id = 7 if payload[0] == _DUMP_COMMANDS[0] else 3
+                if len(payload) >= at_id + 4:
+                    self.server_id = int.from_bytes(payload[at_id:at_id + 4], "little")
                 return True
         return False
 
@@ -82,6 +88,8 @@ class CuttableProxy:
         self._clients: set[int] = set()  # every connection's number (never ``id(socket)``: ids are reused)
         self._numbers = itertools.count()
         self._redirect: tuple[tuple[str, int], int] | None = None  # (new target, dump bytes left before it)
+        self._redirect_server_id: int | None = None  # count only the dumps of this replica server_id
+        self._dump_ids: dict[int, int | None] = {}  # connection number -> the server_id its dump named
         self.redirected = threading.Event()
         self.restore()
 
@@ -135,11 +143,13 @@ class CuttableProxy:
             self._blackholed |= self._clients
             return len(self._clients)
 
-    def redirect_after(self, target: tuple[str, int], dump_bytes: int) -> None:
+    def redirect_after(self, target: tuple[str, int], dump_bytes: int, server_id: int | None = None) -> None:
         """Once binlog dump connections (from now on, all together) carried ``dump_bytes`` to their clients,
         move to ``target``: the live connections are cut, new ones reach ``target`` (a failover behind a
-        virtual IP in the middle of binlog reads)."""
+        virtual IP in the middle of binlog reads). ``server_id``: count only the dumps that replica id asked
+        for (and those under TLS, whose id cannot be seen): one reader's, not the driver's boundary scan's."""
         self.redirected.clear()
+        self._redirect_server_id = server_id
         self._redirect = (target, dump_bytes)
 
     def _count_dump_bytes(self, n: int) -> None:
@@ -198,9 +208,11 @@ class CuttableProxy:
                 if key in self._blackholed:
                     continue
                 if upstream and not dump.is_set() and packets.feed(data):
+                    self._dump_ids[key] = packets.server_id
                     dump.set()
                 carried += len(data) if dump.is_set() else 0
-                if not upstream and dump.is_set() and self._redirect is not None:
+                if not upstream and dump.is_set() and self._redirect is not None and self._redirect_server_id in (
+                        None, self._dump_ids.get(key, self._redirect_server_id)):
                     self._count_dump_bytes(len(data))
                 limit = self._cut_after_bytes
                 if not upstream and limit is not None and carried >= limit:
