@@ -152,6 +152,11 @@ class CuttableProxy:
         self._redirect_server_id = server_id
         self._redirect = (target, dump_bytes)
 
+    def _counted(self, key: int) -> bool:
+        """Whether connection ``key``'s dump bytes count toward the redirect (an unseen id: TLS, counted)."""
+        wanted = self._redirect_server_id
+        return wanted is None or self._dump_ids.get(key) in (None, wanted)
+
     def _count_dump_bytes(self, n: int) -> None:
         with self._lock:
             if self._redirect is None:
@@ -211,8 +216,7 @@ class CuttableProxy:
                     self._dump_ids[key] = packets.server_id
                     dump.set()
                 carried += len(data) if dump.is_set() else 0
-                if not upstream and dump.is_set() and self._redirect is not None and self._redirect_server_id in (
-                        None, self._dump_ids.get(key, self._redirect_server_id)):
+                if not upstream and dump.is_set() and self._redirect is not None and self._counted(key):
                     self._count_dump_bytes(len(data))
                 limit = self._cut_after_bytes
                 if not upstream and limit is not None and carried >= limit:
