@@ -85,3 +85,30 @@ def test_batches_are_planned_alike_either_way(mysql_server, mysql_db):
                 ends[how] = plan
             assert ends["framed"] == ends["listed"], max_bytes
             assert ends["listed"][-1][0].position == end
+
+
+@pytest.mark.both_flavors
+def test_a_binlog_file_made_after_the_list_ends_the_batch_before_it(mysql_server, mysql_db, monkeypatch):
+    """The framed scan reads on to the binlog's end, which may lie in a file made after the planner listed
+    the binlog files (a rotation or a server restart in between, as the stream-recovery test does): the batch
+    ends in the files the planner listed, and the next batch takes the new one (was: ``ValueError: ... is
+    not in list``, the stream died)."""
+    from airflow_provider_mysqlcdc.engine.stream import admission
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with mysql_server.admin(mysql_db) as admin:
+        execute(admin, "CREATE TABLE u (id INT PRIMARY KEY)")
+        start = status(admin)
+        execute(admin, "INSERT INTO u VALUES (1)")
+        with connect(settings) as conn:
+            listed = binary_logs(conn)  # what the planner read before the rotation
+        execute(admin, "FLUSH BINARY LOGS", "INSERT INTO u VALUES (2)")
+        end = status(admin)
+    assert end.file not in [name for name, _ in listed]
+    with connect(settings) as conn:
+        monkeypatch.setattr(admission, "binary_logs", lambda _conn: listed)
+        first = next_batch_end(conn, BinlogOffset.at(start), max_bytes=None, settings=settings)
+        assert first.end.position.file == start.file and first.end.position.key > start.key
+        monkeypatch.undo()
+        second = next_batch_end(conn, first.end, max_bytes=None, settings=settings)
+        assert second.end.position == end

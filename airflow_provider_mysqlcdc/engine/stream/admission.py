@@ -82,6 +82,8 @@ def next_batch_end(
                 continue
             if until_key is not None and boundary.key > until_key:
                 break
+            if boundary.file not in sizes:  # a binlog file made after the list was read (a rotation or a
+                break  # restart meanwhile; the framed scan reads on to the binlog's end): the next batch's
             used = _bytes_between(names, sizes, start, boundary)
             if max_bytes is not None and used > max_bytes and found:
                 break
