@@ -42,25 +42,13 @@ from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.arrow_batches import records_batch, snapshot_batch
 from airflow_provider_mysqlcdc.engine.model.positions import AFTER, BEFORE, BinlogPosition, row_key
 from airflow_provider_mysqlcdc.engine.model.records import Record
-from airflow_provider_mysqlcdc.engine.model.tables import Column, TableId, TableSchema
+from airflow_provider_mysqlcdc.engine.model.tables import TableId
+from tests.engine.test_mirror_files import _schema  # the same shop.items table, with and without a key
 from tests.support.reference_mirror import materialize
 
 T = TableId("shop", "items")
 F = "mysql-bin.000007"
 NAMES = ("id", "v", "amount", "ts")
-
-
-def _schema(with_pk: bool) -> TableSchema:
-    return TableSchema(
-        T,
-        (
-            Column("id", "int", "int(11)", not with_pk),
-            Column("v", "int", "int(11)", True),
-            Column("amount", "decimal", "decimal(12,2)", True, numeric_precision=12, numeric_scale=2),
-            Column("ts", "timestamp", "timestamp(6)", True, datetime_precision=6),
-        ),
-        ("id",) if with_pk else (),
-    )
 
 
 def _row(i: int, v: int) -> tuple:
