@@ -34,6 +34,7 @@ import pyarrow as pa
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.delta_log import DeltaLog
+from airflow_provider_mysqlcdc.engine.lake.delta_log_writer import add_entry
 from airflow_provider_mysqlcdc.engine.lake.file_types import delta_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import CHANGELOG, changelog_dir, table_dir
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
@@ -107,36 +108,67 @@ class DeltaChangelog:
     def commit(self, batch_id: int, files: list[str], end_offset: dict | None = None) -> bool:
         """Append a batch's files (relative paths) in one Delta transaction, unless the log already holds this
         batch id. A Delta table created now also takes the earlier batches the markers name. Returns whether a
-        commit was made."""
-        from deltalake import CommitProperties, Schema, Transaction
+        commit was made. On a local file system the engine writes the commit itself, knowing the next version
+        from its own last one (``DeltaLog.append``): no log listing per batch."""
+        metadata = {BATCH_ID: str(batch_id), END_OFFSET: json.dumps(end_offset, sort_keys=True)}
+        for _ in range(3):  # another writer between our look and our commit: look again
+            head = self.log.head(APP_ID) if self.log.writes_itself else None
+            table = None if head is not None else self.log.load(write=True)
+            if head is not None:
+                last = head.apps[APP_ID]
+            elif table is not None:
+                last = table.transaction_version(APP_ID)
+            else:
+                return self._create(batch_id, files, metadata)
+            if last is not None and last >= batch_id:  # batch 0 is a batch too: never ``last or -1``
+                return False
+            if not files:
+                return False
+            footers = {f: self.log.footer(f) for f in files}
+            known = head.schema if head is not None else self.log.schema()
+            schema = self._union_schema(known, [m.schema.to_arrow_schema() for m in footers.values()])
+            if head is None or len(schema) != len(known):
+                self._delta_rs_commit(batch_id, footers, schema, metadata)
+                return True
+            entries = [add_entry(f, *self.log.file_info(f), m.num_rows) for f, m in footers.items()]
+            if self.log.append(entries, metadata, (APP_ID, batch_id)):
+                return True
+        raise CdcError(f"the changelog Delta table {self.log.uri} of {self.table} kept changing under its "
+                       "commit: one stream per output root and table")
 
-        table = self.log.load(write=True)
-        last = None if table is None else table.transaction_version(APP_ID)
-        if last is not None and last >= batch_id:  # batch 0 is a batch too: never ``last or -1``
-            return False
-        if table is None:
-            earlier = committed_batches(self.root, self.table, batch_id + (0 if files else 1))
-            files = [f for _, older in earlier for f in older] + files
+    def _create(self, batch_id: int, files: list[str], metadata: dict[str, str]) -> bool:
+        """The Delta table's first commit: this batch's files and every earlier batch the markers name."""
+        from deltalake import CommitProperties, Transaction
+
+        earlier = committed_batches(self.root, self.table, batch_id + (0 if files else 1))
+        files = [f for _, older in earlier for f in older] + files
         if not files:
             return False
         footers = {f: self.log.footer(f) for f in files}
-        schema = self._union_schema(table, [m.schema.to_arrow_schema() for m in footers.values()])
+        schema = self._union_schema(pa.schema([]), [m.schema.to_arrow_schema() for m in footers.values()])
         actions = [self.log.add_action(f, m.num_rows) for f, m in footers.items()]
-        properties = CommitProperties(
-            app_transactions=[Transaction(APP_ID, batch_id)],
-            custom_metadata={BATCH_ID: str(batch_id), END_OFFSET: json.dumps(end_offset, sort_keys=True)},
-        )
-        if table is None:
-            self.log.create(schema, actions, properties)
-        else:
-            self._add_columns(table, schema)
-            table.create_write_transaction(actions, "append", Schema.from_arrow(schema),
-                                           commit_properties=properties)
+        self.log.create(schema, actions, CommitProperties(app_transactions=[Transaction(APP_ID, batch_id)],
+                                                          custom_metadata=metadata))
         return True
 
-    def _union_schema(self, table: Any, file_schemas: list[pa.Schema]) -> pa.Schema:
-        """The Delta table's schema plus the columns the new files add; a changed type fails, naming it."""
-        fields: dict[str, pa.Field] = {f.name: f for f in self.log.schema()} if table is not None else {}
+    def _delta_rs_commit(self, batch_id: int, footers: dict[str, Any], schema: pa.Schema,
+                         metadata: dict[str, str]) -> None:
+        """A commit through delta-rs: on an object store, and when the files add columns (the ``ALTER TABLE
+        ADD COLUMNS`` goes first)."""
+        from deltalake import CommitProperties, Schema, Transaction
+
+        table = self.log.load(write=True)
+        self._add_columns(table, schema)
+        actions = [self.log.add_action(f, m.num_rows) for f, m in footers.items()]
+        properties = CommitProperties(app_transactions=[Transaction(APP_ID, batch_id)],
+                                      custom_metadata=metadata)
+        table.create_write_transaction(actions, "append", Schema.from_arrow(schema),
+                                       commit_properties=properties)
+
+    def _union_schema(self, have: pa.Schema, file_schemas: list[pa.Schema]) -> pa.Schema:
+        """The Delta table's schema (``have``) plus the columns the new files add; a changed type fails,
+        naming it."""
+        fields: dict[str, pa.Field] = {f.name: f for f in have}
         for file_schema in file_schemas:
             for f in delta_schema(file_schema):
                 known = fields.get(f.name)

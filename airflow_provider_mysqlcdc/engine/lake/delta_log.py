@@ -1,5 +1,7 @@
 """A Delta Lake table over Parquet files we already wrote: loading it, and the actions that add or remove
-files, committed by delta-rs (the ``deltalake`` package). The changelog and the mirror are each one.
+files, committed by delta-rs (the ``deltalake`` package) or, for a table on a local file system whose only
+writer is this process, by the engine itself (``append``, ``delta_log_writer``: no log listing per commit).
+The changelog and the mirror are each one.
 
 Paths are relative to the Delta table's root, as the protocol wants them; the log holds them percent-encoded.
 The table's own path must hold no ``%`` (delta-rs decodes it), which the layout's ``@`` escapes guarantee.
@@ -12,6 +14,7 @@ import logging
 import os
 import posixpath
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +23,11 @@ import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.environment import DELTA_LOG_RETENTION_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.lake.delta_log_writer import (
+    local_log_dir,
+    transaction_entry,
+    write_entry,
+)
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
@@ -89,6 +97,15 @@ def interval_seconds(value: str | None) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class LogHead:
+    """What a table's only writer knows of its latest version without listing the log."""
+
+    version: int
+    schema: pa.Schema
+    apps: dict[str, int | None]  # transaction version by application id (None: none yet)
+
+
 class DeltaLog:
     """One Delta table at ``uri`` (a path or URI), of which this process is the only writer: the loaded table
     is kept, brought up to date by each ``load`` (once per commit), and read as loaded in between."""
@@ -98,7 +115,50 @@ class DeltaLog:
         self.uri, self.table, self.what = uri, table, what  # what: "changelog" or "mirror", for messages
         self.storage_options = storage_options
         self._loaded: Any = None
+        self._stale = False  # the engine committed after ``_loaded`` was read
+        self._head: LogHead | None = None
         self._properties_set = False  # the table's properties checked (and set) by this process
+        self._log_dir = local_log_dir(uri)  # None: an object store, every commit through delta-rs
+
+    def head(self, app_id: str) -> LogHead | None:
+        """The table's latest version, schema and ``app_id``'s transaction version; None when there is no
+        Delta table yet. Read from the log once, then advanced by this process's own ``append`` calls, which
+        find out (and drop it) when another writer committed meanwhile."""
+        if self._head is not None and app_id in self._head.apps:
+            return self._head
+        table = self.load(write=True)
+        if table is None:
+            return None
+        self._head = LogHead(table.version(), self.schema(), {app_id: table.transaction_version(app_id)})
+        return self._head
+
+    def append(self, actions: list[dict[str, Any]], metadata: dict[str, Any], app: tuple[str, int]) -> bool:
+        """Commit ``actions`` as the version after ``head``'s, with ``app``'s transaction version, written by
+        the engine (a local table only: ``writes_itself``). False when another writer took that version: the
+        head is dropped, the caller looks again (``head``) and decides anew."""
+        head = self._head
+        if head is None or self._log_dir is None:
+            raise RuntimeError("DeltaLog.append needs a head (call head()) on a local table")
+        version = head.version + 1
+        if not write_entry(self._log_dir, version, [*actions, transaction_entry(*app)], metadata):
+            self._head = None
+            return False
+        self._stale = True
+        self._head = LogHead(version, head.schema, {**head.apps, app[0]: app[1]})
+        if version % int(CHECKPOINT_INTERVAL) == 0:
+            # what delta-rs's post-commit hook does after its own commits: a checkpoint, then the log entries
+            # older than delta.logRetentionDuration dropped, so a commit's cost stays flat
+            kept = self._head
+            table = self.load()
+            table.create_checkpoint()
+            table.cleanup_metadata()
+            self._head = kept
+        return True
+
+    @property
+    def writes_itself(self) -> bool:
+        """Whether ``append`` may commit (a local file system, where put-if-absent is a hard link)."""
+        return self._log_dir is not None
 
     def load(self, write: bool = False) -> Any:
         """The ``deltalake.DeltaTable``, at its latest version; None when there is no Delta table yet.
@@ -106,6 +166,7 @@ class DeltaLog:
         first if it lacks them (once per process); readers (status, GC) never commit."""
         from deltalake import DeltaTable
 
+        self._head, self._stale = None, False
         if self._loaded is not None:
             self._loaded.update_incremental()
         elif DeltaTable.is_deltatable(self.uri, self.storage_options):
@@ -140,13 +201,13 @@ class DeltaLog:
             description=f"mysqlcdc {self.what} of {self.table}", configuration=table_properties(),
             storage_options=self.storage_options, commit_properties=properties,
         )
-        self._loaded = None  # loaded afresh next time
+        self._loaded, self._head = None, None  # loaded afresh next time
         self._properties_set = True  # created with them
 
     def loaded(self) -> Any:
         """The table as the last ``load`` left it (no log listing): one ``load`` per commit is enough, as this
         process is the table's only writer (measured: each update lists ``_delta_log``, ~8 ms)."""
-        return self._loaded if self._loaded is not None else self.load()
+        return self._loaded if self._loaded is not None and not self._stale else self.load()
 
     def schema(self) -> pa.Schema:
         return pa.schema(self.loaded().schema().to_arrow())
