@@ -1,13 +1,15 @@
-"""The changelog's Delta commits written by the engine (issue 38, point 3): a stream that commits a table
-batch after batch knows the next version from its own last commit and writes it put-if-absent, without
-listing the log (``DeltaLog.append``). What must hold: the log is read only at the first commit and at
-checkpoints; delta-rs reads every batch exactly once; a replayed batch commits nothing; another writer in
-between is found (its version is never overwritten) and the commit lands after it; a batch that adds a column
-goes through delta-rs and the engine's commits go on after it. Real Delta tables, small, no server."""
+"""The changelog's and the mirror's Delta commits written by the engine (issue 38, point 3): a stream
+that commits a table batch after batch knows the next version from its own last commit and writes it
+put-if-absent, without listing the log (``DeltaLog.append``). What must hold: the log is read only at the
+first commit and at checkpoints; delta-rs reads every batch exactly once; a replayed batch commits nothing;
+another writer in between is found (its version is never overwritten) and the commit lands after it; a batch
+that adds a column goes through delta-rs and the engine's commits go on after it. Real Delta tables, small, no
+server."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.engine.lake.delta_changelog import APP_ID, DeltaChangelog, changelog_table_uri
+from airflow_provider_mysqlcdc.engine.lake.delta_mirror import DeltaMirror, mirror_table_uri
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 TABLE = TableId("shop", "orders")
@@ -115,3 +118,53 @@ def test_a_batch_that_adds_a_column_goes_through_delta_rs_and_the_engine_commits
     assert rows.column("id").to_pylist() == [0, 1, 2, 3, 4]
     assert rows.column("note").to_pylist() == [None, None, None, "n3", "n4"]
     assert DeltaTable(uri).transaction_version(APP_ID) == 4
+
+
+# --- the mirror: a batch's rewritten chunks -----------------------------------------------------------------
+
+
+@dataclass
+class _Manifest:
+    """What ``DeltaMirror.sync`` reads of a mirror manifest: its files and position."""
+
+    files: list[str]
+    through_batch: int | None = None
+    stream_position: str | None = None
+    consistent: bool = False
+    as_of: str | None = None
+    deletion_vectors: dict = field(default_factory=dict)
+
+
+def _chunk_file(root: str, name: str, ids: list[int]) -> str:
+    path = Path(mirror_table_uri(root, TABLE), name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": pa.array(ids, pa.int64())}), path)
+    return f"mirror/{name}"
+
+
+def test_mirror_syncs_are_committed_without_listing_and_another_writer_is_found(tmp_path, listings):
+    root = str(tmp_path / "out")
+    uri = mirror_table_uri(root, TABLE)
+    schema = pa.schema([("id", pa.int64())])
+    ours = DeltaMirror(root, TABLE)
+    files = [_chunk_file(root, "chunk=0/v0.parquet", [0, 1]), _chunk_file(root, "chunk=1/v0.parquet", [2, 3])]
+    assert ours.sync(_Manifest(list(files), through_batch=0), schema)  # creates the table (delta-rs)
+    for batch in range(1, 13):  # each batch rewrites chunk 1
+        files[1] = _chunk_file(root, f"chunk=1/v{batch}.parquet", [2, 3, 100 + batch])
+        assert ours.sync(_Manifest(list(files), through_batch=batch), schema)
+    assert not ours.sync(_Manifest(list(files), through_batch=12), schema)  # nothing new: no commit
+    assert len(listings) <= 3, listings
+    assert {v for v, e in _engines(uri).items() if e == "mysqlcdc"} >= set(range(2, 13)) - {10}
+    table = DeltaTable(uri)
+    assert table.version() == 12 and table.history(limit=1)[0]["mysqlcdc.throughBatch"] == "12"
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 112]
+
+    # another writer (a second refresher, which the per-table lock forbids) commits version 13 meanwhile:
+    # ours finds its version taken, goes through delta-rs, and the table holds exactly our manifest's files
+    theirs = DeltaMirror(root, TABLE)
+    assert theirs.sync(_Manifest([files[0], _chunk_file(root, "chunk=1/x.parquet", [2])]), schema)
+    files[1] = _chunk_file(root, "chunk=1/v13.parquet", [2, 3, 113])
+    assert ours.sync(_Manifest(list(files), through_batch=13), schema)
+    table = DeltaTable(uri)
+    assert table.version() == 14
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 113]

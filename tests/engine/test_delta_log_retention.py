@@ -249,10 +249,11 @@ def test_after_log_cleanup_every_reader_time_travel_and_gc_stay_exact(mysql_serv
     version, then = kept[0]
     assert_same_rows(_rows(read_mirror(root, table, as_of=version.as_of), names), then, "as of a kept one")
     assert_same_rows(_rows(delta_mirror(root, table, version.version), names), then, "delta-rs version")
-    # the cleanup keeps the last checkpoint at or before the expired entries (delta-rs's own commits: version
-    # 9; the engine's deletion-vector commits: 10), so the versions from it on stay readable; earlier ones go
+    # the cleanup keeps the last checkpoint at or before the expired entries (the engine writes the mirror's
+    # commits in both modes and checkpoints at version 10), so the versions from it on stay readable; earlier
+    # ones go
     earliest = mirror_versions(root, table)[0].version
-    assert earliest in ((9,) if updates == "rewrite" else (10,))
+    assert earliest == 10
     assert Path(mirror_uri, "_delta_log", f"{earliest:020d}.checkpoint.parquet").exists()
     assert gone.version < earliest
     with pytest.raises(CdcError, match="before the earliest position"):

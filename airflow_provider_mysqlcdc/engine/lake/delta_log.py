@@ -14,7 +14,7 @@ import logging
 import os
 import posixpath
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -103,6 +103,7 @@ class LogHead:
 
     version: int
     schema: pa.Schema
+    reader_features: frozenset[str]
     apps: dict[str, int | None]  # transaction version by application id (None: none yet)
 
 
@@ -120,31 +121,38 @@ class DeltaLog:
         self._properties_set = False  # the table's properties checked (and set) by this process
         self._log_dir = local_log_dir(uri)  # None: an object store, every commit through delta-rs
 
-    def head(self, app_id: str) -> LogHead | None:
-        """The table's latest version, schema and ``app_id``'s transaction version; None when there is no
-        Delta table yet. Read from the log once, then advanced by this process's own ``append`` calls, which
-        find out (and drop it) when another writer committed meanwhile."""
-        if self._head is not None and app_id in self._head.apps:
+    def head(self, app_id: str | None = None) -> LogHead | None:
+        """The table's latest version, schema, reader features and ``app_id``'s transaction version; None
+        when there is no Delta table yet. Read from the log once, then advanced by this process's own
+        ``append`` calls, which find out (and drop it) when another writer committed meanwhile."""
+        if self._head is not None and (app_id is None or app_id in self._head.apps):
             return self._head
-        table = self.load(write=True)
+        # the table as last loaded will do: a version someone committed since makes ``append`` fail, and the
+        # head is then read afresh
+        table = self.loaded() if self._properties_set else self.load(write=True)
         if table is None:
             return None
-        self._head = LogHead(table.version(), self.schema(), {app_id: table.transaction_version(app_id)})
+        apps = {} if app_id is None else {app_id: table.transaction_version(app_id)}
+        self._head = LogHead(table.version(), self.schema(),
+                             frozenset(table.protocol().reader_features or ()), apps)
         return self._head
 
-    def append(self, actions: list[dict[str, Any]], metadata: dict[str, Any], app: tuple[str, int]) -> bool:
-        """Commit ``actions`` as the version after ``head``'s, with ``app``'s transaction version, written by
+    def append(self, actions: list[dict[str, Any]], metadata: dict[str, Any],
+               app: tuple[str, int] | None = None) -> bool:
+        """Commit ``actions`` as the version after ``head``'s (with ``app``'s transaction version), written by
         the engine (a local table only: ``writes_itself``). False when another writer took that version: the
         head is dropped, the caller looks again (``head``) and decides anew."""
         head = self._head
         if head is None or self._log_dir is None:
             raise RuntimeError("DeltaLog.append needs a head (call head()) on a local table")
         version = head.version + 1
-        if not write_entry(self._log_dir, version, [*actions, transaction_entry(*app)], metadata):
-            self._head = None
+        entries = actions if app is None else [*actions, transaction_entry(*app)]
+        if not write_entry(self._log_dir, version, entries, metadata):
+            self._head, self._stale = None, True  # the next look lists the log
             return False
         self._stale = True
-        self._head = LogHead(version, head.schema, {**head.apps, app[0]: app[1]})
+        self._head = replace(head, version=version,
+                             apps=head.apps if app is None else {**head.apps, app[0]: app[1]})
         if version % int(CHECKPOINT_INTERVAL) == 0:
             # what delta-rs's post-commit hook does after its own commits: a checkpoint, then the log entries
             # older than delta.logRetentionDuration dropped, so a commit's cost stays flat

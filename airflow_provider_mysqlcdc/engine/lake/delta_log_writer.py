@@ -36,6 +36,15 @@ def add_entry(path: str, size: int, mtime_ms: int, rows: int) -> dict[str, Any]:
                     "stats": json.dumps({"numRecords": rows})}}
 
 
+def remove_entry(path: str, size: int | None) -> dict[str, Any]:
+    """A ``remove`` action for a data file the version no longer holds (kept as a tombstone)."""
+    remove: dict[str, Any] = {"path": quote(path, safe="/="), "deletionTimestamp": int(time.time() * 1000),
+                              "dataChange": True, "extendedFileMetadata": True, "partitionValues": {}}
+    if size is not None:
+        remove["size"] = size
+    return {"remove": remove}
+
+
 def transaction_entry(app_id: str, version: int) -> dict[str, Any]:
     """A ``txn`` action: the application's transaction version, what makes a replayed batch commit nothing."""
     return {"txn": {"appId": app_id, "version": version, "lastUpdated": int(time.time() * 1000)}}

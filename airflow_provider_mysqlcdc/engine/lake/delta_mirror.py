@@ -25,7 +25,11 @@ Schema changes (the DDL the stream follows, ``mirror_refresh._rewrite_reason`` d
 Deletion vectors (``mirror_updates=deletion_vectors``, ``mirror_dv_refresh``): a file whose deleted rows
 changed is removed with its old vector and added with its new one, in a commit the engine writes itself
 (``delta_dv_commit``: delta-rs cannot add a file with a vector), which also upgrades the protocol to the
-``deletionVectors`` feature the first time. A mirror without vectors is committed by delta-rs as before.
+``deletionVectors`` feature the first time.
+
+A batch's usual commit (chunk files added and removed, the columns unchanged, no vectors) is written by the
+engine too on a local file system, from the version it committed last (``DeltaLog.append``): delta-rs would
+list the whole log twice for it. Column changes, a new table and object stores go through delta-rs.
 
 Each commit's ``commitInfo`` records where the mirror stands:
 ``mysqlcdc.throughBatch``, ``mysqlcdc.streamPosition`` and, once the mirror is consistent,
@@ -50,6 +54,7 @@ from airflow_provider_mysqlcdc.engine.lake.delta_dv_commit import (
     remove_action,
 )
 from airflow_provider_mysqlcdc.engine.lake.delta_log import CHECKPOINT_INTERVAL, DeltaLog
+from airflow_provider_mysqlcdc.engine.lake.delta_log_writer import add_entry, remove_entry
 from airflow_provider_mysqlcdc.engine.lake.file_types import delta_schema, same_type
 from airflow_provider_mysqlcdc.engine.lake.layout import MIRROR, table_dir
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import MirrorManifest
@@ -73,6 +78,7 @@ class DeltaMirror:
         self.table = table
         self.log = DeltaLog(mirror_table_uri(root, table), table, "mirror", storage_options)
         self._rows: dict[str, int] = {}  # rows of each data file (files never change)
+        self._files: tuple[int, dict[str, int]] | None = None  # a version's files and sizes, as last known
 
     def sync(self, manifest: MirrorManifest, data_schema: pa.Schema | None = None) -> bool:
         """Make the table hold exactly ``manifest``'s files in ``data_schema``'s columns (the mirror's, in
@@ -83,6 +89,9 @@ class DeltaMirror:
         prefix = MIRROR + "/"
         wanted = [f.removeprefix(prefix) for f in manifest.files]
         vectors = {f.removeprefix(prefix): v for f, v in manifest.deletion_vectors.items()}
+        appended = None if vectors else self._append(manifest, data_schema, wanted)
+        if appended is not None:
+            return appended
         table = self.log.load(write=True)
         current = self.log.files() if table is not None else {}
         if table is not None and (vectors or _has_vectors(table)):
@@ -141,6 +150,44 @@ class DeltaMirror:
         removes = [self.log.remove_action(f, size) for f, size in current.items() if f not in set(wanted)]
         table.create_write_transaction([*adds, *removes], "append", Schema.from_arrow(self.log.schema()),
                                        commit_properties=properties)
+        return True
+
+    def _append(self, manifest: MirrorManifest, data_schema: pa.Schema | None,
+                wanted: list[str]) -> bool | None:
+        """The common sync, a batch's rewritten chunks (files added and removed, the columns unchanged, no
+        deletion vectors), committed by the engine from the version it knows (``DeltaLog.append``): no log
+        listing. None when it does not apply (an object store, no table yet, deletion vectors, a column
+        change, another writer meanwhile): ``sync`` goes on through delta-rs."""
+        if data_schema is None or not self.log.writes_itself:
+            return None
+        head = self.log.head()
+        if head is None or FEATURE in head.reader_features:
+            return None
+        if _added_columns(head.schema, delta_schema(data_schema)) != []:
+            return None
+        if self._files is None or self._files[0] != head.version:
+            files = self.log.files()
+            head = self.log.head()  # the same version: ``files`` brought the table up to date if needed
+            if head is None:
+                return None
+            self._files = (head.version, files)
+        current = self._files[1]
+        keep = set(wanted)
+        removes = [remove_entry(f, size) for f, size in current.items() if f not in keep]
+        new = [f for f in wanted if f not in current]
+        if not new and not removes:
+            return False
+        adds = []
+        for f in new:
+            size, mtime = self.log.file_info(f)
+            if f not in self._rows:
+                self._rows[f] = self.log.footer(f).num_rows
+            adds.append(add_entry(f, size, mtime, self._rows[f]))
+        if not self.log.append([*adds, *removes], _position_metadata(manifest)):
+            self._files = None
+            return None
+        self._files = (head.version + 1, {**{f: s for f, s in current.items() if f in keep},
+                                          **{f: a["add"]["size"] for f, a in zip(new, adds)}})
         return True
 
     def _sync_vectors(self, manifest: MirrorManifest, data_schema: pa.Schema | None, wanted: list[str],
