@@ -136,7 +136,8 @@ def write_json_atomic(path: str, data: dict[str, Any], *, item_lines: bool = Fal
 
 
 def _item_lines(data: dict[str, Any]) -> str:
-    dump = json.JSONEncoder(default=str).encode  # one encoder: json.dumps with an argument makes one a call
+    # one encoder (json.dumps with an argument makes one a call), no spaces: a manifest line holds a chunk
+    dump = json.JSONEncoder(default=str, separators=(",", ":")).encode
 
     out = []
     for key, value in data.items():
