@@ -58,6 +58,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.support drives the engine
 from cpu import Measure, measure, settle
@@ -251,8 +253,57 @@ class Side:
 # --- the section --------------------------------------------------------------------------------------------
 
 
+def run_sizes(work: Path, *, sizes: list[int], batches: int, changes: int, chunk_size: int = 32768,
+              seed: int = 1, rewrite_batches: int = 5) -> tuple[list[Figure], list[str]]:
+    """The section at each table size in ``sizes`` (one run; each size on its own server and copies,
+    removed before the next), then the deletion-vector refresh per batch at each larger size against the
+    first (the issue's target: within 1.5x from 1M to 10M rows). The first size runs all three sides; the
+    larger ones the deletion-vector side and the rewrite side, the latter timed on its first
+    ``rewrite_batches`` batches of each variant only (a spread batch rewrites the whole table: ~7 s at
+    10M)."""
+    figures: list[Figure] = []
+    notes: list[str] = []
+    firsts: dict[str, tuple[int, float, Measure]] = {}
+    for i, rows in enumerate(sizes):
+        where = work / f"rows-{rows}"
+        try:
+            got, more, dv = run_section(where, rows=rows, batches=batches, changes=changes,
+                                        chunk_size=chunk_size, seed=seed,
+                                        rewrite_batches=None if i == 0 else rewrite_batches)
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        figures += got
+        notes += more
+        for variant in VARIANTS:
+            ms, cpu = dv[variant]
+            if variant not in firsts:
+                firsts[variant] = (rows, ms, cpu)
+                continue
+            first_rows, first_ms, first_cpu = firsts[variant]
+            figures.append(Figure(
+                "mirror", f"deletion vectors, **{LABELS[variant]}**: refresh per batch at {rows:,} rows "
+                f"against {first_rows:,} rows (target: within 1.5x)", ms, "ms",
+                f"CPU {cpu.client / batches * 1000:,.0f} ms a batch", None,
+                baseline_what=f"the same at {first_rows:,} rows, same run",
+                baseline=first_ms, baseline_detail=f"CPU {first_cpu.client / batches * 1000:,.0f} ms a batch",
+                higher_is_better=False, cpu_text="(above)", baseline_cpu_text="(above)",
+                note=f"{changes:,} row changes a batch at both sizes",
+                short=f"{variant}: DV {_rows_label(rows)} vs {_rows_label(first_rows)}"))
+    return figures, notes
+
+
+def _rows_label(rows: int) -> str:
+    return f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else f"{rows // 1000}k"
+
+
 def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size: int = 32768,
-                seed: int = 1) -> tuple[list[Figure], list[str]]:
+                seed: int = 1, rewrite_batches: int | None = None,
+                ) -> tuple[list[Figure], list[str], dict[str, tuple[float, Measure]]]:
+    """One table size. ``rewrite_batches`` None: the three sides on every batch, the final mirrors checked
+    row by row in memory; a number: no baseline side, the rewrite side timed on that many batches of each
+    variant (then brought up to date in one refresh, untimed), and the final mirrors checked range by range
+    (``check_by_ranges``: the row-by-row check holds every row as Python tuples, 22 GiB at 10M rows).
+    Also returns the deletion-vector side's mean ms and CPU per variant."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -314,6 +365,8 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
 
         sides = [Side("delta", work / "delta", None), Side("baseline", work / "baseline", None),
                  Side("dv", work / "dv", None)]
+        if rewrite_batches is not None:
+            sides.pop(1)
         for side in sides:  # the snapshot only: each side builds its own mirror from it
             shutil.copytree(src, side.root)
         pipe.open_stream([table])
@@ -335,18 +388,20 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         settle(pid)
 
         # the mirrors: each side builds its own from the snapshot, then the changelog arrives
-        sides[0].refresher = Timed(str(sides[0].root), pipe.store, settings=settings,
-                                   schemas=dict(pipe.schemas))
-        sides[1].refresher = NoDelta(str(sides[1].root), pipe.store, settings=settings,
-                                     schemas=dict(pipe.schemas))
-        sides[2].refresher = Timed(str(sides[2].root), pipe.store, settings=settings,
-                                   schemas=dict(pipe.schemas), updates="deletion_vectors")
+        by_name = {side.name: side for side in sides}
+        by_name["delta"].refresher = Timed(str(by_name["delta"].root), pipe.store, settings=settings,
+                                           schemas=dict(pipe.schemas))
+        if "baseline" in by_name:
+            by_name["baseline"].refresher = NoDelta(str(by_name["baseline"].root), pipe.store,
+                                                    settings=settings, schemas=dict(pipe.schemas))
+        by_name["dv"].refresher = Timed(str(by_name["dv"].root), pipe.store, settings=settings,
+                                        schemas=dict(pipe.schemas), updates="deletion_vectors")
         for side in sides:
             say(f"mirror: {side.name}: first build from the snapshot ...")
             result, side.build, _ = side.refresh(pid, table, None)
             assert len(result.rebuilt) == n_chunks, (side.name, result.rebuilt)
-        sides[0].refresher.sync_times.clear()
-        sides[2].refresher.sync_times.clear()
+        by_name["delta"].refresher.sync_times.clear()
+        by_name["dv"].refresher.sync_times.clear()
         for side in sides:
             shutil.copytree(src_table / "changelog", Path(table_dir(str(side.root), table)) / "changelog")
         delta_builds: dict[str, list[float]] = {v: [] for v in VARIANTS}
@@ -354,10 +409,13 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
 
         say("mirror: refresh per batch, the sides alternating ...")
         turn = 0
+        n = len(sides)
         for variant in VARIANTS:
-            for batch_id, load in loads[variant]:
+            for index, (batch_id, load) in enumerate(loads[variant]):
                 changelog_bytes[variant].append(_dir_bytes(changelog_dir(str(src), table, batch_id)))
-                for side in sides[turn % 3:] + sides[:turn % 3]:
+                for side in sides[turn % n:] + sides[:turn % n]:
+                    if side.name == "delta" and rewrite_batches is not None and index >= rewrite_batches:
+                        continue  # brought up to date after the last batch, untimed
                     result, m, seconds = side.refresh(pid, table, batch_id)
                     if tuple(result.batches) != (batch_id,):
                         raise AssertionError(f"{side.name}: the refresh of batch {batch_id} applied "
@@ -368,18 +426,27 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
                     side.written[variant].append(_written(side, table, result, mirror_table_uri))
                     side.cpu[variant] = side.cpu[variant] + m if variant in side.cpu else m
                 turn += 1
-            delta_builds[variant] = [t * 1000 for t in sides[0].refresher.sync_times]
-            sides[0].refresher.sync_times.clear()
-            sides[2].refresher.sync_times.clear()
+            delta_builds[variant] = [t * 1000 for t in by_name["delta"].refresher.sync_times]
+            if rewrite_batches is not None:  # the rewrite side catches up, untimed
+                by_name["delta"].refresher.refresh(table, [loads[variant][-1][0]])
+            by_name["delta"].refresher.sync_times.clear()
+            by_name["dv"].refresher.sync_times.clear()
         say("mirror: checking the mirrors ...")
-        check_mirrors(settings, sides, table, mirror_table_uri, expected_versions=1 + len(VARIANTS) * batches)
+        if rewrite_batches is None:
+            check_mirrors(settings, sides, table, mirror_table_uri,
+                          expected_versions=1 + len(VARIANTS) * batches)
+        else:
+            check_by_ranges(settings, sides, table, mirror_table_uri,
+                            expected_versions=1 + len(VARIANTS) * batches, high=keys.next_id)
         checkpointed = checkpoint_versions(mirror_table_uri(str(sides[0].root), table))
     say(f"mirror: the mirror's Delta log has checkpoints at versions {sorted(checkpointed)}")
-    delta, base, dv = sides
+    delta, dv = by_name["delta"], by_name["dv"]
+    base = by_name.get("baseline")
     figures: list[Figure] = []
     size = (f"{rows:,}-row table, {n_chunks} chunks of {chunk_size:,}; {batches} batches of {changes:,} row "
             f"changes")
-    for variant in VARIANTS:
+    at = f"{_rows_label(rows)} rows: "
+    for variant in VARIANTS if base is not None else ():
         d_ms, b_ms, sync_ms = delta.ms[variant], base.ms[variant], delta_builds[variant]
         records = statistics.mean(load.records for _, load in loads[variant])
         chunks = statistics.mean(delta.chunks[variant])
@@ -392,18 +459,19 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         note = (f"{size} ({records:,.0f} changelog records each); {chunks:.1f} of {n_chunks} chunks "
                 "rewritten a batch")
         figures.append(Figure(
-            "mirror", f"refresh per batch (rewrite chunks, manifest, Delta commit), **{label}**: mean",
+            "mirror", f"{at}refresh per batch (rewrite chunks, manifest, Delta commit), **{label}**: mean",
             statistics.mean(d_ms), "ms", f"median {statistics.median(d_ms):,.0f} ms; {chunks:.1f} chunks",
             delta.cpu[variant], baseline=statistics.mean(b_ms),
             baseline_detail=f"median {statistics.median(b_ms):,.0f} ms", baseline_cpu=base.cpu[variant],
             note=note, short=f"{variant}: mean", **common))
         figures.append(Figure(
-            "mirror", f"same, **{label}**: p95", p95(d_ms), "ms", f"max {max(d_ms):,.0f} ms", None,
+            "mirror", f"{at}same, **{label}**: p95", p95(d_ms), "ms", f"max {max(d_ms):,.0f} ms", None,
             baseline=p95(b_ms), baseline_detail=f"max {max(b_ms):,.0f} ms", note="", cpu_text="(row above)",
             baseline_cpu_text="(row above)", short=f"{variant}: p95", **common))
         d_cpu, b_cpu = delta.cpu[variant], base.cpu[variant]
         figures.append(Figure(
-            "mirror", f"same, **{label}**: CPU time per batch (this process, delta-rs's threads included)",
+            "mirror",
+            f"{at}same, **{label}**: CPU time per batch (this process, delta-rs's threads included)",
             d_cpu.client / len(d_ms) * 1000, "ms", "", None, baseline=b_cpu.client / len(b_ms) * 1000,
             cpu_text="(row above)", baseline_cpu_text="(row above)",
             note="less sensitive than wall time to other work on the cores", short=f"{variant}: CPU",
@@ -413,7 +481,7 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         checkpoints = [t for i, t in enumerate(sync_ms) if first + i in checkpointed]
         plain = [t for i, t in enumerate(sync_ms) if first + i not in checkpointed]
         figures.append(Figure(
-            "mirror", f"of which the Delta commit (`DeltaMirror.sync`), **{label}**: mean",
+            "mirror", f"{at}of which the Delta commit (`DeltaMirror.sync`), **{label}**: mean",
             statistics.mean(sync_ms), "ms", f"{share:.0%} of the refresh; p95 {p95(sync_ms):,.0f} ms", None,
             baseline=statistics.mean(b_ms), baseline_detail="(the whole refresh)",
             cpu_text="(in the refresh)", baseline_cpu_text="(row above)",
@@ -427,35 +495,39 @@ def run_section(work: Path, *, rows: int, batches: int, changes: int, chunk_size
         log_bytes = statistics.mean(changelog_bytes[variant])
         dv_ms, rw_ms = dv.ms[variant], delta.ms[variant]
         compactions = sum(dv.compacted[variant])
-        common = {"baseline_what": "the rewrite mode (the figure side above: touched chunks rewritten)",
+        limited = "" if rewrite_batches is None else f", timed on its first {len(rw_ms)} batches"
+        common = {"baseline_what": f"the rewrite mode (touched chunks rewritten{limited})",
                   "higher_is_better": False}
         figures.append(Figure(
-            "mirror", "refresh per batch, **deletion vectors** (`mirror_updates=deletion_vectors`), "
+            "mirror", f"{at}refresh per batch, **deletion vectors** (`mirror_updates=deletion_vectors`), "
             f"**{label}**: mean", statistics.mean(dv_ms), "ms",
             f"median {statistics.median(dv_ms):,.0f} ms; p95 {p95(dv_ms):,.0f} ms; {compactions} chunk "
             f"compactions in {len(dv_ms)} batches", dv.cpu[variant], baseline=statistics.mean(rw_ms),
             baseline_detail=f"median {statistics.median(rw_ms):,.0f} ms", baseline_cpu=delta.cpu[variant],
-            note=f"{size}", short=f"{variant}: DV mean", **common))
+            note=f"{size}", short=f"{_rows_label(rows)} {variant}: DV mean", **common))
         for side, mode in ((dv, "deletion vectors"), (delta, "rewrite")):
             written = statistics.mean(side.written[variant])
             figures.append(Figure(
-                "mirror", f"bytes written per batch, **{mode}**, **{label}**", written / 1024, "KiB",
+                "mirror", f"{at}bytes written per batch, **{mode}**, **{label}**", written / 1024, "KiB",
                 f"max {max(side.written[variant]) / 1024:,.0f} KiB", None,
                 baseline_what="the batch's changelog Parquet bytes (ratio: target within 5x)",
                 baseline=log_bytes / 1024, higher_is_better=False, cpu_text="-", baseline_cpu_text="-",
-                note="data, vector and Delta log files the refresh wrote (checkpoints aside)",
-                short=f"{variant}: bytes {'DV' if side is dv else 'rewrite'}"))
+                note="data, vector, manifest and Delta log files the refresh wrote (checkpoints aside)",
+                short=f"{_rows_label(rows)} {variant}: bytes {'DV' if side is dv else 'rewrite'}"))
     for side in sides:
         b = side.build
         assert b is not None
-        notes.append(f"Mirror refresh: the first build of the mirror from the snapshot ({n_chunks} chunks), "
+        notes.append(f"Mirror refresh: the first build of the {rows:,}-row mirror from the snapshot "
+                     f"({n_chunks} chunks), "
                      f"{side.name}: {b.wall:,.2f} s ({b.compact()}).")
     notes.append("Mirror refresh: the input, same for both sides: snapshot through the engine in "
                  f"{snap.wall:,.1f} s; "
                  "spread = 80% updates / 10% inserts / 10% deletes over the whole table, hot = 90% updates "
                  f"/ 5% deletes in keys {hot_low:,}..{hot_high - 1:,} + 5% inserts above the largest key; "
-                 f"per-batch times: delta {_series(delta.ms)}; baseline {_series(base.ms)}.")
-    return figures, notes
+                 f"per-batch times at {rows:,} rows: delta {_series(delta.ms)}; dv {_series(dv.ms)}"
+                 + (f"; baseline {_series(base.ms)}." if base is not None else "."))
+    dv_means = {v: (statistics.mean(dv.ms[v]), dv.cpu[v]) for v in VARIANTS}
+    return figures, notes, dv_means
 
 
 def _dir_bytes(path: str) -> int:
@@ -464,7 +536,7 @@ def _dir_bytes(path: str) -> int:
 
 def _written(side: Side, table: Any, result: Any, mirror_table_uri: Callable[..., str]) -> int:
     """Bytes one refresh wrote: data and vector files (the result's count in deletion-vector mode, the
-    rewritten chunks' new files in rewrite mode) plus its Delta commit's log entry."""
+    rewritten chunks' new files in rewrite mode) plus the manifest and its Delta commit's log entry."""
     from airflow_provider_mysqlcdc.engine.lake.layout import table_dir
 
     if side.name == "dv":
@@ -474,9 +546,11 @@ def _written(side: Side, table: Any, result: Any, mirror_table_uri: Callable[...
         rewritten = set(result.rewritten)
         data = sum((base / f).stat().st_size for c in result.manifest.chunks if c.chunk_id in rewritten
                    for f in c.files)
-    log_dir = Path(mirror_table_uri(str(side.root), table)) / "_delta_log"
+    mirror = Path(mirror_table_uri(str(side.root), table))
+    log_dir = mirror / "_delta_log"
     commits = sorted(log_dir.glob("*.json")) if log_dir.is_dir() else []
-    return data + (commits[-1].stat().st_size if commits and side.name != "baseline" else 0)
+    manifest = (mirror / "_manifest.json").stat().st_size
+    return data + manifest + (commits[-1].stat().st_size if commits and side.name != "baseline" else 0)
 
 
 def _int_bound(bound: Any, default: int) -> int:
@@ -542,6 +616,64 @@ def check_mirrors(settings: Any, sides: list[Side], table: Any, mirror_table_uri
     say(f"mirror: the three mirrors equal the source ({ours.num_rows:,} rows)")
 
 
+def check_by_ranges(settings: Any, sides: list[Side], table: Any, mirror_table_uri: Callable[..., str],
+                    expected_versions: int, high: int, step: int = 250_000) -> None:
+    """The large sizes' check, in bounded memory: each side's mirror read through delta-rs
+    (``read_mirror``, Arrow, sorted by key) equals its manifest's files and the other side's, and equals
+    ``SELECT`` range by range of ``step`` keys (typed, row by row, as ``assert_mirror_equals_source`` compares
+    them); the Delta table holds the manifest's files and, on the deletion-vector side, one version per
+    refresh."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import read_manifest, read_manifest_files
+    from airflow_provider_mysqlcdc.engine.lake.mirror_reader import read_mirror
+    from airflow_provider_mysqlcdc.engine.model import values
+    from airflow_provider_mysqlcdc.engine.source.catalog import load_schema
+    from airflow_provider_mysqlcdc.engine.source.connection import connect
+    from tests.support.engine_harness import assert_same_rows
+
+    dv = next(side for side in sides if side.name == "dv")
+    versions = DeltaTable(mirror_table_uri(str(dv.root), table)).version() + 1
+    if versions != expected_versions:
+        raise AssertionError(f"the deletion-vector mirror has {versions} versions, {expected_versions} "
+                             "refreshes")
+    first = None
+    for side in sides:
+        uri = mirror_table_uri(str(side.root), table)
+        files = {f.split("/mirror/", 1)[1] for f in DeltaTable(uri).file_uris()}
+        manifest = read_manifest(str(side.root), table)
+        assert manifest is not None
+        if files != {f.split("mirror/", 1)[1] for f in manifest.files}:
+            raise AssertionError(f"{side.name}: the Delta table's files are not the manifest's")
+        mirror = read_mirror(str(side.root), table).sort_by("id")
+        listed = read_manifest_files(str(side.root), table).sort_by("id")
+        if not mirror.equals(listed.cast(mirror.schema)):
+            raise AssertionError(f"{side.name}: the Delta table reads other rows than the manifest's files")
+        del listed
+        if first is None:
+            first = mirror
+        elif not mirror.equals(first.cast(mirror.schema)):
+            raise AssertionError(f"the {side.name} mirror differs from the {sides[0].name} mirror")
+    assert first is not None
+    ids = first.column("id").to_numpy()
+    with connect(settings) as conn:
+        schema = load_schema(conn, table)
+        normalize = values.snapshot_normalizer(schema)
+        names = [n for n in first.column_names if n in schema.column_by_name]
+        for low in range(0, high + 1, step):
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT {values.select_list(schema)} FROM {table.quoted} WHERE `id` >= %s AND "
+                            "`id` < %s ORDER BY `id`", (low, low + step))
+                rows = [dict(zip(schema.column_names, normalize(r))) for r in cur.fetchall()]
+            source = [tuple(r[c] for c in names) for r in rows]
+            a, b = np.searchsorted(ids, [low, low + step])
+            got = [tuple(r[c] for c in names) for r in values.canonical_pylist(first.slice(a, b - a))]
+            if got != source:
+                assert_same_rows(got, source, table)
+                raise AssertionError(f"keys {low}..{low + step - 1}: the mirror differs from the source")
+    say(f"mirror: the mirrors equal the source, range by range ({first.num_rows:,} rows)")
+
+
 def main() -> int:
     import tempfile
 
@@ -549,16 +681,20 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", default="1000000,10000000",
+                        help="table sizes, comma-separated, each in the same run")
     parser.add_argument("--batches", type=int, default=30, help="batches of each variant")
     parser.add_argument("--changes", type=int, default=2000, help="row changes per batch")
     parser.add_argument("--chunk-size", type=int, default=32768)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rewrite-batches", type=int, default=5,
+                        help="batches of each variant the rewrite side is timed on past the first size")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mysqlcdc-mirror-"))
     try:
-        figures, notes = run_section(work, rows=args.rows, batches=args.batches, changes=args.changes,
-                                     chunk_size=args.chunk_size, seed=args.seed)
+        figures, notes = run_sizes(work, sizes=[int(n) for n in args.rows.split(",")], batches=args.batches,
+                                   changes=args.changes, chunk_size=args.chunk_size, seed=args.seed,
+                                   rewrite_batches=args.rewrite_batches)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(markdown(Report(header=["### Mirror refresh per batch"], figures=figures, notes=notes)))

@@ -24,7 +24,9 @@ section an Oracle MySQL too):
    commit), changes spread over the table and in a hot key range, vs the same refresh without the Delta
    commit on a copy of the same snapshot and changelog, the sides alternating (``bench/mirror_refresh.py``);
    and a third side with ``mirror_updates=deletion_vectors``: its refresh time against the rewrite mode, and
-   each mode's bytes written per batch against the batch's changelog bytes;
+   each mode's bytes written per batch against the batch's changelog bytes; all at 1M and at 10M rows in one
+   run, and the deletion-vector refresh at 10M against 1M (at 10M no baseline side, the rewrite side timed on
+   5 batches of each variant);
 7. ``dag``: the example DAG's snapshot phase run by a real Airflow deployment (scheduler with the
    LocalExecutor, triggerer), with the group runner and (case a) with a ``spark-submit`` per chunk group, and
    its fixed overhead per chunk group, vs the CLI's one-job snapshot of the same tables
@@ -102,8 +104,9 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "memory_small_rows": (1_000_000, 100_000),
     "memory_chunk_sizes": ("10000,100000,1000000", "1000,10000,100000"),
     "memory_independence_size": (100_000, 10_000),
-    "mirror_rows": (1_000_000, 100_000),
+    "mirror_rows": ("1000000,10000000", "50000,200000"),
     "mirror_batches": (30, 10),
+    "mirror_rewrite_batches": (5, 3),
     "mirror_changes": (2000, 2000),
     "dag_tables": (9, 3),
     "dag_rows": ("3000-5000", "3000-3600"),
@@ -170,7 +173,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--memory-chunk-sizes", help="comma-separated (10000,100000,1000000)")
     sizes.add_argument("--memory-independence-size", type=int,
                        help="chunk size also read on the small table (100000)")
-    sizes.add_argument("--mirror-rows", type=int, help="rows of the mirror refresh's table (1M)")
+    sizes.add_argument("--mirror-rows", help="rows of the mirror refresh's table, comma-separated: each "
+                       "size in the same run (1000000,10000000)")
+    sizes.add_argument("--mirror-rewrite-batches", type=int,
+                       help="batches of each variant the rewrite side is timed on past the first size (5)")
     sizes.add_argument("--mirror-batches", type=int,
                        help="stream batches of each mirror refresh variant, spread and hot (30)")
     sizes.add_argument("--mirror-changes", type=int, help="row changes per batch (2000)")
@@ -318,8 +324,10 @@ def planning_section(args: argparse.Namespace, work: Path) -> list[Figure]:
 
 
 def mirror_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], list[str]]:
-    return mirror_refresh.run_section(work, rows=args.mirror_rows, batches=args.mirror_batches,
-                                      changes=args.mirror_changes, chunk_size=args.chunk_size, seed=args.seed)
+    return mirror_refresh.run_sizes(work, sizes=[int(n) for n in str(args.mirror_rows).split(",")],
+                                    batches=args.mirror_batches, changes=args.mirror_changes,
+                                    chunk_size=args.chunk_size, seed=args.seed,
+                                    rewrite_batches=args.mirror_rewrite_batches)
 
 
 def tables_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], list[str]]:

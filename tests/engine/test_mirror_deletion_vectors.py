@@ -270,6 +270,25 @@ def test_deletion_vector_mirror_follows_the_rule_through_every_reader(tmp_path, 
         assert rows == want, ("after GC", reader)
 
 
+def test_two_refreshers_taking_turns_read_each_others_manifest_and_vectors(tmp_path):
+    """A refresher keeps the manifest it wrote and the vectors it committed, to skip parsing them back; when
+    another refresher (another process: the stream and ``mysqlcdc mirror``) refreshed the table meanwhile,
+    it must read what that one wrote, or its next batch deletes rows by stale vectors."""
+    rng = random.Random(7)
+    lake = _Lake(tmp_path, True)
+    one, other = (MirrorRefresher(lake.root, lake.store, schemas={T: lake.schema}, updates="deletion_vectors",
+                                  compaction=Compaction(chunks=0)) for _ in range(2))
+    one.refresh(T)
+    for step in range(8):
+        batch_id = lake.write(lake.random_batch(rng, rng.randint(5, 20), set()))
+        done = (one if step % 3 else other).refresh(T)  # runs of the same refresher, then the other's turn
+        assert done.batches == (batch_id,), (step, done.batches)  # from the other's manifest on
+        want = _sorted(lake.want())
+        for reader, rows in _readers(lake).items():
+            assert rows == want, (step, reader)
+    assert read_manifest(lake.root, T).deletion_vectors
+
+
 def test_the_setting_is_checked(tmp_path):
     with pytest.raises(ConfigurationError, match="mirror_updates"):
         MirrorRefresher(str(tmp_path), ChunkStore(str(tmp_path / "c.db")), updates="merge_on_read")

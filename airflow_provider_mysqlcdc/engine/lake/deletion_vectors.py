@@ -21,6 +21,7 @@ import uuid
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from pyroaring import BitMap
@@ -147,12 +148,14 @@ def z85_decode(text: str) -> bytes:
     return bytes(out)
 
 
+@lru_cache(maxsize=4096)  # every vector of a refresh names the same file: one encoding per file
 def z85_of_file(name: str) -> str:
     """A vector file's name (``deletion_vector_<uuid>.bin``, no prefix directory) as its Z85 id."""
     base = os.path.basename(name)
     return z85_encode(uuid.UUID(base.removeprefix("deletion_vector_").removesuffix(".bin")).bytes)
 
 
+@lru_cache(maxsize=4096)
 def file_of_z85(text: str) -> str:
     """The vector file an id names (a random-prefix directory before the last 20 characters, if any)."""
     prefix, code = text[:-20], text[-20:]

@@ -163,6 +163,10 @@ class DeltaLog:
             self._head = kept
         return True
 
+    def forget(self) -> None:
+        """Someone (this process by other means) committed a version: the next look lists the log."""
+        self._head, self._stale = None, True
+
     @property
     def writes_itself(self) -> bool:
         """Whether ``append`` may commit (a local file system, where put-if-absent is a hard link)."""

@@ -77,7 +77,10 @@ class DeltaMirror:
     def __init__(self, root: str, table: TableId, storage_options: dict[str, str] | None = None) -> None:
         self.table = table
         self.log = DeltaLog(mirror_table_uri(root, table), table, "mirror", storage_options)
-        self._rows: dict[str, int] = {}  # rows of each data file (files never change)
+        self._info: dict[str, tuple[int, int, int]] = {}  # size, modification time (ms) and rows of a file
+        # the vectors of the version this object committed last (the refresher is the table's one writer,
+        # under its lock): the next sync skips reading them back from the log when no one committed since
+        self._committed: tuple[int, dict[str, DeletionVector]] | None = None
         self._files: tuple[int, dict[str, int]] | None = None  # a version's files and sizes, as last known
 
     def sync(self, manifest: MirrorManifest, data_schema: pa.Schema | None = None) -> bool:
@@ -95,7 +98,7 @@ class DeltaMirror:
         table = self.log.load(write=True)
         current = self.log.files() if table is not None else {}
         if table is not None and (vectors or _has_vectors(table)):
-            have_vectors = current_vectors(self.log.uri, table.version()) if _has_vectors(table) else {}
+            have_vectors = self._vectors_of(table) if _has_vectors(table) else {}
             added_now = (_added_columns(self.log.schema(), delta_schema(data_schema))
                          if data_schema is not None else [])
             replace = not set(current) & set(wanted) and (added_now is None or bool(added_now))
@@ -177,12 +180,9 @@ class DeltaMirror:
         new = [f for f in wanted if f not in current]
         if not new and not removes:
             return False
-        adds = []
-        for f in new:
-            size, mtime = self.log.file_info(f)
-            if f not in self._rows:
-                self._rows[f] = self.log.footer(f).num_rows
-            adds.append(add_entry(f, size, mtime, self._rows[f]))
+        adds = [add_entry(f, *self._file_info(f)) for f in new]
+        if len(self._info) > 2 * len(keep):  # files the table no longer holds
+            self._info = {f: i for f, i in self._info.items() if f in keep}
         if not self.log.append([*adds, *removes], _position_metadata(manifest)):
             self._files = None
             return None
@@ -217,10 +217,9 @@ class DeltaMirror:
         for f in wanted:
             if f in current and have_vectors.get(f) == vectors.get(f):
                 continue
-            info = self.log.file_info(f)
-            if f not in self._rows:
-                self._rows[f] = self.log.footer(f).num_rows
-            actions.append(add_action(f, info[0], info[1], self._rows[f], vectors.get(f)))
+            actions.append(add_action(f, *self._file_info(f), vectors.get(f)))
+        if len(self._info) > 2 * len(keep):  # files the table no longer holds
+            self._info = {f: i for f, i in self._info.items() if f in keep}
         upgrade = protocol_upgrade(table.protocol()) if vectors else None
         if upgrade is not None:
             actions.insert(0, upgrade)
@@ -228,13 +227,31 @@ class DeltaMirror:
             return False
         version = table.version() + 1
         commit(self.log.uri, version, actions, _position_metadata(manifest))
-        table = self.log.load()
-        if version % int(CHECKPOINT_INTERVAL) == 0:
+        self.log.forget()  # a version the loaded table lacks
+        self._committed = (version, {f: v for f, v in vectors.items() if f in keep})
+        if version % int(CHECKPOINT_INTERVAL) == 0:  # else the next sync loads the new version first
+            table = self.log.load()
             # what delta-rs's post-commit hook does after its own commits: a checkpoint, then the log
             # entries older than delta.logRetentionDuration dropped (delta_log), so commits stay flat
             table.create_checkpoint()
             table.cleanup_metadata()
         return True
+
+    def _file_info(self, path: str) -> tuple[int, int, int]:
+        """A data file's size, modification time (ms) and rows: read once, as a data file never changes."""
+        info = self._info.get(path)
+        if info is None:
+            info = self._info[path] = (*self.log.file_info(path), self.log.footer(path).num_rows)
+        return info
+
+    def _vectors_of(self, table: Any) -> dict[str, DeletionVector]:
+        """The vectors of the table's loaded version: as this object committed them, else from the log."""
+        version = table.version()
+        if self._committed is not None and self._committed[0] == version:
+            return dict(self._committed[1])
+        found = current_vectors(self.log.uri, version)
+        self._committed = (version, found)
+        return dict(found)
 
 
 def _has_vectors(table: Any) -> bool:

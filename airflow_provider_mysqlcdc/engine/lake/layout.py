@@ -117,14 +117,39 @@ def _s3(options: dict[str, str]) -> pafs.S3FileSystem:
     )
 
 
-def write_json_atomic(path: str, data: dict[str, Any]) -> None:
-    """Write then rename, so a reader sees the old or the new file, never half of one."""
+def write_json_atomic(path: str, data: dict[str, Any], *, item_lines: bool = False) -> bytes:
+    """Write then rename, so a reader sees the old or the new file, never half of one.
+
+    ``item_lines``: one line per top-level key and per item of a top-level list or dict, each encoded by
+    json's C encoder (``indent`` makes json use its pure-Python encoder: ~150 ms for a mirror manifest of
+    300 chunks with deletion vectors, every batch); still one chunk a line for people reading it."""
     fs, inner = filesystem(path)
     fs.create_dir(posixpath.dirname(inner), recursive=True)
     tmp = f"{inner}.tmp-{uuid.uuid4().hex[:8]}"
+    full = {"layout_version": LAYOUT_VERSION, **data}
+    text = _item_lines(full) if item_lines else json.dumps(full, indent=1, default=str)
+    raw = text.encode()
     with fs.open_output_stream(tmp) as out:
-        out.write(json.dumps({"layout_version": LAYOUT_VERSION, **data}, indent=1, default=str).encode())
+        out.write(raw)
     fs.move(tmp, inner)
+    return raw
+
+
+def _item_lines(data: dict[str, Any]) -> str:
+    # one encoder (json.dumps with an argument makes one a call), no spaces: a manifest line holds a chunk
+    dump = json.JSONEncoder(default=str, separators=(",", ":")).encode
+
+    out = []
+    for key, value in data.items():
+        if isinstance(value, list) and value:
+            items = ",\n  ".join(dump(v) for v in value)
+            out.append(f" {dump(key)}: [\n  {items}\n ]")
+        elif isinstance(value, dict) and value:
+            items = ",\n  ".join(f"{dump(k)}: {dump(v)}" for k, v in value.items())
+            out.append(f" {dump(key)}: {{\n  {items}\n }}")
+        else:
+            out.append(f" {dump(key)}: {dump(value)}")
+    return "{\n" + ",\n".join(out) + "\n}"
 
 
 def ensure_writable(root: str, what: str = "output") -> None:
@@ -148,12 +173,23 @@ def ensure_writable(root: str, what: str = "output") -> None:
 
 
 def read_json(path: str, storage_options: dict[str, str] | None = None) -> dict[str, Any] | None:
+    raw = read_bytes(path, storage_options)
+    return None if raw is None else parse_json(path, raw)
+
+
+def read_bytes(path: str, storage_options: dict[str, str] | None = None) -> bytes | None:
+    """A file's bytes; None when it does not exist."""
     fs, inner = filesystem(path, storage_options)
     try:
         with fs.open_input_stream(inner) as src:
-            data = json.loads(src.read().decode())
+            return bytes(src.read())
     except FileNotFoundError:
         return None
+
+
+def parse_json(path: str, raw: bytes) -> dict[str, Any]:
+    """A JSON file of the layout (``raw``: its bytes, read from ``path``), its layout version checked."""
+    data = json.loads(raw.decode())
     version = data.get("layout_version")
     if version != LAYOUT_VERSION:
         from airflow_provider_mysqlcdc.engine.common.errors import CdcError

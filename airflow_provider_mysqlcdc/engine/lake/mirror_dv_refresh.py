@@ -50,8 +50,13 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_apply import (
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_files import PART_FILE, read_files, write_chunk
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import FilePart, MirrorChunkEntry, MirrorManifest
-from airflow_provider_mysqlcdc.engine.lake.mirror_parts import deleted_in, live_rows, locate
-from airflow_provider_mysqlcdc.engine.lake.mirror_records import OP, ChunkRecords
+from airflow_provider_mysqlcdc.engine.lake.mirror_parts import (
+    deleted_in,
+    live_rows,
+    locate,
+    locate_sorted_batch,
+)
+from airflow_provider_mysqlcdc.engine.lake.mirror_records import CHUNK, OP, ChunkRecords
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 if TYPE_CHECKING:
@@ -118,7 +123,6 @@ def dv_entries(root: str, build: MirrorBuild, changes: ChunkRecords, through: in
     mirror_uri = posixpath.join(base, MIRROR)
     vectors = _Vectors(mirror_uri, dict(old.deletion_vectors) if old is not None and build.previous else {})
     entries: dict[int, MirrorChunkEntry] = {}
-    overlay: list[tuple[int, pa.Table]] = []
     rewritten: list[int] = []
     written = 0
 
@@ -136,6 +140,7 @@ def dv_entries(root: str, build: MirrorBuild, changes: ChunkRecords, through: in
 
     budget = _compaction_order(base, build, changes, vectors, compaction)
     compacted: list[int] = []
+    plain: list[tuple[int, MirrorChunkEntry, pa.Table]] = []  # chunks updated by vectors and overlay rows
     for chunk in build.view.chunks:
         cid = chunk.chunk_id
         prev = build.previous.get(cid)
@@ -160,30 +165,32 @@ def dv_entries(root: str, build: MirrorBuild, changes: ChunkRecords, through: in
             if cid in budget:
                 compacted.append(cid)
         else:
-            parts = _parts(base, prev)
-            latest = _latest(records, primary_key)
-            hits = locate(base, parts, vectors.view([p.file for p in parts]), latest.select(primary_key),
-                          primary_key)
-            for path, found in hits.items():
-                vectors.delete(path, found)
-            deleted = sum(len(r) for r in hits.values())
-            upserts = latest.filter(pc.is_in(latest.column(OP), value_set=_ASSERTS)).select(
-                data_schema.names).cast(data_schema)
-            kept = tuple(p for p in parts if deleted_in(p, vectors.get(p.file)) < p.end - p.start)
-            if upserts.num_rows:
-                overlay.append((cid, upserts))
-            entries[cid] = MirrorChunkEntry(cid, prev.version, tuple(dict.fromkeys(p.file for p in kept)),
-                                            prev.rows - deleted + upserts.num_rows, prev.high_watermark,
-                                            prev.snapshot_version, through, kept)
-            rewritten.append(cid)
-    if overlay:
-        file, sizes = _write_overlay(root, table, data_schema, overlay)
-        written += _size(posixpath.join(base, file))
+            assert records is not None
+            plain.append((cid, prev, records))
+    if plain:
+        upserts, sizes, hits = _vector_updates(base, plain, vectors, primary_key, data_schema)
+        file = ""
+        if upserts.num_rows:
+            file = _write_overlay(root, table, upserts)
+            written += _size(posixpath.join(base, file))
         start = 0
-        for cid, count in sizes:
-            e = entries[cid]
-            entries[cid] = _with_parts(e, (*e.parts, FilePart(file, start, start + count)))
-            start += count
+        for cid, prev, _ in plain:
+            found = hits.get(cid, {})
+            for path, numbers in found.items():
+                vectors.delete(path, numbers)
+            deleted = sum(len(r) for r in found.values())
+            parts = _parts(base, prev)
+            if found:  # a part can only have emptied in a file this batch deleted rows from
+                parts = tuple(p for p in parts if p.file not in found
+                              or deleted_in(p, vectors.get(p.file)) < p.end - p.start)
+            count = sizes.get(cid, 0)
+            if count:
+                parts = (*parts, FilePart(file, start, start + count))
+                start += count
+            entries[cid] = MirrorChunkEntry(cid, prev.version, tuple(dict.fromkeys(p.file for p in parts)),
+                                            prev.rows - deleted + count, prev.high_watermark,
+                                            prev.snapshot_version, through, parts)
+            rewritten.append(cid)
     ordered = [entries[c.chunk_id] for c in build.view.chunks]
     live = {f for e in ordered for f in e.files}
     new_vectors = {f: v for f, v in vectors.old.items() if f in live and f not in vectors.changed}
@@ -231,12 +238,59 @@ def chunk_state(root: str, table: TableId, manifest: MirrorManifest, entry: Mirr
     return live_rows(base, entry.parts, deleted, schema, read_files)
 
 
-def _latest(records: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
-    """The latest record per primary key (``records`` are sorted by position), as ``apply_latest`` takes."""
+def _vector_updates(base: str, plain: list[tuple[int, MirrorChunkEntry, pa.Table]], vectors: _Vectors,
+                    primary_key: tuple[str, ...], data_schema: pa.Schema,
+                    ) -> tuple[pa.Table, dict[int, int], dict[int, dict[str, list[int]]]]:
+    """For the chunks a batch updates by vectors (chunk id, previous entry, its records), in one pass over
+    the whole batch rather than one per chunk: the overlay rows (the latest insert or update per key, chunk
+    after chunk in ``plain``'s order), how many of them each chunk has, and the live rows each chunk's changed
+    keys delete (per chunk, row numbers per file)."""
+    latest = _latest(pa.concat_tables([  # each chunk's records carry its id (``mirror_records.CHUNK``)
+        records if CHUNK in records.schema.names else
+        records.append_column(CHUNK, pa.array(np.full(records.num_rows, cid, dtype=np.int32)))
+        for cid, _, records in plain]), primary_key)
+    cids = latest.column(CHUNK).to_numpy()
     pk = list(primary_key)
-    indexed = _join_keys(records, pk).append_column(
+    key_type = latest.schema.field(pk[0]).type
+    if len(pk) == 1 and pa.types.is_integer(key_type) and not latest.column(pk[0]).null_count:
+        keys = latest.column(pk[0]).to_numpy().astype(np.int64, copy=False)
+        bounds = _runs(cids)
+        wanted = [(cid, _parts(base, prev), keys[bounds[cid][0]:bounds[cid][1]] if cid in bounds
+                   else keys[:0]) for cid, prev, _ in plain]
+        hits = locate_sorted_batch(base, wanted, vectors.get, pk[0])
+    else:
+        hits = {}
+        bounds = _runs(cids)
+        for cid, prev, _ in plain:
+            if cid not in bounds:
+                continue
+            lo, hi = bounds[cid]
+            parts = _parts(base, prev)
+            found = locate(base, parts, vectors.view([p.file for p in parts]),
+                           latest.slice(lo, hi - lo).select(pk), pk)
+            if found:
+                hits[cid] = found
+    upserts = latest.filter(pc.is_in(latest.column(OP), value_set=_ASSERTS))
+    sizes = {cid: hi - lo for cid, (lo, hi) in _runs(upserts.column(CHUNK).to_numpy()).items()}
+    return upserts.select(data_schema.names).cast(data_schema), sizes, hits
+
+
+def _runs(ids: np.ndarray) -> dict[int, tuple[int, int]]:
+    """The [start, end) of each run of equal ids (``ids`` grouped: each id in one run)."""
+    if not len(ids):
+        return {}
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    ends = np.r_[starts[1:], len(ids)]
+    return {int(ids[a]): (int(a), int(b)) for a, b in zip(starts, ends)}
+
+
+def _latest(records: pa.Table, primary_key: tuple[str, ...]) -> pa.Table:
+    """The latest record per chunk (``CHUNK``) and primary key (``records`` are grouped by chunk, each
+    chunk's sorted by position), as ``apply_latest`` takes, in ``records``' order."""
+    pk = list(primary_key)
+    indexed = _join_keys(records, pk).append_column(CHUNK, records.column(CHUNK)).append_column(
         "_i", pa.array(np.arange(records.num_rows, dtype=np.int64)))
-    last = indexed.group_by(pk, use_threads=False).aggregate([("_i", "max")]).column("_i_max")
+    last = indexed.group_by([CHUNK, *pk], use_threads=False).aggregate([("_i", "max")]).column("_i_max")
     return records.take(pa.array(np.sort(last.to_numpy())))
 
 
@@ -283,17 +337,14 @@ def _compaction_order(base: str, build: MirrorBuild, changes: ChunkRecords, vect
     return {cid for _, cid in sorted(scored, reverse=True)[:compaction.chunks]}
 
 
-def _write_overlay(root: str, table: TableId, schema: pa.Schema,
-                   overlay: list[tuple[int, pa.Table]]) -> tuple[str, list[tuple[int, int]]]:
-    """One file with every changed chunk's new rows, chunk after chunk; its path (table-relative) and each
-    chunk's row count in order."""
+def _write_overlay(root: str, table: TableId, data: pa.Table) -> str:
+    """One file with every changed chunk's new rows, chunk after chunk; its path (table-relative)."""
     base = table_dir(root, table)
     directory = posixpath.join(base, MIRROR, OVERLAY, f"version={new_version()}")
     fs, inner = filesystem(directory)
     fs.create_dir(inner, recursive=True)
-    data = pa.concat_tables([t for _, t in overlay])
     pq.write_table(to_file_types(data), posixpath.join(inner, PART_FILE), filesystem=fs)
-    return posixpath.join(directory[len(base) + 1:], PART_FILE), [(c, t.num_rows) for c, t in overlay]
+    return posixpath.join(directory[len(base) + 1:], PART_FILE)
 
 
 def _size(path: str) -> int:

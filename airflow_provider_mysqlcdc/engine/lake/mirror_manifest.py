@@ -23,6 +23,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,8 @@ from airflow_provider_mysqlcdc.engine.lake.layout import (
     MIRROR,
     MIRROR_MANIFEST,
     filesystem,
+    parse_json,
+    read_bytes,
     read_json,
     table_dir,
     write_json_atomic,
@@ -62,12 +65,15 @@ class FilePart:
     start: int
     end: int
 
-    def to_list(self) -> list[Any]:
-        return [self.file, self.start, self.end]
+    def to_list(self, index: dict[str, int] | None = None) -> list[Any]:
+        """``[file, start, end]``; with ``index`` the file as its position in the manifest's ``files``."""
+        return [self.file if index is None else index[self.file], self.start, self.end]
 
     @classmethod
-    def from_list(cls, data: list[Any]) -> FilePart:
-        return cls(str(data[0]), int(data[1]), int(data[2]))
+    def from_list(cls, data: list[Any], files: list[str] | None = None) -> FilePart:
+        file = data[0]
+        return cls(files[file] if isinstance(file, int) and files is not None else str(file), int(data[1]),
+                   int(data[2]))
 
 
 @dataclass(frozen=True)
@@ -87,29 +93,35 @@ class MirrorChunkEntry:
     through_batch: int | None  # the last changelog batch applied to these files
     parts: tuple[FilePart, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, index: dict[str, int] | None = None) -> dict[str, Any]:
+        """``index``: write files as their position in the manifest's ``files`` (a manifest with parts: a
+        batch's overlay file is named in every chunk it changed, so by name the manifest would grow by a
+        path per chunk and batch)."""
         return {
             "chunk_id": self.chunk_id,
             "version": self.version,
-            "files": list(self.files),
+            "files": list(self.files) if index is None else [index[f] for f in self.files],
             "rows": self.rows,
             "high_watermark": str(self.high_watermark),
             "snapshot_version": self.snapshot_version,
             "through_batch": self.through_batch,
-            **({"parts": [p.to_list() for p in self.parts]} if self.parts else {}),
+            **({"parts": [p.to_list() for p in self.parts] if index is None else
+                [[index[p.file], p.start, p.end] for p in self.parts]} if self.parts else {}),
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MirrorChunkEntry:
+    def from_dict(cls, data: dict[str, Any], files: list[str] | None = None) -> MirrorChunkEntry:
+        """``files``: the manifest's, which a file given by position names."""
         return cls(
             chunk_id=int(data["chunk_id"]),
             version=str(data["version"]),
-            files=tuple(str(f) for f in data["files"]),
+            files=tuple(files[f] if isinstance(f, int) and files is not None else str(f)
+                        for f in data["files"]),
             rows=int(data["rows"]),
             high_watermark=BinlogPosition.parse(data["high_watermark"]),
             snapshot_version=data.get("snapshot_version"),
             through_batch=data.get("through_batch"),
-            parts=tuple(FilePart.from_list(p) for p in data.get("parts") or ()),
+            parts=tuple(FilePart.from_list(p, files) for p in data.get("parts") or ()),
         )
 
 
@@ -144,11 +156,11 @@ class MirrorManifest:
     def rows(self) -> int:
         return sum(c.rows for c in self.chunks)
 
-    @property
+    @cached_property  # over every chunk; to_dict asks for it several times
     def min_hw(self) -> BinlogPosition | None:
         return min((c.high_watermark for c in self.chunks), default=None)
 
-    @property
+    @cached_property  # over every chunk; to_dict asks for it several times
     def consistent_from(self) -> BinlogPosition | None:
         """The largest chunk HW: from this binlog position on, the whole mirror reflects one point in time."""
         return max((c.high_watermark for c in self.chunks), default=None)
@@ -180,9 +192,12 @@ class MirrorManifest:
     # -- JSON ------------------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
+        files = self.files
+        vectored = self.uses_deletion_vectors
+        index = {f: i for i, f in enumerate(files)} if vectored else None
         return {
             "format": MIRROR_FORMAT,
-            "format_version": MIRROR_FORMAT_VERSION if self.uses_deletion_vectors else PLAIN_FORMAT_VERSION,
+            "format_version": MIRROR_FORMAT_VERSION if vectored else PLAIN_FORMAT_VERSION,
             "table": self.table,
             "generation": self.generation,
             "key_columns": list(self.key_columns),
@@ -198,8 +213,8 @@ class MirrorManifest:
             "consistent": self.consistent,
             "as_of": None if self.as_of is None else str(self.as_of),
             "refreshed_at": self.refreshed_at,
-            "files": self.files,
-            "chunks": [c.to_dict() for c in self.chunks],
+            "files": files,
+            "chunks": [c.to_dict(index) for c in self.chunks],
             **({"extra": self.extra} if self.extra else {}),
             **({"deletion_vectors": {f: v.to_dict() for f, v in self.deletion_vectors.items()}}
                if self.deletion_vectors else {}),
@@ -216,13 +231,14 @@ class MirrorManifest:
                 f"{MIRROR_FORMAT_VERSION}): upgrade the provider"
             )
         position = data.get("stream_position")
+        files = [str(f) for f in data.get("files") or ()]
         return cls(
             table=str(data["table"]),
             generation=int(data["generation"]),
             key_columns=tuple(data["key_columns"]),
             primary_key=tuple(data["primary_key"]),
             columns=tuple(data["columns"]),
-            chunks=tuple(MirrorChunkEntry.from_dict(c) for c in data["chunks"]),
+            chunks=tuple(MirrorChunkEntry.from_dict(c, files) for c in data["chunks"]),
             through_batch=data.get("through_batch"),
             stream_position=BinlogPosition.parse(position) if position else None,
             stream_position_exact=bool(data.get("stream_position_exact")),
@@ -273,8 +289,35 @@ def read_manifest(
     return None if data is None else MirrorManifest.from_dict(data)
 
 
-def write_manifest(root: str, table: TableId, manifest: MirrorManifest) -> None:
-    write_json_atomic(manifest_path(root, table), manifest.to_dict())
+def write_manifest(root: str, table: TableId, manifest: MirrorManifest) -> bytes:
+    """Write the manifest; its bytes as written (``ManifestCache``)."""
+    return write_json_atomic(manifest_path(root, table), manifest.to_dict(), item_lines=True)
+
+
+@dataclass
+class ManifestCache:
+    """The manifests one refresher wrote last, by table, with their bytes: reading one back compares the
+    file's bytes (one read, no parse) and reuses the object when they are the same: a manifest with deletion
+    vectors names every chunk's parts, tens of ms to parse per batch at 300 chunks. Any other writer (another
+    process's refresh) changes the bytes (``refreshed_at`` at least), so its manifest is parsed."""
+
+    _known: dict[TableId, tuple[bytes, MirrorManifest]] = field(default_factory=dict)
+
+    def read(self, root: str, table: TableId) -> MirrorManifest | None:
+        path = manifest_path(root, table)
+        raw = read_bytes(path)
+        if raw is None:
+            self._known.pop(table, None)
+            return None
+        known = self._known.get(table)
+        if known is not None and known[0] == raw:
+            return known[1]
+        manifest = MirrorManifest.from_dict(parse_json(path, raw))
+        self._known[table] = (raw, manifest)
+        return manifest
+
+    def write(self, root: str, table: TableId, manifest: MirrorManifest) -> None:
+        self._known[table] = (write_manifest(root, table, manifest), manifest)
 
 
 def mirror_files(root: str, table: TableId | str) -> list[str]:

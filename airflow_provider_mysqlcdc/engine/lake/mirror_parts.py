@@ -181,6 +181,68 @@ def _locate_sorted(base: str, parts: Sequence[FilePart], deleted: dict[str, BitM
     return out
 
 
+def locate_sorted_batch(
+    base: str, wanted: Sequence[tuple[int, Sequence[FilePart], np.ndarray]],
+    deleted: Callable[[str], BitMap | None], name: str,
+) -> dict[int, dict[str, list[int]]]:
+    """``locate`` for one integer key column over many chunks at once: ``wanted`` holds (chunk id, its parts,
+    its wanted keys); the live rows found, per chunk, as row numbers per file. One binary search per *file*
+    with every wanted key of the chunks that have rows in it (a batch's overlay file holds rows of many
+    chunks: one search for all of them, not one per chunk and part); a hit counts when its row lies in a part
+    of the chunk that wanted the key and is not deleted (``deleted(file)``)."""
+    # per file: the parts of each chunk in it (chunk id, start, end)
+    in_file: dict[str, list[tuple[int, int, int]]] = {}
+    keys_of: dict[int, np.ndarray] = {}
+    for cid, parts, keys in wanted:
+        if not len(keys):
+            continue
+        keys_of[cid] = np.unique(keys.astype(np.int64, copy=False))
+        for p in parts:
+            in_file.setdefault(p.file, []).append((cid, p.start, p.end))
+    out: dict[int, dict[str, list[int]]] = {}
+    for file, spans in in_file.items():
+        index = KEYS.sorted_keys(posixpath.join(base, file), name)
+        if not len(index.keys):
+            continue
+        cids = list(dict.fromkeys(c for c, _, _ in spans))
+        keys = keys_of[cids[0]] if len(cids) == 1 else np.concatenate([keys_of[c] for c in cids])
+        owner = (np.full(len(keys), cids[0], dtype=np.int64) if len(cids) == 1 else
+                 np.repeat(np.asarray(cids, dtype=np.int64), [len(keys_of[c]) for c in cids]))
+        left = np.searchsorted(index.keys, keys, side="left")
+        counts = np.searchsorted(index.keys, keys, side="right") - left
+        if not counts.any():
+            continue
+        # every row holding a wanted key (a file holds a key once, but nothing here relies on it)
+        starts = np.repeat(left, counts)
+        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows = index.rows[starts + offsets]
+        who = np.repeat(owner, counts)
+        if len(spans) == 1:  # a base file: one chunk's one part
+            cid, lo, hi = spans[0]
+            inside = (rows >= lo) & (rows < hi)
+            rows, who = rows[inside], who[inside]
+            gone = deleted(file)
+            found = [r for r in rows.tolist() if gone is None or r not in gone]
+            if found:
+                out.setdefault(cid, {}).setdefault(file, []).extend(found)
+            continue
+        # the part each row lies in (parts of one file never overlap), and whether it is the wanting chunk's
+        spans.sort(key=lambda s: s[1])
+        span_start = np.fromiter((s[1] for s in spans), dtype=np.int64, count=len(spans))
+        span_end = np.fromiter((s[2] for s in spans), dtype=np.int64, count=len(spans))
+        span_cid = np.fromiter((s[0] for s in spans), dtype=np.int64, count=len(spans))
+        at = np.searchsorted(span_start, rows, side="right") - 1
+        ok = at >= 0
+        at = np.where(ok, at, 0)
+        ok &= (rows < span_end[at]) & (span_cid[at] == who)
+        rows, who = rows[ok], who[ok]
+        gone = deleted(file)
+        for cid, row in zip(who.tolist(), rows.tolist()):
+            if gone is None or row not in gone:
+                out.setdefault(cid, {}).setdefault(file, []).append(row)
+    return out
+
+
 def _keep_mask(part: FilePart, gone: BitMap) -> np.ndarray | None:
     inside = gone & BitMap(range(part.start, part.end))
     if not inside:
@@ -191,7 +253,8 @@ def _keep_mask(part: FilePart, gone: BitMap) -> np.ndarray | None:
 
 
 def deleted_in(part: FilePart, gone: BitMap | None) -> int:
-    """How many of the part's rows are deleted."""
-    if not gone:
+    """How many of the part's rows are deleted (two rank look-ups, not a bitmap of the part's range: this
+    runs for every part of every touched chunk)."""
+    if not gone or part.end <= part.start:
         return 0
-    return gone.intersection_cardinality(BitMap(range(part.start, part.end)))
+    return int(gone.rank(part.end - 1)) - (int(gone.rank(part.start - 1)) if part.start else 0)

@@ -56,6 +56,7 @@ from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore, MirrorChunk
 from airflow_provider_mysqlcdc.engine.chunks.key_order import ConnFactory
 from airflow_provider_mysqlcdc.engine.chunks.plan import ChunkPlan
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
+from airflow_provider_mysqlcdc.engine.common.gc_pause import gc_paused
 from airflow_provider_mysqlcdc.engine.lake.changelog import CommittedBatch, committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.chunk_assigner import ChunkAssigner
 from airflow_provider_mysqlcdc.engine.lake.concurrent_commits import concurrently
@@ -72,11 +73,11 @@ from airflow_provider_mysqlcdc.engine.lake.mirror_files import (
     write_chunk,
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_manifest import (
+    ManifestCache,
     MirrorChunkEntry,
     MirrorManifest,
     now_text,
     read_manifest,
-    write_manifest,
 )
 from airflow_provider_mysqlcdc.engine.lake.mirror_records import ChunkRecords, chunk_records
 from airflow_provider_mysqlcdc.engine.lake.schema_history import (
@@ -149,6 +150,7 @@ class MirrorRefresher:
     _schema_marks: dict[TableId, str | None] = field(default_factory=dict, repr=False)
     _snapshot_marks: dict[str, tuple[int, int, str]] = field(default_factory=dict, repr=False)
     _tables: dict[TableId, MirrorTable] = field(default_factory=dict, repr=False)
+    _manifests: ManifestCache = field(default_factory=ManifestCache, repr=False)
     _plans: dict[tuple[TableId, int], ChunkPlan] = field(default_factory=dict, repr=False)
     # views ``on_batch_committed`` read for this batch, in one go; each used once (a retry reads its own)
     _views: dict[str, MirrorView | None] = field(default_factory=dict, repr=False)
@@ -260,7 +262,9 @@ class MirrorRefresher:
         """
         table = TableId.parse(table) if isinstance(table, str) else table
         started = time.monotonic()
-        with refresh_lock(self.root, table):
+        # the collector paused: a refresh makes many short-lived acyclic objects per chunk (manifest entries,
+        # parts, Delta actions), which would start collections that walk the whole process (gc_pause)
+        with refresh_lock(self.root, table), gc_paused():
             result = self._refresh(table, list(batch_ids) if batch_ids is not None else None)
         result = _with_seconds(result, time.monotonic() - started)
         if result.manifest is not None:
@@ -279,7 +283,7 @@ class MirrorRefresher:
     def _refresh(self, table: TableId, batch_ids: list[int] | None) -> MirrorRefresh:
         name = str(table)
         view = self._views.pop(name) if name in self._views else self.store.mirror_view(name)
-        old = read_manifest(self.root, table)
+        old = self._manifests.read(self.root, table)
         if view is None:
             planned = str(table) in self.store.tables()
             return MirrorRefresh(
@@ -314,7 +318,7 @@ class MirrorRefresher:
         position, exact = _stream_position(old, new_batches, changes.latest_position, view)
         manifest = build.manifest(entries, batches.through, position, exact, vectors)
         if rewritten or old is None or _header_changed(old, manifest):
-            write_manifest(self.root, table, manifest)
+            self._manifests.write(self.root, table, manifest)
             self._delta(table).sync(manifest, build.data_schema)  # after the manifest: readers never see less
             # nothing is deleted here: readers of older versions (Delta time travel, an older manifest) keep
             # their files until garbage collection (``lake.gc``) finds them unreferenced past the retention
