@@ -48,7 +48,11 @@ from airflow_provider_mysqlcdc.engine.model.positions import BinlogPosition
 from airflow_provider_mysqlcdc.engine.model.tables import TableId
 
 MIRROR_FORMAT = "mysqlcdc-mirror"
-MIRROR_FORMAT_VERSION = 2  # 2: chunk parts and deletion vectors (``mirror_updates=deletion_vectors``)
+# 2: chunk parts and deletion vectors (``mirror_updates=deletion_vectors``), files named by path; 3: the
+# same, with chunks naming files by their position in ``files`` (a release that reads 2 must refuse 3, never
+# read a position as a path). This release writes 3 and reads 1-3.
+MIRROR_FORMAT_VERSION = 3
+PATHS_FORMAT_VERSION = 2
 PLAIN_FORMAT_VERSION = 1  # what a manifest without deletion vectors is written as (as before they existed)
 
 
@@ -225,7 +229,7 @@ class MirrorManifest:
         if data.get("format") != MIRROR_FORMAT:
             raise CdcError(f"not a mysqlcdc mirror manifest (format {data.get('format')!r})")
         version = data.get("format_version")
-        if version not in (PLAIN_FORMAT_VERSION, MIRROR_FORMAT_VERSION):
+        if version not in (PLAIN_FORMAT_VERSION, PATHS_FORMAT_VERSION, MIRROR_FORMAT_VERSION):
             raise CdcError(
                 f"mirror manifest format version {version!r} is not supported (this release reads "
                 f"{MIRROR_FORMAT_VERSION}): upgrade the provider"
