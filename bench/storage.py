@@ -56,6 +56,7 @@ TRIGGER = "processing-time=5 seconds"
 MODES = ("rewrite", "deletion_vectors")
 MAX_BATCH = 50  # transactions per writer round trip when behind schedule
 SCRIPT = Path(__file__)
+MAX_RESTARTS = 5  # a stream that dies (a Python worker timing out on a loaded machine) is restarted
 
 
 # --- children -----------------------------------------------------------------------------------------------
@@ -282,6 +283,7 @@ class ModeRun:
     samples: list[Sample] = field(default_factory=list)
     batches: int = 0
     gc: str = ""
+    restarts: int = 0
     reclaimable: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def sample(self, at: float) -> Sample:
@@ -370,8 +372,15 @@ def run_section(work: Path, *, minutes: float, modes: list[str], rate: int, samp
             next_sample = begin + sample_s
             while (now := time.monotonic()) < end:
                 for r in runs:
-                    if r.proc.poll() is not None:
-                        raise RuntimeError(f"the {r.mode} stream exited with {r.proc.returncode}")
+                    if r.proc.poll() is not None:  # restarted from its checkpoint, as a supervisor would
+                        r.restarts += 1
+                        if r.restarts > MAX_RESTARTS:
+                            raise RuntimeError(f"the {r.mode} stream exited with {r.proc.returncode} "
+                                               f"{r.restarts} times")
+                        say(f"storage: the {r.mode} stream exited with {r.proc.returncode}; restarting it "
+                            "from its checkpoint")
+                        Path(r.cfg["ready"]).unlink(missing_ok=True)
+                        r.proc, r.cfg = spawn("--stream", r.cfg, run_dir, f"stream-{r.mode}", script=SCRIPT)
                 if writer.poll() is not None:
                     raise RuntimeError(f"the writer exited with {writer.returncode}")
                 if now >= next_sample:
@@ -442,13 +451,13 @@ def figures(runs: list[ModeRun], innodb: int, parquet: int, minutes: float, rate
             baseline_what="the source tables: data_length + index_length (information_schema)",
             baseline=innodb / 1e6, baseline_detail=f"plain Parquet export {mb(parquet)}",
             higher_is_better=False, short=f"storage {r.mode}",
-            note=f"{r.batches} batches; by area: {by_area}; Spark checkpoint (not under the output) "
+            note=f"{r.batches} batches (the last stream run's), {r.restarts} stream restart(s); by area: {by_area}; Spark checkpoint (not under the output) "
                  f"{mb(last.checkpoint[0])} / {last.checkpoint[1]:,} files; {r.gc}; GC would delete at the end (dry "
                  "runs): " + ", ".join(f"retention {k}: {mb(b)} / {n:,} files" for k, (b, n) in r.reclaimable.items())))
         notes.append(f"storage {r.mode}: per minute (MB / files): " + ", ".join(
             f"{s.at / 60:.0f}: {s.total[0] / 1e6:.1f}/{s.total[1]}" for s in r.samples))
     data = {"innodb": innodb, "parquet": parquet, "minutes": minutes, "rate": rate, "written": written,
-            "runs": [{"mode": r.mode, "batches": r.batches, "gc": r.gc, "reclaimable": r.reclaimable,
+            "runs": [{"mode": r.mode, "batches": r.batches, "gc": r.gc, "restarts": r.restarts, "reclaimable": r.reclaimable,
                       "samples": [{"at": s.at, "areas": s.areas, "checkpoint": s.checkpoint} for s in r.samples]}
                      for r in runs]}
     return out, notes, data
