@@ -3,8 +3,8 @@ write load, with garbage collection as a user gets it, against the size of the s
 
 As a new user would run it (issue 38: 25 minutes over three small tables left 77 MB in 3,535 files): a
 throwaway MariaDB with the binlog on; three small tables in ``bench`` (``orders``, ``customers``, ``items``,
-about 5 MB together); ``mysqlcdc plan`` and ``mysqlcdc snapshot`` (the CLI, default chunk size, the chunk store
-at its default place ``<output>/_mysqlcdc_chunks.db``); then the stream as ``mysqlcdc stream --interval
+about 5 MB together); ``mysqlcdc plan`` and ``mysqlcdc snapshot`` (the CLI, default chunk size, the chunk
+store at its default place ``<output>/_mysqlcdc_chunks.db``); then the stream as ``mysqlcdc stream --interval
 "5 seconds"`` runs it (``start_stream`` with the ``mirror_refresh`` hook, in its own driver process,
 ``local[2]``), its GC settings left at their defaults: the stream runs GC itself after a batch, at most every
 ``gc_interval_minutes`` (60), deleting what stopped being needed more than ``gc_retention`` ago (the package
@@ -126,7 +126,8 @@ def writer_child(cfg: dict[str, Any]) -> int:
                         f"WHERE id = {int(rng.integers(lo, hi))}")
                 elif x < 0.75:
                     statements.append(
-                        f"INSERT INTO orders (id, customer_id, status, amount, note, created, updated) VALUES "
+                        "INSERT INTO orders (id, customer_id, status, amount, note, created, updated) "
+                        "VALUES "
                         f"({hi}, {int(rng.integers(1, SEED['customers'] + 1))}, 0, "
                         f"{rng.integers(100, 1_000_000) / 100:.2f}, 'order {hi} new', NOW(6), NOW(6))")
                     hi += 1
@@ -135,7 +136,8 @@ def writer_child(cfg: dict[str, Any]) -> int:
                     lo += 1
                 elif x < 0.97:
                     statements.append(
-                        f"UPDATE customers SET points = points + {int(rng.integers(1, 50))}, updated = NOW(6) "
+                        f"UPDATE customers SET points = points + {int(rng.integers(1, 50))}, "
+                        "updated = NOW(6) "
                         f"WHERE id = {int(rng.integers(1, SEED['customers'] + 1))}")
                 else:
                     statements.append(
@@ -154,7 +156,8 @@ def writer_child(cfg: dict[str, Any]) -> int:
 # --- measuring ----------------------------------------------------------------------------------------------
 
 AREAS = ("changelog data", "changelog markers", "changelog _delta_log", "mirror data", "mirror overlays",
-         "deletion vectors", "mirror _delta_log", "mirror manifest", "snapshot", "root (chunk store, progress)",
+         "deletion vectors", "mirror _delta_log", "mirror manifest", "snapshot",
+         "root (chunk store, progress)",
          "other")
 
 
@@ -228,21 +231,27 @@ def load_tables(server: Any) -> None:
     with server.admin() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {DATABASE}")
         cur.execute(f"USE {DATABASE}")
-        cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT NOT NULL, status TINYINT NOT "
+        cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, customer_id INT NOT NULL, "
+                    "status TINYINT NOT "
                     "NULL, amount DECIMAL(12,2) NOT NULL, note VARCHAR(64) NOT NULL, created DATETIME(6) NOT "
                     "NULL, updated DATETIME(6) NOT NULL, KEY (customer_id))")
-        cur.execute("CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, email VARCHAR(96) "
+        cur.execute("CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, "
+                    "email VARCHAR(96) "
                     "NOT NULL, city VARCHAR(32) NOT NULL, points INT NOT NULL, updated DATETIME(6) NOT NULL)")
-        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, sku CHAR(12) NOT NULL, title VARCHAR(96) NOT NULL, "
+        cur.execute("CREATE TABLE items (id INT PRIMARY KEY, sku CHAR(12) NOT NULL, "
+                    "title VARCHAR(96) NOT NULL, "
                     "price DECIMAL(10,2) NOT NULL, stock INT NOT NULL, updated DATETIME(6) NOT NULL)")
-        cur.execute(f"INSERT INTO orders SELECT seq, 1 + seq % {SEED['customers']}, seq % 6, (seq * 37 % 100000) "
+        cur.execute(f"INSERT INTO orders SELECT seq, 1 + seq % {SEED['customers']}, seq % 6, "
+                    "(seq * 37 % 100000) "
                     f"/ 100, CONCAT('order ', seq, ' ', MD5(seq)), NOW(6), NOW(6) "
                     f"FROM seq_1_to_{SEED['orders']}")
         cur.execute(f"INSERT INTO customers SELECT seq, CONCAT('customer ', seq), CONCAT('c', seq, "
-                    f"'@example.com'), ELT(1 + seq % 5, 'Berlin', 'Paris', 'Lisbon', 'Oslo', 'Rome'), seq % 1000, "
+                    "'@example.com'), ELT(1 + seq % 5, 'Berlin', 'Paris', 'Lisbon', 'Oslo', 'Rome'), "
+                    "seq % 1000, "
                     f"NOW(6) FROM seq_1_to_{SEED['customers']}")
         cur.execute(f"INSERT INTO items SELECT seq, LPAD(seq, 12, '0'), CONCAT('item ', seq, ' ', MD5(seq), "
-                    f"MD5(seq * 7)), (seq * 13 % 100000) / 100, seq % 1000, NOW(6) FROM seq_1_to_{SEED['items']}")
+                    "MD5(seq * 7)), (seq * 13 % 100000) / 100, seq % 1000, NOW(6) "
+                    f"FROM seq_1_to_{SEED['items']}")
 
 
 def source_sizes(server: Any, work: Path) -> tuple[int, int]:
@@ -255,7 +264,8 @@ def source_sizes(server: Any, work: Path) -> tuple[int, int]:
             cur.execute(f"ANALYZE TABLE `{DATABASE}`.`{t}`")
             cur.fetchall()
         cur.execute("SELECT SUM(data_length + index_length) FROM information_schema.tables "
-                    f"WHERE table_schema = '{DATABASE}' AND table_name IN ({', '.join(repr(t) for t in TABLES)})")
+                    f"WHERE table_schema = '{DATABASE}' "
+                    f"AND table_name IN ({', '.join(repr(t) for t in TABLES)})")
         innodb = int(cur.fetchone()[0])
         parquet = 0
         for t in TABLES:
@@ -294,8 +304,8 @@ class ModeRun:
 
 def reclaimable(output: str) -> dict[str, tuple[int, int]]:
     """What GC would delete at the end (dry runs, nothing deleted): with a ``15m`` retention (the grace, the
-    shortest a user can set), and with no retention and no grace at all (everything superseded: what is left is
-    the live set, the floor no retention goes below)."""
+    shortest a user can set), and with no retention and no grace at all (everything superseded: what is left
+    is the live set, the floor no retention goes below)."""
     from datetime import timedelta
 
     from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
@@ -338,7 +348,8 @@ def run_section(work: Path, *, minutes: float, modes: list[str], rate: int, samp
         urls = {}
         for i, mode in enumerate(modes):
             # each stream a server_id range of its own (two streams on one server must not share one)
-            urls[mode] = url = f"{base_url}{'&' if '?' in base_url else '?'}server_id={5400 + 100 * i}-{5499 + 100 * i}"
+            ids = f"server_id={5400 + 100 * i}-{5499 + 100 * i}"
+            urls[mode] = url = f"{base_url}{'&' if '?' in base_url else '?'}{ids}"
             out = run_dir / f"out-{mode}"
             store = out / "_mysqlcdc_chunks.db"
             out.mkdir()
@@ -351,10 +362,12 @@ def run_section(work: Path, *, minutes: float, modes: list[str], rate: int, samp
             runs.append(ModeRun(mode, str(out), str(run_dir / f"checkpoint-{mode}")))
         for i, r in enumerate(runs):
             r.proc, r.cfg = spawn("--stream", {
-                **setup.child_config(2), "master": master, "mysql_url": urls[r.mode], "password_file": str(pw),
+                **setup.child_config(2), "master": master, "mysql_url": urls[r.mode],
+                "password_file": str(pw),
                 "store": str(Path(r.output) / "_mysqlcdc_chunks.db"), "output": r.output,
                 "checkpoint": r.checkpoint, "mode": r.mode, "slot": 0, "stop": str(run_dir / "stop"),
-                "progress": str(run_dir / f"progress-{r.mode}.json")}, run_dir, f"stream-{r.mode}", script=SCRIPT)
+                "progress": str(run_dir / f"progress-{r.mode}.json")}, run_dir, f"stream-{r.mode}",
+                script=SCRIPT)
         writer = None
         try:
             for r in runs:
@@ -395,8 +408,8 @@ def run_section(work: Path, *, minutes: float, modes: list[str], rate: int, samp
             stop(writer, timeout=60)
             written = json.loads(Path(writer_cfg["result"]).read_text())
             say(f"storage: the writer made {written['transactions']:,} transactions in "
-                f"{written['seconds']:.0f}s ({written['transactions'] / written['seconds']:,.0f}/s); waiting for "
-                "the mirrors to show them ...")
+                f"{written['seconds']:.0f}s ({written['transactions'] / written['seconds']:,.0f}/s); "
+                "waiting for the mirrors to show them ...")
             ids = [TableId(DATABASE, t) for t in TABLES]
             for r in runs:
                 deadline = time.monotonic() + 300
@@ -446,19 +459,22 @@ def figures(runs: list[ModeRun], innodb: int, parquet: int, minutes: float, rate
         out.append(Figure(
             "storage", f"output after {minutes:g} min of 5 s batches, `mirror_updates={r.mode}`, default GC "
             f"({achieved:,.0f} single-row tx/s)", size / 1e6, "MB",
-            detail=f"{files:,} files; x{size / innodb:.2f} the tables' InnoDB size, x{size / parquet:.2f} their "
-                   f"Parquet export",
+            detail=f"{files:,} files; x{size / innodb:.2f} the tables' InnoDB size, "
+                   f"x{size / parquet:.2f} their Parquet export",
             baseline_what="the source tables: data_length + index_length (information_schema)",
             baseline=innodb / 1e6, baseline_detail=f"plain Parquet export {mb(parquet)}",
             higher_is_better=False, short=f"storage {r.mode}",
-            note=f"{r.batches} batches (the last stream run's), {r.restarts} stream restart(s); by area: {by_area}; Spark checkpoint (not under the output) "
-                 f"{mb(last.checkpoint[0])} / {last.checkpoint[1]:,} files; {r.gc}; GC would delete at the end (dry "
-                 "runs): " + ", ".join(f"retention {k}: {mb(b)} / {n:,} files" for k, (b, n) in r.reclaimable.items())))
+            note=f"{r.batches} batches (the last stream run's), {r.restarts} stream restart(s); by area: "
+                 f"{by_area}; Spark checkpoint (not under the output) {mb(last.checkpoint[0])} / "
+                 f"{last.checkpoint[1]:,} files; {r.gc}; GC would delete at the end (dry runs): "
+                 + ", ".join(f"retention {k}: {mb(b)} / {n:,} files" for k, (b, n) in r.reclaimable.items())))
         notes.append(f"storage {r.mode}: per minute (MB / files): " + ", ".join(
             f"{s.at / 60:.0f}: {s.total[0] / 1e6:.1f}/{s.total[1]}" for s in r.samples))
     data = {"innodb": innodb, "parquet": parquet, "minutes": minutes, "rate": rate, "written": written,
-            "runs": [{"mode": r.mode, "batches": r.batches, "gc": r.gc, "restarts": r.restarts, "reclaimable": r.reclaimable,
-                      "samples": [{"at": s.at, "areas": s.areas, "checkpoint": s.checkpoint} for s in r.samples]}
+            "runs": [{"mode": r.mode, "batches": r.batches, "gc": r.gc, "restarts": r.restarts,
+                      "reclaimable": r.reclaimable,
+                      "samples": [{"at": s.at, "areas": s.areas, "checkpoint": s.checkpoint}
+                                  for s in r.samples]}
                      for r in runs]}
     return out, notes, data
 
@@ -482,8 +498,7 @@ def table_text(runs_data: dict[str, Any]) -> str:
         totals.append(f"**{mb(size)} / {files:,}** (x{size / runs_data['innodb']:.2f} InnoDB, "
                       f"x{size / runs_data['parquet']:.2f} Parquet)")
     lines.append("| total | " + " | ".join(totals) + " |")
-    for case in lasts_reclaim(runs_data):
-        lines.append(case)
+    lines.extend(lasts_reclaim(runs_data))
     lines.append("| Spark checkpoint | " + " | ".join(f"{mb(s['checkpoint'][0])} / {s['checkpoint'][1]:,}"
                                                      for s in lasts) + " |")
     return "\n".join(lines)

@@ -38,10 +38,10 @@ section an Oracle MySQL too):
    files, changelog commit, mirror refresh hook), the tables' commits at once and one after another; the
    stream filter per event at 100,000 chunks vs 1,000; a Delta changelog and mirror commit at 100,000
    versions vs the first 100 (``bench/many_tables.py``, ``bench/delta_log_bench.py``);
-10. ``storage``: the output's size after ``--storage-minutes`` (30; ``--quick``: 2) of continuous 5 s batches
-   of ``mysqlcdc stream`` over three small tables under a steady single-row write load, GC at its defaults, per
-   mirror mode (``rewrite``, ``deletion_vectors``, side by side), by area, vs the source tables' size
-   (``bench/storage.py``).
+10. ``storage``: the output's size after ``--storage-minutes`` (30; ``--quick``: 2) of continuous 5 s
+   batches of ``mysqlcdc stream`` over three small tables under a steady single-row write load, GC at its
+   defaults, per mirror mode (``rewrite``, ``deletion_vectors``, side by side), by area, vs the source
+   tables' size (``bench/storage.py``).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
