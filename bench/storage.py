@@ -9,7 +9,8 @@ store at its default place ``<output>/_mysqlcdc_chunks.db``); then the stream as
 ``local[2]``), its GC settings left at their defaults: the stream runs GC itself after a batch, at most every
 ``gc_interval_minutes`` (60), deleting what stopped being needed more than ``gc_retention`` ago (the package
 default). One stream per mirror mode (``--storage-modes``: ``rewrite``, ``deletion_vectors``), each with its
-own output, chunk store and checkpoint, side by side on the same server and the same load.
+own output, chunk store and checkpoint, side by side on the same server and the same load. An experiment:
+``deletion_vectors@R`` runs that mode with the compaction ratio ``R`` instead of the package's (0.25).
 
 The load: a writer of ``--storage-rate`` single-row autocommit transactions/s (default 200) on a fixed
 schedule: 60% updates of random live orders, 15% inserts of new orders, 15% deletes of the oldest order (so
@@ -67,11 +68,23 @@ def stream_child(cfg: dict[str, Any]) -> int:
     file appears (``cli/stream.py``'s ``cmd_stream``, with a stop file instead of Ctrl-C)."""
     from airflow_provider_mysqlcdc.spark.stream.job import StreamConfig, mirror_refresh, start_stream
 
+    mode, _, ratio = cfg["mode"].partition("@")
+    if ratio:  # an experiment: the deletion-vector mode's compaction threshold (no setting of the package)
+        from airflow_provider_mysqlcdc.engine.lake.mirror_dv_refresh import Compaction
+        from airflow_provider_mysqlcdc.engine.lake.mirror_refresh import MirrorRefresher
+
+        init = MirrorRefresher.__init__
+
+        def with_ratio(self: Any, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("compaction", Compaction(ratio=float(ratio)))
+            init(self, *args, **kwargs)
+
+        MirrorRefresher.__init__ = with_ratio  # type: ignore[method-assign]
     spark = child_session(cfg, f"mysqlcdc storage bench {cfg['mode']}")
     config = StreamConfig(
         mysql_url=cfg["mysql_url"], tables=tuple(f"{DATABASE}.{t}" for t in TABLES), chunk_store=cfg["store"],
         output=cfg["output"], checkpoint=cfg["checkpoint"], password_file=cfg["password_file"],
-        trigger=TRIGGER, server_id_slot=cfg["slot"], mirror_updates=cfg["mode"],
+        trigger=TRIGGER, server_id_slot=cfg["slot"], mirror_updates=mode,
     )
     batches: list[dict[str, Any]] = []
     stop_file = Path(cfg["stop"])
@@ -524,7 +537,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true", help="2 minutes")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="one stream each; deletion_vectors@R: with compaction ratio R (an experiment)")
     parser.add_argument("--rate", type=int, default=200, help="single-row transactions/s")
     parser.add_argument("--sample", type=float, default=60.0, help="seconds between samples")
     parser.add_argument("--seed", type=int, default=38)
