@@ -477,7 +477,8 @@ def figures(runs: list[ModeRun], innodb: int, parquet: int, minutes: float, rate
             baseline_what="the source tables: data_length + index_length (information_schema)",
             baseline=innodb / 1e6, baseline_detail=f"plain Parquet export {mb(parquet)}",
             higher_is_better=False, short=f"storage {r.mode}",
-            note=f"{r.batches} batches (the last stream run's), {r.restarts} stream restart(s); by area: "
+            note=f"target: within 3x the source (issue 38); {r.batches} batches (the last stream run's), "
+                 f"{r.restarts} stream restart(s); by area: "
                  f"{by_area}; Spark checkpoint (not under the output) {mb(last.checkpoint[0])} / "
                  f"{last.checkpoint[1]:,} files; {r.gc}; GC would delete at the end (dry runs): "
                  + ", ".join(f"retention {k}: {mb(b)} / {n:,} files" for k, (b, n) in r.reclaimable.items())))
