@@ -52,6 +52,7 @@ SECTION_TITLES = {
     "verify": "8. Verify",
     "verify-cpu": "8. Verify: source CPU",
     "tables": "9. Many tables",
+    "storage": "10. Storage after streaming",
 }
 
 

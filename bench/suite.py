@@ -39,7 +39,11 @@ section an Oracle MySQL too):
    many quiet tables, each vs the same over one table (the engine's driver side: open the stream, read,
    files, changelog commit, mirror refresh hook), the tables' commits at once and one after another; the
    stream filter per event at 100,000 chunks vs 1,000; a Delta changelog and mirror commit at 100,000
-   versions vs the first 100 (``bench/many_tables.py``, ``bench/delta_log_bench.py``).
+   versions vs the first 100 (``bench/many_tables.py``, ``bench/delta_log_bench.py``);
+10. ``storage``: the output's size after ``--storage-minutes`` (30; ``--quick``: 2) of continuous 5 s
+   batches of ``mysqlcdc stream`` over three small tables under a steady single-row write load, GC at its
+   defaults, per mirror mode (``rewrite``, ``deletion_vectors``, side by side), by area, vs the source
+   tables' size (``bench/storage.py``).
 
 Spark runs on a standalone cluster started here (n executors of one core) unless ``--spark local`` (or the
 cluster does not start: then local[n], said in the table). Prints the table and writes it to
@@ -73,12 +77,14 @@ import planning
 import snapshot_bench
 import snapshot_cases
 import snapshot_mysql
+import storage
 import verify_bench
 from cpu import Measure, cpu_model, measure, os_name, settle
 from report import Figure, Report, chart, markdown
 from spark_runs import SparkSetup, say
 
-SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag", "verify", "tables")
+SECTIONS = ("snapshot", "planning", "catchup", "latency", "memory", "mirror", "dag", "verify", "tables",
+            "storage")
 SPARK_SECTIONS = ("snapshot", "catchup", "latency")
 MiB = 2**20
 
@@ -121,6 +127,8 @@ SIZES: dict[str, tuple[Any, Any]] = {
     "filter_chunks": (100_000, 100_000),
     "filter_events": (50_000, 10_000),
     "delta_versions": (100_000, 2_000),
+    "storage_minutes": (30.0, 2.0),
+    "storage_rate": (200, 200),
 }
 
 
@@ -201,6 +209,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     sizes.add_argument("--filter-chunks", type=int, help="chunks of the stream filter's table (100000)")
     sizes.add_argument("--filter-events", type=int, help="events through the stream filter (50000)")
     sizes.add_argument("--delta-versions", type=int, help="Delta changelog, mirror commits in a row (100000)")
+    sizes.add_argument("--storage-minutes", type=float,
+                       help="minutes of continuous 5 s batches under the write load (30)")
+    sizes.add_argument("--storage-rate", type=int, help="single-row transactions/s of that load (200)")
+    sizes.add_argument("--storage-modes", default="rewrite,deletion_vectors",
+                       help="mirror modes, one stream each, side by side (rewrite,deletion_vectors)")
     args = parser.parse_args(argv)
     for name, (full, quick) in SIZES.items():
         if getattr(args, name) is None:
@@ -330,6 +343,13 @@ def mirror_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], 
                                     rewrite_batches=args.mirror_rewrite_batches)
 
 
+def storage_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], list[str]]:
+    modes = [m.strip() for m in str(args.storage_modes).split(",") if m.strip()]
+    figures, notes, data = storage.run_section(work, minutes=args.storage_minutes, modes=modes,
+                                               rate=args.storage_rate, seed=args.seed)
+    return figures, [*notes, "storage by area (MB / files):\n\n" + storage.table_text(data)]
+
+
 def tables_section(args: argparse.Namespace, work: Path) -> tuple[list[Figure], list[str]]:
     return many_tables.run_section(
         work, sizes=[int(n) for n in str(args.tables_sizes).split(",")], changes=args.tables_changes,
@@ -448,6 +468,8 @@ def run(args: argparse.Namespace) -> Report:
         if "mirror" in args.sections:
             # not work / "mirror": a "/mirror/" in the output root's path confuses the Delta checks
             attempt("mirror", work / "refresh", lambda: mirror_section(args, work / "refresh"))
+        if "storage" in args.sections:
+            attempt("storage", work / "storage-run", lambda: storage_section(args, work / "storage-run"))
         if "dag" in args.sections:
             attempt("dag", work / "dag", lambda: dag_snapshot.run_section(
                 work / "dag", tables=args.dag_tables, rows=str(args.dag_rows),

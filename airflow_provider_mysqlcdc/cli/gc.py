@@ -34,6 +34,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--retention", default=DEFAULT_RETENTION, type=checked(arguments.retention),
                         help="keep what stopped being needed less than this long ago: 72h, 3d, 30m "
                         "(default %(default)s; never below the 15 minute grace)")
+    parser.add_argument("--mirror-retention", default=None, type=checked(arguments.retention),
+                        help="superseded mirror files: default 1h while --retention is left at its default, "
+                        "else --retention; never below the mirror's Delta log retention plus the grace")
     parser.add_argument("--table", action="append", dest="tables", metavar="DB.TABLE",
                         type=checked(arguments.table_name), help="only this table (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
@@ -49,7 +52,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise exc.named("--chunk-store") from None
     tables = None if args.tables is None else [TablePattern.parse(t).exact for t in args.tables]
     with ChunkStore(url) as store:
-        run = collect_garbage(args.output, store, Retention.parse(args.retention), dry_run=args.dry_run,
+        run = collect_garbage(args.output, store, Retention.settings(args.retention, args.mirror_retention),
+                              dry_run=args.dry_run,
                               tables=tables)
     report = None if args.dry_run else read_gc_report(args.output)
     if args.json:

@@ -87,6 +87,11 @@ def add_stream_arguments(parser: argparse.ArgumentParser, *, local_files: bool =
                         help="garbage collection deletes superseded snapshot versions, killed attempts' "
                         "files and old mirror files this long after they stopped being needed: 72h, 3d, "
                         "30m (default %(default)s; never below a 15 minute grace)")
+    parser.add_argument("--gc-mirror-retention", default=None, type=checked(arguments.retention),
+                        help="mirror files a batch superseded are deleted this long after (Delta time travel "
+                        "and queries that opened an older version need them): default 1h while "
+                        "--gc-retention is left at its default, else --gc-retention; never below the "
+                        "mirror's Delta log retention plus the 15 minute grace")
     parser.add_argument("--mirror-updates", default="rewrite", type=checked(arguments.mirror_updates),
                         help="how a batch updates the mirror: rewrite (each chunk it touches, default) or "
                         "deletion_vectors (its changed rows plus Delta deletion vectors; readers: "
@@ -136,6 +141,7 @@ def stream_config(args: argparse.Namespace, *, trigger: str, **extra: Any) -> St
         break_lock=args.break_lock,
         exclude_columns=parse_exclude_columns(args.exclude_columns or []),
         gc_retention=args.gc_retention,
+        gc_mirror_retention=args.gc_mirror_retention,
         gc_interval_minutes=args.gc_interval_minutes,
         mirror_updates=args.mirror_updates,
         **extra,

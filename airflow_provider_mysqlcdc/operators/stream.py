@@ -86,6 +86,7 @@ _CHECKS = {
     "catchup_partition_bytes": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_BATCH_BYTES),
     "rows_per_read": optional(arguments.whole_number, minimum=1, maximum=arguments.MAX_ROWS_PER_READ),
     "gc_retention": optional(arguments.retention),
+    "gc_mirror_retention": optional(arguments.retention),
     "gc_interval_minutes": optional(arguments.gc_interval_minutes),
     "mirror_updates": optional(arguments.mirror_updates),
     **SOURCE_LIMIT_CHECKS,
@@ -125,7 +126,11 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
     :param query_timeout: as for the snapshot operator (default 600 s; 0: none).
     :param gc_retention: garbage collection deletes superseded snapshot versions, killed attempts' files and
         old mirror files (Delta VACUUM) this long after they stopped being needed: ``72h``, ``3d``, ``30m``
-        (default ``3d``; never below a 15 minute grace). Delta time travel on the mirror reaches this far.
+        (default ``3d``; never below a 15 minute grace).
+    :param gc_mirror_retention: mirror files a batch superseded are deleted this long after (default
+        ``1h`` while ``gc_retention`` is left at its default, else ``gc_retention``; never below the mirror's
+        Delta log retention, 10 minutes, plus the grace): Delta time travel and queries that opened an older
+        mirror version have that long.
     :param gc_interval_minutes: the stream runs garbage collection after a batch at most every this many
         minutes (default 60; 0: never, e.g. when ``mysqlcdc gc`` runs on a schedule instead).
     :param mirror_updates: how a batch updates the mirror: ``rewrite`` (default: each chunk it touches is
@@ -145,7 +150,7 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         "trigger", "exclude_columns", "max_bytes_per_batch", "skip_if_running", "reconnect_timeout",
         "startup_mode", "resnapshot", "catchup_partitions", "catchup_partition_bytes", "rows_per_read",
         "max_concurrent_reads", "rows_per_second", "query_timeout", "gc_retention", "gc_interval_minutes",
-        "mirror_updates",
+        "mirror_updates", "gc_mirror_retention",
     )
     ui_color = "#e6f5ea"
     # seconds between two looks of the task's metrics watcher (Airflow metrics on; ``metrics/stream_watcher``)
@@ -174,6 +179,7 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         rows_per_second: float | str | None = None,
         query_timeout: float | str | None = None,
         gc_retention: str | None = None,
+        gc_mirror_retention: str | None = None,
         gc_interval_minutes: float | str | None = None,
         mirror_updates: str | None = None,
         application: str | None = None,
@@ -206,6 +212,8 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
         self.query_timeout = query_timeout
         # garbage is deleted this long after no reader needs it (default 3d)
         self.gc_retention = gc_retention
+        # superseded mirror files (default 1h while gc_retention is left at its default)
+        self.gc_mirror_retention = gc_mirror_retention
         # GC after a batch at most this often (default 60; 0 off)
         self.gc_interval_minutes = gc_interval_minutes
         # rewrite (default) or deletion_vectors
@@ -264,6 +272,7 @@ class MySqlCdcStreamOperator(ReportsLineage, SparkAppMixin, SparkSubmitOperator)
                            ("--rows-per-second", "rows_per_second"),
                            ("--query-timeout", "query_timeout"),
                            ("--gc-retention", "gc_retention"),
+                           ("--gc-mirror-retention", "gc_mirror_retention"),
                            ("--gc-interval-minutes", "gc_interval_minutes"),
                            ("--mirror-updates", "mirror_updates")):
             if args[name] is not None:

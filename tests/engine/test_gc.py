@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 
 from airflow_provider_mysqlcdc.cli.main import main as cli_main
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+from airflow_provider_mysqlcdc.engine.common.environment import DELTA_LOG_RETENTION_ENV
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError, ConfigurationError
 from airflow_provider_mysqlcdc.engine.lake.changelog import committed_batch_ids, read_batch
 from airflow_provider_mysqlcdc.engine.lake.changelog_reader import read_changelog
@@ -38,6 +39,7 @@ from airflow_provider_mysqlcdc.engine.lake.gc import collector
 from airflow_provider_mysqlcdc.engine.lake.gc.collector import PeriodicGc, collect_garbage
 from airflow_provider_mysqlcdc.engine.lake.gc.report import read_gc_report
 from airflow_provider_mysqlcdc.engine.lake.gc.retention import (
+    DEFAULT_MIRROR_RETENTION,
     MIN_GRACE,
     Retention,
     duration_text,
@@ -84,6 +86,30 @@ def test_the_grace_wins_over_a_lower_retention():
     assert Retention.parse("1m").cutoff(now) == (now - MIN_GRACE).timestamp()
     assert "grace" in Retention.parse("1m").describe() and Retention.parse("72h").describe() == "3d"
     assert duration_text(parse_duration("90m")) == "90m"
+
+
+def test_superseded_mirror_files_keep_an_hour_unless_a_retention_is_set():
+    """The default keeps superseded mirror files 1h (time travel reaches 10 minutes); a retention the user
+    set applies to them as before; their own setting wins; the log horizon plus the grace is the floor."""
+    assert DEFAULT_MIRROR_RETENTION == "1h"
+    hour = timedelta(hours=1)
+    assert Retention.settings(None) == Retention(3 * DAY, MIN_GRACE, hour)
+    assert Retention.settings("3d").mirror == hour and Retention.settings("72h").mirror == hour
+    assert Retention.settings("7d").mirror == 7 * DAY  # raised for long readers: the mirror's files too
+    assert Retention.settings("30m").mirror == timedelta(minutes=30)
+    assert Retention.settings("7d", "2h").mirror == 2 * hour
+    assert (Retention.settings(None).describe(), Retention.settings(None).describe_mirror()) == ("3d", "1h")
+    assert Retention.settings(None, "1m").describe_mirror() == "15m"  # the grace
+    assert Retention.settings("7d").describe_mirror() is None
+    assert Retention.parse("3d").mirror is None  # the API as before: one retention for every kind
+    now = datetime(2026, 11, 28, 20, 0, tzinfo=UTC)
+    ten = timedelta(minutes=10)
+    assert Retention.settings(None).mirror_cutoff(now, ten) == (now - hour).timestamp()
+    assert Retention.settings(None, "1m").mirror_cutoff(now, ten) == (now - ten - MIN_GRACE).timestamp()
+    assert Retention.settings(None).mirror_cutoff(now, 3 * hour) == (now - 3 * hour - MIN_GRACE).timestamp()
+    assert Retention.parse("3d").mirror_cutoff(now, 3 * hour) == Retention.parse("3d").cutoff(now)
+    with pytest.raises(ConfigurationError, match="mirror retention"):
+        Retention.settings(None, "soon")
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
@@ -309,6 +335,61 @@ def test_gc_deletes_each_kind_once_older_than_the_retention_and_keeps_what_reade
     status = collect_status(pipe.store, pipe.root)
     assert status.gc is not None and "garbage collection" in status.render()
     assert status.as_dict()["gc"]["totals"]["files"] == report.total.files
+
+
+def test_superseded_mirror_files_go_after_the_mirror_retention_never_inside_the_time_travel_horizon(
+    mysql_server, mysql_db, tmp_path, monkeypatch
+):
+    """The defaults: superseded mirror files go an hour after they were superseded while a rerun's snapshot
+    version stays its 3 days; the current version reads the same; a mirror whose Delta log keeps 3 hours
+    (time travel reaches that far) keeps them 3 hours and the grace."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pipe, plan, refresher = _streaming_table(mysql_server, mysql_db, tmp_path / "a", "hot", rows=300)
+    monkeypatch.setenv(DELTA_LOG_RETENTION_ENV, "3h")
+    long_pipe, long_plan, long_refresher = _streaming_table(mysql_server, mysql_db, tmp_path / "b", "kept",
+                                                            rows=300)
+    for step in range(3):
+        _sql(mysql_server, mysql_db, f"UPDATE hot SET v = v + 1 WHERE id IN (5, 150, {250 + step})",
+             f"UPDATE kept SET v = v + 1 WHERE id IN (5, 150, {250 + step})")
+        refresher.refresh(plan.table, [_batch(pipe, plan.table)])
+        long_refresher.refresh(long_plan.table, [_batch(long_pipe, long_plan.table)])
+    pipe.snapshot(plan, plan.chunks[1].chunk_id)  # a rerun: the chunk's previous snapshot version is garbage
+    refresher.refresh(plan.table)
+    superseded_snapshots = _snapshot_version_dirs(pipe.root, plan.table) - _current_snapshot_dirs(
+        pipe, plan.table, plan.generation)
+    assert len(superseded_snapshots) == 1
+    real_now = time.time()
+
+    def gc(p: LayoutPipeline, after: timedelta):
+        run = collect_garbage(p.root, p.store, Retention.settings(None),
+                              now=datetime.fromtimestamp(real_now, UTC) + after)
+        assert not run.errors, run.errors
+        return run
+
+    for p, table in ((pipe, plan.table), (long_pipe, long_plan.table)):
+        current = {f.split("mirror/", 1)[1] for f in read_manifest(p.root, table).files}
+        assert _mirror_files_on_disk(p.root, table) - current  # the refreshes superseded mirror files
+        assert gc(p, timedelta(minutes=50)).total.files == 0  # younger than the hour: nothing
+    mirror_before = _rows(read_mirror(pipe.root, plan.table))
+
+    run = gc(pipe, timedelta(minutes=70))
+    assert run.by_kind["mirror"].files >= 3 and set(run.by_kind) == {"mirror"}
+    assert run.describe().endswith("retention 3d, superseded mirror files 1h")
+    assert read_gc_report(pipe.root).last_run["mirror_retention"] == "1h"
+    current = {f.split("mirror/", 1)[1] for f in read_manifest(pipe.root, plan.table).files}
+    assert _mirror_files_on_disk(pipe.root, plan.table) == current
+    assert superseded_snapshots <= _snapshot_version_dirs(pipe.root, plan.table)  # its 3 days run on
+    assert _rows(read_mirror(pipe.root, plan.table)) == mirror_before
+    assert _rows(DeltaTable(mirror_table_uri(pipe.root, plan.table)).to_pyarrow_table()) == mirror_before
+
+    # time travel on this mirror reaches 3 hours: its superseded files stay that long and the grace
+    long_table = long_plan.table
+    assert gc(long_pipe, timedelta(minutes=70)).total.files == 0
+    assert gc(long_pipe, timedelta(hours=3, minutes=10)).total.files == 0
+    assert gc(long_pipe, timedelta(hours=3, minutes=20)).by_kind["mirror"].files >= 3
+    current = {f.split("mirror/", 1)[1] for f in read_manifest(long_pipe.root, long_table).files}
+    assert _mirror_files_on_disk(long_pipe.root, long_table) == current
 
 
 # --- a reader while GC runs -------------------------------------------------------------------------------

@@ -297,8 +297,10 @@ BAD_ARGUMENTS = [
     ("verify", ["--table", "@DB@.*"], "--table"),
     ("gc", ["--retention", "3"], "--retention"),
     ("gc", ["--retention", "-1d"], "--retention"),
+    ("gc", ["--mirror-retention", "3"], "--mirror-retention"),
     ("stream", ["--gc-retention", "forever", "--available-now"], "--gc-retention"),
     ("stream", ["--gc-interval-minutes", "-1", "--available-now"], "--gc-interval-minutes"),
+    ("stream", ["--gc-mirror-retention", "0m", "--available-now"], "--gc-mirror-retention"),
     # chunk ids, chunk keys, column exclusions, Spark settings: malformed and hostile
     ("snapshot", ["--chunks", "abc"], "--chunks"),
     ("snapshot", ["--chunks", "5-3"], "--chunks"),
@@ -654,7 +656,7 @@ OPERATOR_BAD_VALUES = [
     ("stream", "reconnect_timeout", "inf"), ("stream", "catchup_partitions", -1),
     ("stream", "catchup_partition_bytes", 0), ("stream", "rows_per_read", 0),
     ("stream", "gc_retention", "3"), ("stream", "gc_retention", "0d"), ("stream", "gc_interval_minutes", -5),
-    ("stream", "mirror_updates", "merge_on_read"),
+    ("stream", "mirror_updates", "merge_on_read"), ("stream", "gc_mirror_retention", "an hour"),
     ("stream", "startup_mode", "specific-offset:x"), ("stream", "checkpoint", "s3:x"),
     ("stream", "exclude_columns", '{"a.b": "x", '), ("stream", "tables", None),
 ]

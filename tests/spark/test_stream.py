@@ -410,6 +410,10 @@ def test_cli_and_app_arguments_build_the_stream_config(tmp_path):
                                                         "--gc-retention", "36h",
                                                         "--gc-interval-minutes", "0"]))
     assert (gc.gc_retention, gc.gc_interval_minutes) == ("36h", 0)
+    assert config.gc_mirror_retention is None  # superseded mirror files: 1h while gc_retention is the default
+    mirror = cli_stream.config_from_args(parser.parse_args(["stream", *common, "--available-now",
+                                                            "--gc-mirror-retention", "120m"]))
+    assert mirror.gc_mirror_retention == "2h"
     with pytest.raises(SystemExit):
         parser.parse_args(["stream", *common, "--gc-retention", "3 days"])
     assert config.mirror_updates == "rewrite"  # the default: every documented reader reads the mirror

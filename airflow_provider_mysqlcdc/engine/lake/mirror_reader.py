@@ -156,7 +156,8 @@ def read_mirror(
             f"{table}: the files of mirror version {version.version} (written "
             f"{version.written_at.isoformat()}) "
             "were deleted by garbage collection: time travel on the mirror reaches back as far as the GC "
-            "retention (`--gc-retention`, `mysqlcdc gc --retention`); older states come from the changelog"
+            "retention of superseded mirror files (`--gc-mirror-retention`, default 1h; `mysqlcdc gc "
+            "--mirror-retention`); older states come from the changelog"
         ) from None
 
 

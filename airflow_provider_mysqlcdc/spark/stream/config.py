@@ -66,6 +66,8 @@ class StreamConfig:
     # garbage collection (engine.lake.gc) in the driver after a batch's mirror refresh, at most every
     # gc_interval_minutes (0: off), deleting what stopped being needed more than gc_retention ago
     gc_retention: str = DEFAULT_RETENTION
+    # superseded mirror files (None: 1h while gc_retention is the default, else gc_retention; gc/retention.py)
+    gc_mirror_retention: str | None = None
     gc_interval_minutes: float = DEFAULT_INTERVAL_MINUTES
     # how a batch updates the mirror (engine.lake.mirror_refresh): "rewrite" each touched chunk, or
     # "deletion_vectors" (a batch writes its changes; the readers that read it: docs/output.md)

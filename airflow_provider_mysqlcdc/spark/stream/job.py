@@ -470,7 +470,8 @@ def mirror_refresh(config: StreamConfig) -> Iterator[BatchHook]:
     store = ChunkStore(config.chunk_store)
     refresher = MirrorRefresher(config.output, store, settings=config.settings(),
                                 outage_budget_s=config.reconnect_timeout, updates=config.mirror_updates)
-    gc = PeriodicGc(config.output, store, Retention.parse(config.gc_retention), config.gc_interval_minutes)
+    gc = PeriodicGc(config.output, store, Retention.settings(config.gc_retention, config.gc_mirror_retention),
+                    config.gc_interval_minutes)
 
     def hook(batch_id: int, tables: list[TableId]) -> None:
         refresher.on_batch_committed(batch_id, tables)

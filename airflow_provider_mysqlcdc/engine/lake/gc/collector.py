@@ -17,7 +17,12 @@ from datetime import datetime, timedelta
 
 from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.lake.gc.changelog_garbage import changelog_garbage
-from airflow_provider_mysqlcdc.engine.lake.gc.delta_garbage import RemoveLog, cleanup_logs, mirror_garbage
+from airflow_provider_mysqlcdc.engine.lake.gc.delta_garbage import (
+    RemoveLog,
+    cleanup_logs,
+    mirror_garbage,
+    mirror_log_retention,
+)
 from airflow_provider_mysqlcdc.engine.lake.gc.files import Garbage, delete, remove_if_empty
 from airflow_provider_mysqlcdc.engine.lake.gc.report import GcRun, read_gc_report, record_run
 from airflow_provider_mysqlcdc.engine.lake.gc.retention import Retention, utc_now
@@ -52,7 +57,7 @@ def collect_garbage(
     now = now or utc_now()
     cutoff = retention.cutoff(now)
     run = GcRun(now.isoformat(timespec="seconds"), retention.describe(), retention.keep.total_seconds(),
-                dry_run, trigger)
+                dry_run, trigger, mirror_retention=retention.describe_mirror())
     removes = removes or RemoveLog()
     previous = read_gc_report(root)
     clean_before = previous.changelog_clean_through if previous is not None else {}
@@ -66,7 +71,8 @@ def collect_garbage(
     finders: list[tuple[str, Callable[[TableId], list[Garbage]]]] = [
         ("snapshot versions", lambda t: snapshot_garbage(root, store, t, cutoff)),
         ("changelog attempts", changelog),
-        ("mirror files", lambda t: mirror_garbage(root, t, cutoff, removes)),
+        ("mirror files", lambda t: mirror_garbage(
+            root, t, retention.mirror_cutoff(now, mirror_log_retention(root, t)), removes)),
     ]
     for table in tables if tables is not None else gc_tables(root, store):
         for what, find in finders:

@@ -39,6 +39,7 @@ import logging
 import posixpath
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from urllib.parse import unquote
 
@@ -171,6 +172,18 @@ def _tombstone_retention(uri: str) -> float | None:
     if value is None:
         return 7 * 86400.0
     return interval_seconds(value)
+
+
+def mirror_log_retention(root: str, table: TableId) -> timedelta | None:
+    """How far back time travel on the table's mirror reaches: its ``delta.logRetentionDuration`` (Delta's
+    default of 30 days when unset); None without a Delta table."""
+    from deltalake import DeltaTable
+
+    uri = mirror_table_uri(root, table)
+    if not DeltaTable.is_deltatable(uri):
+        return None
+    seconds = interval_seconds(DeltaTable(uri).metadata().configuration.get("delta.logRetentionDuration"))
+    return timedelta(days=30) if seconds is None else timedelta(seconds=seconds)
 
 
 def _read_removes(path: str) -> dict[str, float]:

@@ -52,6 +52,7 @@ class GcRun:
     by_kind: dict[str, Amount] = field(default_factory=dict)
     by_table: dict[str, dict[str, Amount]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    mirror_retention: str | None = None  # superseded mirror files' own retention, when it differs
     # per table, the last changelog batch known to hold no killed attempt's file (the next run starts after)
     changelog_clean_through: dict[str, int] = field(default_factory=dict)
 
@@ -64,7 +65,9 @@ class GcRun:
         return {
             "started_at": self.started_at, "finished_at": self.finished_at, "seconds": round(self.seconds, 3),
             "trigger": self.trigger, "dry_run": self.dry_run, "retention": self.retention,
-            "keep_seconds": self.keep_seconds, **self.total.as_dict(),
+            "keep_seconds": self.keep_seconds,
+            **({"mirror_retention": self.mirror_retention} if self.mirror_retention else {}),
+            **self.total.as_dict(),
             "by_kind": {k: self.by_kind[k].as_dict() for k in KINDS if k in self.by_kind},
             "by_table": {t: {k: a.as_dict() for k, a in sorted(kinds.items())}
                          for t, kinds in sorted(self.by_table.items())},
@@ -78,6 +81,8 @@ class GcRun:
         text = f"{verb} {self.total.files} files, {bytes_text(self.total.bytes)}"
         text += f" ({kinds})" if kinds else ""
         text += f"; retention {self.retention}"
+        if self.mirror_retention:
+            text += f", superseded mirror files {self.mirror_retention}"
         if self.errors:
             text += f"; {len(self.errors)} error(s): " + "; ".join(self.errors)
         return text
