@@ -231,7 +231,7 @@ def child(cfg_path: str) -> int:
         mysql_url=cfg["mysql_url"], tables=tuple(cfg["tables"]), chunk_store=cfg["store"],
         output=cfg["output"], checkpoint=cfg["checkpoint"], password_file=cfg["password_file"],
         max_bytes_per_batch=cfg["max_bytes_per_batch"], catchup_partitions=cfg["partitions"],
-        catchup_partition_bytes=cfg["partition_bytes"],
+        catchup_partition_bytes=cfg["partition_bytes"], warm_executors=cfg.get("warm_executors", True),
     )
     batches: list[dict[str, Any]] = []
 
@@ -239,12 +239,44 @@ def child(cfg_path: str) -> int:
         batches.append({"batch_id": batch.batch_id, "rows": batch.total_rows, "seconds": batch.seconds})
         say(f"[catch-up {label}] {batch.describe()}")
 
+    sink_phases = _time_sink_phases()
+    import time
+    from datetime import datetime
+
+    from airflow_provider_mysqlcdc.spark.stream import job
+
+    start_query, marks = job._start_query, {}
+
+    def timed_start_query(*args: Any) -> Any:
+        marks["start_query"] = time.time()
+        query = start_query(*args)
+        marks["started"] = time.time()
+        return query
+
+    job._start_query = timed_start_query  # type: ignore[assignment]
     try:
         with Timer(server_pid, root) as t_run:
-            run_stream(spark, config, on_progress=progress)
+            t0 = time.time()
+            run = run_stream(spark, config, on_progress=progress)
+            t_end = time.time()
         app_id = spark.sparkContext.applicationId
+        durations = [dict(p.durationMs, batch_id=p.batchId, rows=p.numInputRows,
+                          at=datetime.fromisoformat(p.timestamp).timestamp() - t0)
+                     for p in run.query.recentProgress]
     finally:
         spark.stop()
+    say(f"[catch-up {label}] timeline: run_stream {t_end - t0:.2f}s; query start called at "
+        f"{marks.get('start_query', t0) - t0:.2f}s, started {marks.get('started', t0) - t0:.2f}s; batches at "
+        + ", ".join(f"{d['at']:.2f}+{d.get('triggerExecution', 0) / 1000:.2f}" for d in durations))
+    for d in durations:
+        phases = sink_phases.get(int(d["batch_id"]), {})
+        if "entered_at" in phases:  # seconds from the trigger's start to the sink's call, and after it
+            start = t0 + d["at"]
+            phases["to_sink"] = phases.pop("entered_at") - start
+            phases["after_sink"] = start + d.get("triggerExecution", 0) / 1000 - phases.pop("left_at")
+        say(f"[catch-up {label}] batch {d['batch_id']} ({d['rows']} rows): "
+            + ", ".join(f"{k} {v}" for k, v in sorted(d.items()) if k not in ("batch_id", "rows", "at"))
+            + (" | sink: " + ", ".join(f"{k} {v * 1000:.0f}" for k, v in phases.items()) if phases else ""))
     rows = sum(b["rows"] for b in batches)
     tasks = event_log_tasks(event_dir, app_id)
     per_part: dict[tuple[int, int], int] = {}
@@ -255,9 +287,51 @@ def child(cfg_path: str) -> int:
         task["rows"] = per_part.get((task["batch"], task["partition"]), 0)
     Path(cfg["result"]).write_text(json.dumps({
         "rows": rows, "batches": batches, "tasks": tasks, "startup": dataclasses.asdict(t_start.m),
-        "run": dataclasses.asdict(t_run.m),
+        "run": dataclasses.asdict(t_run.m), "durations": durations,
+        "sink_phases": {str(k): v for k, v in sink_phases.items()},
     }))
     return 0
+
+
+def _time_sink_phases() -> dict[int, dict[str, float]]:
+    """Seconds of the sink's driver steps per batch id (``ChangelogCommit.begin``/``commit``, the write job
+    between them as ``write``): wrapped in this bench child only."""
+    import time
+
+    from airflow_provider_mysqlcdc.engine.lake.changelog_commit import ChangelogCommit
+
+    phases: dict[int, dict[str, float]] = {}
+    begin, commit = ChangelogCommit.begin, ChangelogCommit.commit
+
+    def timed_begin(self: Any, batch_id: int) -> Any:
+        t0 = time.monotonic()
+        attempt = begin(self, batch_id)
+        now = time.monotonic()
+        phases[batch_id] = {"begin": now - t0, "_began": now}
+        return attempt
+
+    def timed_commit(self: Any, attempt: Any, *args: Any) -> Any:
+        t0 = time.monotonic()
+        out = commit(self, attempt, *args)
+        p = phases.setdefault(attempt.batch_id, {})
+        p["write"] = t0 - p.pop("_began", t0)
+        p["commit"] = time.monotonic() - t0
+        return out
+
+    from airflow_provider_mysqlcdc.spark.stream.changelog_sink import ChangelogSink
+
+    call = ChangelogSink.__call__
+
+    def timed_call(self: Any, df: Any, batch_id: int) -> None:
+        entered = time.time()
+        call(self, df, batch_id)
+        p = phases.setdefault(batch_id, {})
+        p["entered_at"], p["left_at"] = entered, time.time()
+
+    ChangelogSink.__call__ = timed_call  # type: ignore[method-assign]
+    ChangelogCommit.begin = timed_begin  # type: ignore[method-assign]
+    ChangelogCommit.commit = timed_commit  # type: ignore[method-assign]
+    return phases
 
 
 # --- the section --------------------------------------------------------------------------------------------

@@ -168,6 +168,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help="row images of the OLTP catch-up range: single-row statements in transactions "
                        "of 1-10 (2M; 0 skips the OLTP case)")
     sizes.add_argument("--catchup-oltp-tables", type=int, help="tables the OLTP range writes to (3)")
+    sizes.add_argument("--catchup-partitions", default="1,2",
+                       help="partitions per batch of the catch-up runs, comma-separated (1,2)")
     sizes.add_argument("--latency-rate", type=int,
                        help="row changes per second (5000 = 5,000 single-row transactions/s; the figures say "
                        "if the writer could not sustain it)")
@@ -448,7 +450,8 @@ def run(args: argparse.Namespace) -> Report:
             attempt("catchup", work / "catchup", lambda: catchup.run_section(
                 setup, work / "catchup", changes=args.catchup_changes, txn_rows=args.catchup_txn_rows,
                 max_bytes=args.catchup_max_bytes, partition_bytes=args.catchup_partition_bytes,
-                oltp_images=args.catchup_oltp_images, oltp_tables=args.catchup_oltp_tables, seed=args.seed))
+                oltp_images=args.catchup_oltp_images, oltp_tables=args.catchup_oltp_tables, seed=args.seed,
+                partitions=tuple(int(p) for p in args.catchup_partitions.split(","))))
         if "latency" in args.sections:
             attempt("latency", work / "latency", lambda: latency.run_section(
                 setup, work / "latency", rate=args.latency_rate, txn_rows=args.latency_txn_rows,

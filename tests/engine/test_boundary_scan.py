@@ -78,8 +78,9 @@ def test_batches_are_planned_alike_either_way(mysql_server, mysql_db):
                 offset, plan = BinlogOffset.at(start), []
                 while offset.position.key < end.key:
                     admission = next_batch_end(conn, offset, max_bytes=max_bytes, until=end, mark_bytes=500,
-                                               settings=settings if how == "framed" else None)
+                                               settings=settings if how == "framed" else None, listed_below=0)
                     assert admission.end.position.key > offset.position.key
+                    assert admission.scan == how
                     plan.append((admission.end, admission.bytes, admission.marks))
                     offset = admission.end
                 ends[how] = plan
@@ -107,8 +108,36 @@ def test_a_binlog_file_made_after_the_list_ends_the_batch_before_it(mysql_server
     assert end.file not in [name for name, _ in listed]
     with connect(settings) as conn:
         monkeypatch.setattr(admission, "binary_logs", lambda _conn: listed)
-        first = next_batch_end(conn, BinlogOffset.at(start), max_bytes=None, settings=settings)
+        first = next_batch_end(conn, BinlogOffset.at(start), max_bytes=None, settings=settings,
+                               listed_below=0)
+        assert first.scan == admission.FRAMED
         assert first.end.position.file == start.file and first.end.position.key > start.key
         monkeypatch.undo()
-        second = next_batch_end(conn, first.end, max_bytes=None, settings=settings)
+        second = next_batch_end(conn, first.end, max_bytes=None, settings=settings, listed_below=0)
         assert second.end.position == end
+
+
+@pytest.mark.both_flavors
+def test_a_small_range_is_listed_a_large_one_framed(mysql_server, mysql_db):
+    """A stream that has caught up plans a few KiB per trigger: one page of SHOW BINLOG EVENTS costs less
+    than the framed scan's replication session (``admission.LISTED_SCAN_BYTES``); the same batch either
+    way."""
+    from airflow_provider_mysqlcdc.engine.stream.admission import FRAMED, LISTED, LISTED_SCAN_BYTES
+
+    settings = MySQLSettings.from_url(mysql_server.cdc_url)
+    with mysql_server.admin(mysql_db) as admin:
+        execute(admin, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))")
+        start = status(admin)
+        execute(admin, "INSERT INTO t VALUES (1, 'small')")
+        small = status(admin)
+        for i in range(2, 2 + LISTED_SCAN_BYTES // 200 + 10):  # single-row transactions past the threshold
+            execute(admin, f"INSERT INTO t VALUES ({i}, '{'x' * 190}')")
+        large = status(admin)
+    with connect(settings) as conn:
+        few = next_batch_end(conn, BinlogOffset.at(start), max_bytes=None, until=small, settings=settings)
+        framed = next_batch_end(conn, BinlogOffset.at(start), max_bytes=None, until=small, settings=settings,
+                                listed_below=0)
+        many = next_batch_end(conn, BinlogOffset.at(start), max_bytes=None, until=large, settings=settings)
+    assert (few.scan, framed.scan, many.scan) == (LISTED, FRAMED, FRAMED)
+    assert few.end.position == framed.end.position == small
+    assert many.end.position == large and many.bytes >= LISTED_SCAN_BYTES

@@ -27,14 +27,19 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from airflow_provider_mysqlcdc.engine.lake.changelog_commit import BatchCommit, ChangelogCommit
 from airflow_provider_mysqlcdc.engine.lake.changelog_files import BatchFiles, WrittenFile
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
 from airflow_provider_mysqlcdc.engine.stream.transport import stream_changes
-from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from airflow_provider_mysqlcdc.engine.lake.changelog_commit import BatchCommit, ChangelogCommit
+    from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
+
+# Executors unpickle ``PartitionWriter`` and so import this module in every new Python worker: the driver's
+# commit (``changelog_commit``: Delta, pyarrow.dataset, pandas) and the chunk store (SQLAlchemy) are imported
+# where the driver uses them, not here (tests/spark/test_worker_imports.py).
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +131,8 @@ class ChangelogSink:
     lake: ChangelogCommit = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        from airflow_provider_mysqlcdc.engine.lake.changelog_commit import ChangelogCommit
+
         self.lake = ChangelogCommit(self.root, self.checkpoint, {str(t): s for t, s in self.schemas.items()},
                                     self.changelog_json, dict(self.exclude))
 

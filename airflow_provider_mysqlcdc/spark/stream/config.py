@@ -72,6 +72,9 @@ class StreamConfig:
     # how a batch updates the mirror (engine.lake.mirror_refresh): "rewrite" each touched chunk, or
     # "deletion_vectors" (a batch writes its changes; the readers that read it: docs/output.md)
     mirror_updates: str = "rewrite"
+    # start the executors' Python workers, and their imports, while the driver starts the query
+    # (spark/stream/warmup.py): the first batch does not wait for them
+    warm_executors: bool = True
 
     @property
     def available_now(self) -> bool:

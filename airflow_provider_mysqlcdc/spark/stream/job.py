@@ -64,6 +64,7 @@ from airflow_provider_mysqlcdc.spark.stream.config import (
     written_schemas,
 )
 from airflow_provider_mysqlcdc.spark.stream.resnapshots import BackgroundResnapshots, ResnapshotPlanFailed
+from airflow_provider_mysqlcdc.spark.stream.warmup import warm_executors
 from airflow_provider_mysqlcdc.spark.stream.zero_date_layouts import ZeroDateLayouts
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,8 @@ def start_stream(
     on_progress: Callable[[BatchCommit], None] | None = None,
 ) -> StreamRun:
     """Take the checkpoint's lock and start the query (returns at once)."""
+    if config.warm_executors:
+        warm_executors(spark)  # in the background, while the query starts (spark/stream/warmup.py)
     ensure_writable(config.output)
     ensure_writable(config.checkpoint, "checkpoint")
     settings = config.settings()

@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
 from airflow_provider_mysqlcdc.engine.model import values
 from airflow_provider_mysqlcdc.engine.model.tables import TableId, TableSchema
-from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
 
 Layout = tuple[str, tuple[str, ...]]  # a plan's zero_dates mode and key columns
 
@@ -41,6 +39,10 @@ class ZeroDateLayouts:
         return values.unwritten_companions(schema, *layout) if layout else ()
 
     def _load(self, names: set[str] | None) -> None:
+        # imported here: executors unpickle this class with every changelog writer, and rarely load a plan
+        from airflow_provider_mysqlcdc.engine.chunk_store import ChunkStore
+        from airflow_provider_mysqlcdc.engine.snapshot.phase import load_plan
+
         with ChunkStore(self.chunk_store) as store:
             planned = set(store.tables())
             for name in sorted(planned - set(self.known) if names is None else names & planned):
