@@ -67,6 +67,10 @@ class LakeTable:
     def load(cls, refresher: MirrorRefresher, table: TableId) -> LakeTable:
         build = refresher.build_of(table)
         root = refresher.root
+        # the manifest before the changelog: every batch it was built through is then among the batches read
+        # below (a refresh only applies committed batches); read after them, a batch committed and refreshed
+        # in between made the mirror look changed (its rows ahead of the records the rule is built from)
+        manifest = read_manifest(root, table)
         hws = {c.chunk_id: c.hw for c in build.view.chunks}
         parts, missing = [], []
         for batch_id in committed_batch_ids(root, table):
@@ -87,7 +91,7 @@ class LakeTable:
             records = pa.schema([pa.field(OP, pa.string()), pa.field(POSITION, pa.string()),
                                  *build.data_schema, pa.field(BATCH, pa.int64()),
                                  pa.field(CHUNK, pa.int32())]).empty_table()
-        return cls(root, build, read_manifest(root, table), records, tuple(missing))
+        return cls(root, build, manifest, records, tuple(missing))
 
     @property
     def table(self) -> TableId:
