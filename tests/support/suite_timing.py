@@ -15,7 +15,8 @@ summary says when a whole run went over it.
 The budget: a test (setup and teardown included) may take ``MYSQLCDC_TEST_BUDGET`` seconds (default
 ``DEFAULT_BUDGET``) of wall time on the reference machine, scaled up on a slower one (a calibration loop timed
 at the start: ``slowness``) and by the cores that others took from the suite while it ran (busy processes
-outside the suite, steal). A test over its budget fails the run, named with its figures.
+outside the suite, steal). A test over its budget fails the run, named with its figures. A test marked
+``@pytest.mark.budget(seconds)`` has that base instead (the example DAG's end-to-end test, which says why).
 """
 from __future__ import annotations
 
@@ -187,7 +188,9 @@ class SuiteTiming:
         timing = self.tests.get(item.nodeid)
         if timing is not None:
             timing.suite_cpu, timing.others_cpu, timing.steal = usage.suite_cpu, usage.others_cpu, usage.steal
-            timing.budget = _budget(self.base_budget, usage, self.cores)
+            own = item.get_closest_marker("budget")  # a test that says why it needs more (its docstring)
+            base = float(own.args[0]) * self.slowness if own is not None else self.base_budget
+            timing.budget = _budget(base, usage, self.cores)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         timing = self.tests.setdefault(report.nodeid, TestTiming(report.nodeid))
