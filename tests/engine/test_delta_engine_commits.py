@@ -168,3 +168,20 @@ def test_mirror_syncs_are_committed_without_listing_and_another_writer_is_found(
     table = DeltaTable(uri)
     assert table.version() == 14
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 113]
+
+    # columns added: that commit goes through delta-rs, and the engine's commits go on after it
+    wider = pa.schema([("id", pa.int64()), ("note", pa.string())])
+    path = Path(mirror_table_uri(root, TABLE), "chunk=1/v14.parquet")
+    pq.write_table(pa.table({"id": pa.array([2, 3], pa.int64()), "note": ["a", "b"]}), path)
+    files[1] = "mirror/chunk=1/v14.parquet"
+    assert ours.sync(_Manifest(list(files), through_batch=14), wider)
+    path = Path(mirror_table_uri(root, TABLE), "chunk=1/v15.parquet")
+    pq.write_table(pa.table({"id": pa.array([2, 3, 115], pa.int64()), "note": ["a", "b", "c"]}), path)
+    files[1] = "mirror/chunk=1/v15.parquet"
+    assert ours.sync(_Manifest(list(files), through_batch=15), wider)
+    table = DeltaTable(uri)
+    last = table.version()
+    assert _engines(uri)[last] == "mysqlcdc" and _engines(uri)[last - 1].startswith("delta-rs")
+    rows = table.to_pyarrow_table().sort_by("id")
+    assert rows.column("id").to_pylist() == [0, 1, 2, 3, 115]
+    assert rows.column("note").to_pylist() == [None, None, "a", "b", "c"]

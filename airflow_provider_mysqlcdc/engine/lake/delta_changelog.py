@@ -128,7 +128,7 @@ class DeltaChangelog:
             known = head.schema if head is not None else self.log.schema()
             schema = self._union_schema(known, [m.schema.to_arrow_schema() for m in footers.values()])
             if head is None or len(schema) != len(known):
-                self._delta_rs_commit(batch_id, footers, schema, metadata)
+                self._delta_rs_commit(batch_id, footers, schema, metadata, table)
                 return True
             entries = [add_entry(f, *self.log.file_info(f), m.num_rows) for f, m in footers.items()]
             if self.log.append(entries, metadata, (APP_ID, batch_id)):
@@ -152,18 +152,19 @@ class DeltaChangelog:
         return True
 
     def _delta_rs_commit(self, batch_id: int, footers: dict[str, Any], schema: pa.Schema,
-                         metadata: dict[str, str]) -> None:
+                         metadata: dict[str, str], table: Any) -> None:
         """A commit through delta-rs: on an object store, and when the files add columns (the ``ALTER TABLE
-        ADD COLUMNS`` goes first)."""
+        ADD COLUMNS`` goes first). ``table``: as just loaded (None: load it)."""
         from deltalake import CommitProperties, Schema, Transaction
 
-        table = self.log.load(write=True)
+        table = table if table is not None else self.log.load(write=True)
         self._add_columns(table, schema)
         actions = [self.log.add_action(f, m.num_rows) for f, m in footers.items()]
         properties = CommitProperties(app_transactions=[Transaction(APP_ID, batch_id)],
                                       custom_metadata=metadata)
         table.create_write_transaction(actions, "append", Schema.from_arrow(schema),
                                        commit_properties=properties)
+        self.log.forget()  # delta-rs leaves the loaded table at the version before its commit
 
     def _union_schema(self, have: pa.Schema, file_schemas: list[pa.Schema]) -> pa.Schema:
         """The Delta table's schema (``have``) plus the columns the new files add; a changed type fails,

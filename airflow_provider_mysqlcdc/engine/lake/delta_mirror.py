@@ -134,6 +134,7 @@ class DeltaMirror:
             adds = [self.log.add_action(f, self.log.footer(f).num_rows) for f in wanted]
             table.create_write_transaction(adds, "overwrite", Schema.from_arrow(schema),
                                            commit_properties=properties)
+            self.log.forget()  # delta-rs leaves the loaded table at the version before its commit
             log.info("mirror Delta table of %s: columns changed, table replaced", self.table)
             return True
         if added:
@@ -148,11 +149,13 @@ class DeltaMirror:
             )
             log.info("mirror Delta table of %s: added column(s) %s, no file rewritten", self.table, names)
             if same_files:
+                self.log.forget()
                 return True
             table = self.log.load()
         removes = [self.log.remove_action(f, size) for f, size in current.items() if f not in set(wanted)]
         table.create_write_transaction([*adds, *removes], "append", Schema.from_arrow(self.log.schema()),
                                        commit_properties=properties)
+        self.log.forget()  # delta-rs leaves the loaded table at the version before its commit
         return True
 
     def _append(self, manifest: MirrorManifest, data_schema: pa.Schema | None,
