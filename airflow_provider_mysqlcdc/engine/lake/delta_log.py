@@ -109,7 +109,8 @@ class LogHead:
 
 class DeltaLog:
     """One Delta table at ``uri`` (a path or URI), of which this process is the only writer: the loaded table
-    is kept, brought up to date by each ``load`` (once per commit), and read as loaded in between."""
+    is kept, brought up to date by each ``load``, and read as loaded in between; the engine's own commits
+    (``append``) advance a ``head`` instead, and the table is loaded again only when something reads it."""
 
     def __init__(self, uri: str, table: TableId, what: str,
                  storage_options: dict[str, str] | None = None) -> None:
