@@ -18,17 +18,16 @@ name.
 from __future__ import annotations
 
 import json
-import os
 import posixpath
-import tempfile
-import time
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 
 from airflow_provider_mysqlcdc.engine.common.errors import CdcError
 from airflow_provider_mysqlcdc.engine.lake.deletion_vectors import DeletionVector
+from airflow_provider_mysqlcdc.engine.lake.delta_log_writer import add_entry, remove_entry, write_entry
+from airflow_provider_mysqlcdc.engine.lake.delta_log_writer import local_log_dir as writer_log_dir
 from airflow_provider_mysqlcdc.engine.lake.layout import filesystem
 
 FEATURE = "deletionVectors"
@@ -40,11 +39,12 @@ _LEGACY_READER = {2: ["columnMapping"]}
 
 def local_log_dir(uri: str) -> str:
     """The table's ``_delta_log`` as a local directory; an error for object stores."""
-    if "://" in uri and not uri.startswith("file://"):
+    found = writer_log_dir(uri)
+    if found is None:
         raise CdcError(
             f"mirror_updates=deletion_vectors writes Delta commits itself, put-if-absent, which this release "
             f"does on local file systems only; {uri} is not one: set mirror_updates=rewrite (the default)")
-    return os.path.join(uri.removeprefix("file://"), "_delta_log")
+    return found
 
 
 def protocol_upgrade(protocol: Any) -> dict[str, Any] | None:
@@ -64,46 +64,25 @@ def protocol_upgrade(protocol: Any) -> dict[str, Any] | None:
 
 
 def add_action(path: str, size: int, mtime_ms: int, rows: int, vector: DeletionVector | None) -> dict:
-    add: dict[str, Any] = {"path": quote(path, safe="/="), "partitionValues": {}, "size": size,
-                           "modificationTime": mtime_ms, "dataChange": True,
-                           "stats": json.dumps({"numRecords": rows})}
+    action = add_entry(path, size, mtime_ms, rows)
     if vector is not None:
-        add["deletionVector"] = vector.to_delta()
-    return {"add": add}
+        action["add"]["deletionVector"] = vector.to_delta()
+    return action
 
 
 def remove_action(path: str, size: int | None, vector: DeletionVector | None) -> dict:
-    remove: dict[str, Any] = {"path": quote(path, safe="/="), "deletionTimestamp": int(time.time() * 1000),
-                              "dataChange": True, "extendedFileMetadata": True, "partitionValues": {}}
-    if size is not None:
-        remove["size"] = size
+    action = remove_entry(path, size)
     if vector is not None:
-        remove["deletionVector"] = vector.to_delta()
-    return {"remove": remove}
+        action["remove"]["deletionVector"] = vector.to_delta()
+    return action
 
 
 def commit(uri: str, version: int, actions: list[dict], metadata: dict[str, Any]) -> None:
     """Write Delta version ``version`` (the next one) with ``actions``, put-if-absent."""
-    log_dir = local_log_dir(uri)
-    info = {"commitInfo": {"timestamp": int(time.time() * 1000), "operation": "WRITE",
-                           "operationParameters": {"mode": "Append"}, "engineInfo": "mysqlcdc",
-                           **metadata}}
-    text = "\n".join(json.dumps(a, separators=(",", ":")) for a in [info, *actions]) + "\n"
-    target = os.path.join(log_dir, f"{version:020d}.json")
-    fd, tmp = tempfile.mkstemp(prefix=".mysqlcdc-commit-", dir=log_dir)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            raise CdcError(
-                f"Delta version {version} of {uri} was committed by another writer meanwhile: one mirror "
-                "refresher per table (the stream, or mysqlcdc mirror), not both") from None
-    finally:
-        os.unlink(tmp)
+    if not write_entry(local_log_dir(uri), version, actions, metadata):
+        raise CdcError(
+            f"Delta version {version} of {uri} was committed by another writer meanwhile: one mirror "
+            "refresher per table (the stream, or mysqlcdc mirror), not both")
 
 
 def current_vectors(uri: str, version: int) -> dict[str, DeletionVector]:

@@ -165,20 +165,25 @@ def _locate_sorted(base: str, parts: Sequence[FilePart], deleted: dict[str, BitM
         index = KEYS.sorted_keys(posixpath.join(base, part.file), name)
         if not len(index.keys):
             continue
-        left = np.searchsorted(index.keys, wanted, side="left")
-        counts = np.searchsorted(index.keys, wanted, side="right") - left
-        if not counts.any():
+        rows, _ = _rows_holding(index, wanted)
+        if not len(rows):
             continue
-        # every row holding a wanted key (a file holds a key once, but nothing here relies on it)
-        starts = np.repeat(left, counts)
-        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        rows = index.rows[starts + offsets]
         rows = rows[(rows >= part.start) & (rows < part.end)]
         gone = deleted.get(part.file)
         hits = [int(r) for r in rows if gone is None or int(r) not in gone]
         if hits:
             out.setdefault(part.file, []).extend(hits)
     return out
+
+
+def _rows_holding(index: SortedKeys, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The row numbers of every row holding one of ``keys`` (sorted, unique), in key order, and how many rows
+    each key has (a file holds a key once, but nothing here relies on it)."""
+    left = np.searchsorted(index.keys, keys, side="left")
+    counts = np.searchsorted(index.keys, keys, side="right") - left
+    starts = np.repeat(left, counts)
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    return index.rows[starts + offsets], counts
 
 
 def locate_sorted_batch(
@@ -208,14 +213,9 @@ def locate_sorted_batch(
         keys = keys_of[cids[0]] if len(cids) == 1 else np.concatenate([keys_of[c] for c in cids])
         owner = (np.full(len(keys), cids[0], dtype=np.int64) if len(cids) == 1 else
                  np.repeat(np.asarray(cids, dtype=np.int64), [len(keys_of[c]) for c in cids]))
-        left = np.searchsorted(index.keys, keys, side="left")
-        counts = np.searchsorted(index.keys, keys, side="right") - left
-        if not counts.any():
+        rows, counts = _rows_holding(index, keys)
+        if not len(rows):
             continue
-        # every row holding a wanted key (a file holds a key once, but nothing here relies on it)
-        starts = np.repeat(left, counts)
-        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        rows = index.rows[starts + offsets]
         who = np.repeat(owner, counts)
         if len(spans) == 1:  # a base file: one chunk's one part
             cid, lo, hi = spans[0]
